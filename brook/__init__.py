@@ -1,1 +1,5 @@
-"""Brook: shared code for every Brook process (contract stubs, config, telemetry, codec, SDK, CLI)."""
+"""Brook: code shared by every Brook process.
+
+The contract stubs (brook.v1), configuration, telemetry, the service runtime, the record-batch
+codec, the client SDK and the CLI.
+"""

@@ -27,7 +27,9 @@ HAND_WRITTEN = {"__init__.py"}
 
 def generate(out_root: Path) -> None:
     """Run protoc for every .proto under proto/brook/v1, writing below out_root."""
-    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE_DIR).glob("*.proto"))
+    protos = sorted(
+        str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE_DIR).glob("*.proto")
+    )
     if not protos:
         raise SystemExit(f"no .proto files under {PROTO_ROOT / PACKAGE_DIR}")
     (out_root / PACKAGE_DIR).mkdir(parents=True, exist_ok=True)

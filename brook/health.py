@@ -1,0 +1,177 @@
+"""Standard gRPC health checks (grpc.health.v1) against any Brook process.
+
+Used by the local launcher to wait for start-up and by container health checks through
+``brook health HOST:PORT`` (exit 0 when SERVING, 1 otherwise, 2 on bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+HEALTH_CHECK_TIMEOUT_MS_DEFAULT = 2000
+# One RPC of a wait loop; short so a wait notices a dead process or an interrupt quickly.
+_POLL_RPC_TIMEOUT_MS = 1000
+POLL_INTERVAL_MS_DEFAULT = 100
+# Without these a channel backs off for up to 120 s between attempts to connect, so a
+# server that comes up a moment after the first refused connection would be seen late.
+_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    # Subchannels are shared process-wide by default, and with them the backoff state of
+    # an earlier channel to the same address (say, to a process that was since restarted).
+    ("grpc.use_local_subchannel_pool", 1),
+]
+
+
+class HealthStatus(enum.StrEnum):
+    SERVING = "SERVING"
+    NOT_SERVING = "NOT_SERVING"
+    UNKNOWN = "UNKNOWN"
+    SERVICE_UNKNOWN = "SERVICE_UNKNOWN"
+    # Not a protocol status: the RPC itself failed (nothing listening, timeout, not gRPC).
+    UNREACHABLE = "UNREACHABLE"
+
+
+@dataclass(frozen=True)
+class HealthResult:
+    address: str
+    status: HealthStatus
+    detail: str = ""
+
+    @property
+    def serving(self) -> bool:
+        return self.status is HealthStatus.SERVING
+
+    def describe(self) -> str:
+        suffix = f" ({self.detail})" if self.detail else ""
+        return f"{self.address}: {self.status.value}{suffix}"
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6); ValueError naming the input if malformed."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(f"invalid address {address!r}: expected HOST:PORT")
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise ValueError(f"invalid address {address!r}: port must be 1-65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
+def _check(stub: Any, address: str, service: str, timeout_ms: int) -> HealthResult:
+    try:
+        # wait_for_ready: a server still binding its port gets the whole timeout to answer,
+        # instead of failing on the first refused connection.
+        response = stub.Check(
+            health_pb2.HealthCheckRequest(service=service),
+            timeout=timeout_ms / 1000,
+            wait_for_ready=True,
+        )
+    except grpc.RpcError as error:
+        code = error.code() if isinstance(error, grpc.Call) else None
+        # The health protocol answers Check for a service it does not know with NOT_FOUND.
+        if code is grpc.StatusCode.NOT_FOUND:
+            return HealthResult(address, HealthStatus.SERVICE_UNKNOWN, repr(service))
+        name = code.name if code is not None else type(error).__name__
+        return HealthResult(address, HealthStatus.UNREACHABLE, name)
+    status_name = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    try:
+        return HealthResult(address, HealthStatus(status_name))
+    except ValueError:
+        return HealthResult(address, HealthStatus.UNKNOWN, f"status {status_name}")
+
+
+def check_health(
+    address: str, *, timeout_ms: int = HEALTH_CHECK_TIMEOUT_MS_DEFAULT, service: str = ""
+) -> HealthResult:
+    """One health check of ``service`` ("" is the whole server) at ``address``."""
+    parse_address(address)
+    if timeout_ms <= 0:
+        raise ValueError(f"timeout_ms must be > 0, got {timeout_ms}")
+    with grpc.insecure_channel(address, options=_CHANNEL_OPTIONS) as channel:
+        return _check(health_pb2_grpc.HealthStub(channel), address, service, timeout_ms)
+
+
+def wait_until_serving(
+    address: str,
+    *,
+    timeout_ms: int,
+    service: str = "",
+    poll_interval_ms: int = POLL_INTERVAL_MS_DEFAULT,
+    abort_reason: Callable[[], str | None] = lambda: None,
+) -> HealthResult:
+    """Poll ``address`` until it reports SERVING, ``timeout_ms`` passes, or ``abort_reason``
+    returns a reason (for example: the process exited). Returns the last result; the caller
+    decides whether anything but SERVING is an error.
+    """
+    parse_address(address)
+    if timeout_ms <= 0:
+        raise ValueError(f"timeout_ms must be > 0, got {timeout_ms}")
+    deadline = time.monotonic() + timeout_ms / 1000
+    result = HealthResult(address, HealthStatus.UNREACHABLE, "not checked yet")
+    with grpc.insecure_channel(address, options=_CHANNEL_OPTIONS) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            reason = abort_reason()
+            if reason is not None:
+                return HealthResult(address, result.status, reason)
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                return result
+            result = _check(stub, address, service, min(remaining_ms, _POLL_RPC_TIMEOUT_MS))
+            if result.serving:
+                return result
+            time.sleep(min(poll_interval_ms, max(remaining_ms, 0)) / 1000)
+
+
+def add_health_command(subparsers: Any) -> None:
+    """Register ``brook health`` on an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "health",
+        help="check a Brook process's gRPC health (exit 0 when SERVING)",
+        description="Ask a Brook process's gRPC health service whether it is SERVING. "
+        "Exit status: 0 SERVING, 1 anything else (including unreachable), 2 bad usage.",
+    )
+    parser.add_argument("address", help="the process's GRPC listener, HOST:PORT")
+    parser.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=HEALTH_CHECK_TIMEOUT_MS_DEFAULT,
+        help=f"how long to wait for an answer (default {HEALTH_CHECK_TIMEOUT_MS_DEFAULT})",
+    )
+    parser.add_argument("--service", default="", help='service name to check (default "": all)')
+    parser.set_defaults(func=run_health_command)
+
+
+def run_health_command(args: argparse.Namespace) -> int:
+    try:
+        result = check_health(args.address, timeout_ms=args.timeout_ms, service=args.service)
+    except ValueError as error:
+        print(f"brook health: {error}", file=sys.stderr)
+        return 2
+    print(result.describe())
+    return 0 if result.serving else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m brook.health HOST:PORT``: the same check without the ``brook`` CLI."""
+    parser = argparse.ArgumentParser(prog="brook")
+    add_health_command(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["health", *(sys.argv[1:] if argv is None else argv)])
+    return run_health_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Structured logging on stderr for every Brook process, through the standard logging module.
+
+Every line is one record and carries ts, level, logger, service, node_id and msg, then the fields
+passed with `extra=` and, if any, the exception (`exc`). Two formats:
+
+- text: logfmt, `ts=2024-10-25T03:33:01.123Z level=INFO logger=brook.server service=storage-node
+  node_id=1 msg="service ready" port=9101`. Values with spaces, quotes, `=` or control characters
+  are double-quoted with escapes, so a record is always exactly one line.
+- json: one JSON object per line with the same keys.
+
+Code logs the usual way: `logging.getLogger(__name__).info("segment rolled", extra={"base_offset":
+42})`. An extra field named like a fixed field (say `node_id` for a peer) is written as
+`extra.node_id` so it never hides the fixed one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from typing import Final, TextIO
+
+__all__ = ["JsonFormatter", "LogfmtFormatter", "configure_logging"]
+
+FIXED_FIELDS: Final = ("ts", "level", "logger", "service", "node_id", "msg")
+
+# Attributes every LogRecord has; anything else on a record came from `extra=`.
+_RECORD_ATTRIBUTES: Final = frozenset(
+    logging.LogRecord("", logging.INFO, "", 0, "", None, None).__dict__
+) | {"message", "asctime", "taskName"}
+
+
+def _timestamp(created: float) -> str:
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    return f"{seconds}.{int(created * 1000) % 1000:03d}Z"
+
+
+class _StructuredFormatter(logging.Formatter):
+    def __init__(self, service: str, node_id: int | str) -> None:
+        super().__init__()
+        self._service = service
+        self._node_id = node_id
+
+    def fields(self, record: logging.LogRecord) -> dict[str, object]:
+        fields: dict[str, object] = {
+            "ts": _timestamp(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "service": self._service,
+            "node_id": self._node_id,
+            "msg": record.getMessage(),
+        }
+        for name, value in record.__dict__.items():
+            if name in _RECORD_ATTRIBUTES or name.startswith("_"):
+                continue
+            fields[f"extra.{name}" if name in fields else name] = value
+        if record.exc_info:
+            fields["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            fields["stack"] = self.formatStack(record.stack_info)
+        return fields
+
+
+class LogfmtFormatter(_StructuredFormatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return " ".join(
+            f"{key}={_logfmt_value(value)}" for key, value in self.fields(record).items()
+        )
+
+
+class JsonFormatter(_StructuredFormatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(self.fields(record), default=str, separators=(",", ":"))
+
+
+_LOGFMT_ESCAPES: Final = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _logfmt_value(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = value if isinstance(value, str) else str(value)
+    if text and not any(c in text for c in ' ="\\') and text.isprintable():
+        return text
+    escaped = "".join(
+        _LOGFMT_ESCAPES.get(c, c if c.isprintable() else f"\\u{ord(c):04x}") for c in text
+    )
+    return f'"{escaped}"'
+
+
+_FORMATTERS: Final[Mapping[str, type[_StructuredFormatter]]] = {
+    "text": LogfmtFormatter,
+    "json": JsonFormatter,
+}
+
+
+def configure_logging(
+    *,
+    service: str,
+    node_id: int | str,
+    level: str = "INFO",
+    log_format: str = "text",
+    stream: TextIO | None = None,
+) -> logging.Handler:
+    """Makes the root logger write structured lines to `stream` (stderr by default).
+
+    Replaces any handlers already on the root logger, so calling it again reconfigures rather
+    than duplicating output. Returns the installed handler.
+    """
+    formatter_type = _FORMATTERS.get(log_format)
+    if formatter_type is None:
+        raise ValueError(
+            f"unknown log format {log_format!r}; expected one of {sorted(_FORMATTERS)}"
+        )
+    numeric_level = logging.getLevelName(level)
+    if not isinstance(numeric_level, int):
+        raise ValueError(f"unknown log level {level!r}")
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler.setFormatter(formatter_type(service, node_id))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric_level)
+    return handler

@@ -1,0 +1,17 @@
+"""`python -m brook_controller` and the `brook-controller` console script."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from brook.server import service_main
+from brook_controller.app import SPEC
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return service_main(SPEC, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

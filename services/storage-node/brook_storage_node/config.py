@@ -1,0 +1,331 @@
+"""The storage node's settings: the common ones plus Kafka's broker log and replication settings.
+
+Names and defaults are Kafka's wherever Kafka has the concept (seed 000/002 configuration
+tables, current Kafka for replica.lag.time.max.ms). Listener: GRPC, default
+GRPC://127.0.0.1:9101 (StorageService, ReplicaService and health). Data: log.dirs, by default
+./.brook/storage-<node.id> relative to the working directory, so several nodes started from one
+directory never share a log dir.
+
+Time settings with several units follow Kafka's hierarchy; read them through `log_retention_ms`,
+`log_roll_ms` and `log_roll_jitter_ms`, never the raw keys.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from brook.config import (
+    CONTROLLER_QUORUM_BOOTSTRAP_SERVERS,
+    INT64_MAX,
+    REQUEST_TIMEOUT_MS,
+    UNCLEAN_LEADER_ELECTION_ENABLE,
+    Config,
+    ConfigKey,
+    ConfigType,
+    Importance,
+    NonEmptyList,
+    Range,
+    check_not_greater,
+    resolve_duration_ms,
+    service_config_def,
+    service_data_dir_default,
+)
+
+__all__ = ["CONFIG_DEF", "log_retention_ms", "log_roll_jitter_ms", "log_roll_ms"]
+
+MS_PER_MINUTE: Final = 60 * 1000
+MS_PER_HOUR: Final = 60 * MS_PER_MINUTE
+
+_H = Importance.HIGH
+_M = Importance.MEDIUM
+_L = Importance.LOW
+_INT = ConfigType.INT
+_LONG = ConfigType.LONG
+
+
+CONFIG_DEF: Final = service_config_def(
+    listener_names=("GRPC",),
+    default_listeners="GRPC://127.0.0.1:9101",
+    keys=(
+        ConfigKey(
+            "log.dirs",
+            ConfigType.LIST,
+            service_data_dir_default("storage"),
+            "The directories holding this node's partition replicas, comma-separated; created "
+            "if missing.",
+            _H,
+            NonEmptyList(),
+        ),
+        CONTROLLER_QUORUM_BOOTSTRAP_SERVERS,
+        ConfigKey(
+            "broker.rack",
+            ConfigType.STRING,
+            None,
+            "The rack (or zone) of this node, used to spread a partition's replicas across "
+            "racks. Null: not rack-aware.",
+            _M,
+        ),
+        ConfigKey(
+            "log.segment.bytes",
+            _INT,
+            1073741824,
+            "The largest size of one segment file; a larger append rolls a new segment.",
+            _H,
+            Range(14),
+        ),
+        ConfigKey(
+            "log.roll.ms",
+            _LONG,
+            None,
+            "The longest time before a new segment is rolled. Null: log.roll.hours decides.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "log.roll.hours",
+            _INT,
+            168,
+            "The longest time before a new segment is rolled, in hours; used when log.roll.ms "
+            "is not set.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "log.roll.jitter.ms",
+            _LONG,
+            None,
+            "The most a segment's roll time is brought forward at random, so that partitions "
+            "do not all roll at once. Null: log.roll.jitter.hours decides.",
+            _H,
+            Range(0),
+        ),
+        ConfigKey(
+            "log.roll.jitter.hours",
+            _INT,
+            0,
+            "As log.roll.jitter.ms, in hours; used when log.roll.jitter.ms is not set.",
+            _H,
+            Range(0),
+        ),
+        ConfigKey(
+            "log.retention.ms",
+            _LONG,
+            None,
+            "How long a segment is kept before deletion; -1: no time limit. Null: "
+            "log.retention.minutes, then log.retention.hours decide.",
+            _H,
+            Range(-1),
+        ),
+        ConfigKey(
+            "log.retention.minutes",
+            _INT,
+            None,
+            "As log.retention.ms, in minutes; used when log.retention.ms is not set.",
+            _H,
+            Range(-1),
+        ),
+        ConfigKey(
+            "log.retention.hours",
+            _INT,
+            168,
+            "As log.retention.ms, in hours; used when neither log.retention.ms nor "
+            "log.retention.minutes is set.",
+            _H,
+            Range(-1),
+        ),
+        ConfigKey(
+            "log.retention.bytes",
+            _LONG,
+            -1,
+            "The most bytes a partition keeps; whole segments are deleted beyond it. -1: no "
+            "size limit.",
+            _H,
+            Range(-1),
+        ),
+        ConfigKey(
+            "log.retention.check.interval.ms",
+            _LONG,
+            300000,
+            "How often segments are checked against the retention limits.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "log.index.size.max.bytes",
+            _INT,
+            10485760,
+            "The largest size of a segment's offset (and time) index; a full index rolls the "
+            "segment.",
+            _M,
+            Range(4),
+        ),
+        ConfigKey(
+            "log.index.interval.bytes",
+            _INT,
+            4096,
+            "How many log bytes lie between two offset index entries: smaller means denser "
+            "indexes and shorter scans.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "log.flush.interval.messages",
+            _LONG,
+            INT64_MAX,
+            "How many records may be appended to a partition before it is fsynced. The default "
+            "(never) relies on replication and the OS, as Kafka does.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "log.flush.interval.ms",
+            _LONG,
+            None,
+            "How long appended records may stay unsynced before an fsync. Null: never by time.",
+            _H,
+            Range(0),
+        ),
+        ConfigKey(
+            "message.max.bytes",
+            _INT,
+            1048588,
+            "The largest record batch this node accepts (after compression); larger ones are "
+            "rejected with MESSAGE_TOO_LARGE.",
+            _H,
+            Range(0),
+        ),
+        ConfigKey(
+            "num.recovery.threads.per.data.dir",
+            _INT,
+            1,
+            "Threads per log dir that validate segments after an unclean shutdown.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "replica.fetch.max.bytes",
+            _INT,
+            1048576,
+            "The most bytes a follower asks for per partition in one fetch (a larger first "
+            "batch is still returned, so replication always makes progress).",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "replica.fetch.response.max.bytes",
+            _INT,
+            10485760,
+            "The most bytes of one fetch response across all partitions on the replication stream.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "replica.fetch.wait.max.ms",
+            _INT,
+            500,
+            "How long the leader may hold a follower's fetch waiting for "
+            "replica.fetch.min.bytes. Must not exceed replica.lag.time.max.ms.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "replica.fetch.min.bytes",
+            _INT,
+            1,
+            "The fewest bytes a follower's fetch waits for (up to replica.fetch.wait.max.ms).",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "replica.fetch.backoff.ms",
+            _INT,
+            1000,
+            "How long a follower waits before fetching again after a fetch error.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "replica.lag.time.max.ms",
+            _LONG,
+            30000,
+            "A follower that has not caught up to the leader's end of log for this long is "
+            "removed from the ISR.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "replica.high.watermark.checkpoint.interval.ms",
+            _LONG,
+            5000,
+            "How often the high watermarks are written to disk.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "min.insync.replicas",
+            _INT,
+            1,
+            "With acks=all, the fewest ISR members that must have a batch before it is "
+            "acknowledged; fewer ISR members make the write fail with NOT_ENOUGH_REPLICAS.",
+            _H,
+            Range(1),
+        ),
+        UNCLEAN_LEADER_ELECTION_ENABLE,
+        ConfigKey(
+            "fetch.max.bytes",
+            _INT,
+            57671680,
+            "The most bytes returned for one consumer fetch across all partitions.",
+            _M,
+            Range(1024),
+        ),
+        ConfigKey(
+            "broker.heartbeat.interval.ms",
+            _INT,
+            2000,
+            "How often this node renews its lease with the controller; it must stay well "
+            "below the controller's broker.session.timeout.ms.",
+            _M,
+            Range(1),
+        ),
+        REQUEST_TIMEOUT_MS,
+    ),
+    checks=(
+        check_not_greater(
+            "replica.fetch.wait.max.ms",
+            "replica.lag.time.max.ms",
+            "a follower whose fetch may wait longer than the lag limit drops out of the ISR "
+            "while idle",
+        ),
+        check_not_greater(
+            "message.max.bytes",
+            "socket.request.max.bytes",
+            "a batch of message.max.bytes must fit in one request",
+        ),
+    ),
+)
+
+
+def log_retention_ms(config: Config) -> int:
+    """Effective retention time: log.retention.ms > .minutes > .hours; -1 means unlimited."""
+    ms = resolve_duration_ms(
+        config,
+        (
+            ("log.retention.ms", 1),
+            ("log.retention.minutes", MS_PER_MINUTE),
+            ("log.retention.hours", MS_PER_HOUR),
+        ),
+    )
+    return -1 if ms < 0 else ms
+
+
+def log_roll_ms(config: Config) -> int:
+    """Effective segment age limit: log.roll.ms > log.roll.hours."""
+    return resolve_duration_ms(config, (("log.roll.ms", 1), ("log.roll.hours", MS_PER_HOUR)))
+
+
+def log_roll_jitter_ms(config: Config) -> int:
+    """Effective roll jitter: log.roll.jitter.ms > log.roll.jitter.hours."""
+    return resolve_duration_ms(
+        config, (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", MS_PER_HOUR))
+    )

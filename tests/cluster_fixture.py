@@ -1,0 +1,158 @@
+"""The ``cluster_factory`` fixture: real Brook clusters for tests, always torn down.
+
+Each cluster is a ``brook.launcher.LocalCluster`` on free 127.0.0.1 ports with its data in
+the test's tmp_path. Teardown stops every process (SIGTERM, then SIGKILL after the stop
+timeout), checks that none is left alive, and removes the cluster's files when the test
+passed; when it failed they are kept, their path is reported, and the tail of every
+process's log is attached to the failure report.
+
+    def test_something(cluster_factory: ClusterFactory) -> None:
+        cluster = cluster_factory(storage_nodes=1)
+        address = cluster.grpc_address("storage-node-1")
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Generator, Mapping
+from pathlib import Path
+
+import pytest
+
+from brook.launcher import LocalCluster, Topology
+
+# Generous: several engineers' test runs share two cores, and Python services take a
+# while to import gRPC and protobuf when the machine is busy.
+STARTUP_TIMEOUT_MS = 60_000
+STOP_TIMEOUT_MS = 10_000
+LOG_TAIL_LINES = 60
+
+_FACTORY_KEY = pytest.StashKey["ClusterFactory"]()
+_FAILED_KEY = pytest.StashKey[bool]()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (signal 0 checks without signalling)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ClusterFactory:
+    """Makes clusters under ``root`` and owns their teardown."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        startup_timeout_ms: int = STARTUP_TIMEOUT_MS,
+        stop_timeout_ms: int = STOP_TIMEOUT_MS,
+    ) -> None:
+        self.root = root
+        self.startup_timeout_ms = startup_timeout_ms
+        self.stop_timeout_ms = stop_timeout_ms
+        self.clusters: list[LocalCluster] = []
+        # Every pid ever started, so teardown can prove that none outlives the test.
+        self._pids: set[int] = set()
+
+    def __call__(
+        self,
+        *,
+        controllers: int = 3,
+        storage_nodes: int = 3,
+        group_coordinators: int = 1,
+        gateways: int = 1,
+        config_overrides: Mapping[str, Mapping[str, str]] | None = None,
+        start: bool = True,
+    ) -> LocalCluster:
+        """A new cluster in its own directory; started (all SERVING) unless ``start=False``."""
+        cluster = LocalCluster(
+            self.root / f"cluster-{len(self.clusters) + 1}",
+            Topology(controllers, storage_nodes, group_coordinators, gateways),
+            config_overrides=config_overrides,
+            startup_timeout_ms=self.startup_timeout_ms,
+            stop_timeout_ms=self.stop_timeout_ms,
+        )
+        self.clusters.append(cluster)
+        if start:
+            self.start(cluster)
+        return cluster
+
+    def start(self, cluster: LocalCluster, name: str | None = None) -> None:
+        """``cluster.start(name)``, remembering the pids for the teardown check."""
+        try:
+            cluster.start(name)
+        finally:
+            self.track(cluster)
+
+    def track(self, cluster: LocalCluster) -> None:
+        """Remember the pids of whatever ``cluster`` runs now (call after starting a process
+        directly through the cluster)."""
+        for name in cluster.names():
+            pid = cluster.pid(name)
+            if pid is not None:
+                self._pids.add(pid)
+            last = cluster.last_exit(name)
+            if last is not None:
+                self._pids.add(last.pid)
+
+    def log_sections(self) -> list[tuple[str, str]]:
+        """(title, last lines of its log) for every process of every cluster."""
+        return [
+            (f"{name} log ({cluster.spec(name).log_path})", cluster.log_tail(name, LOG_TAIL_LINES))
+            for cluster in self.clusters
+            for name in cluster.names()
+            if cluster.spec(name).log_path.exists()
+        ]
+
+    def close(self, *, keep_files: bool) -> None:
+        """Stop everything; fail if any process survived; remove files unless ``keep_files``."""
+        errors = []
+        for cluster in self.clusters:
+            self.track(cluster)
+            try:
+                cluster.stop()
+            except Exception as error:  # keep stopping the other clusters
+                errors.append(f"stopping {cluster.base_dir}: {error!r}")
+        survivors = sorted(pid for pid in self._pids if pid_alive(pid))
+        if survivors:
+            errors.append(f"processes still alive after teardown: {survivors}")
+        if not keep_files and not survivors:
+            shutil.rmtree(self.root, ignore_errors=True)
+        if errors:
+            raise RuntimeError("; ".join(errors))
+
+
+@pytest.fixture
+def cluster_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Generator[ClusterFactory, None, None]:
+    factory = ClusterFactory(tmp_path / "clusters")
+    request.node.stash[_FACTORY_KEY] = factory
+    try:
+        yield factory
+    finally:
+        failed = request.node.stash.get(_FAILED_KEY, False)
+        if failed:
+            print(f"\ncluster files kept for diagnosis under {factory.root}")
+        factory.close(keep_files=failed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """On failure, attach the tail of every cluster process's log to the report."""
+    report = yield
+    if report.failed:
+        item.stash[_FAILED_KEY] = True
+        factory = item.stash.get(_FACTORY_KEY, None)
+        if factory is not None:
+            for title, text in factory.log_sections():
+                report.sections.append((title, text))
+    return report

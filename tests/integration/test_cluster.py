@@ -1,0 +1,265 @@
+"""The local cluster as real processes: start-up, health, shutdown, restart, no leaks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_fixture import ClusterFactory, pid_alive
+
+from brook.health import HealthStatus, check_health
+from brook.launcher import ClusterStartError, LocalCluster, Role, Topology
+from brook.ports import port_is_free
+
+pytestmark = pytest.mark.integration
+
+SIGTERM_EXIT_BOUND_MS = 5_000
+# Bounds for the subprocess-driven tests below; start-up is the slow part on a busy machine.
+CLUSTER_UP_READY_TIMEOUT_S = 90
+LAUNCHER_EXIT_TIMEOUT_S = 30
+PROCESS_GONE_TIMEOUT_S = 10
+PORT_OFFSET_ATTEMPTS_MAX = 100
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    """The pids still alive after ``timeout_s`` (polling; they are not our children)."""
+    deadline = time.monotonic() + timeout_s
+    alive = [pid for pid in pids if pid_alive(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in alive if pid_alive(pid)]
+    return alive
+
+
+def _read_json_line(process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
+    """The next line of ``process``'s stdout as JSON, waiting at most ``timeout_s``."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    assert ready, f"no output within {timeout_s} s"
+    line = process.stdout.readline()
+    assert line, f"stdout closed; exit code {process.poll()}"
+    parsed = json.loads(line)
+    assert isinstance(parsed, dict)
+    return parsed
+
+
+def test_full_topology_serves_and_every_process_exits_zero_on_sigterm(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = cluster_factory(controllers=3, storage_nodes=3, group_coordinators=1, gateways=1)
+
+    assert len(cluster.names(Role.CONTROLLER)) == 3
+    assert len(cluster.names(Role.STORAGE_NODE)) == 3
+    assert len(cluster.names(Role.GROUP_COORDINATOR)) == 1
+    assert len(cluster.names(Role.GATEWAY)) == 1
+    for name in cluster.names():
+        result = check_health(cluster.grpc_address(name), timeout_ms=5_000)
+        assert result.status is HealthStatus.SERVING, result.describe()
+    pids = {name: cluster.pid(name) for name in cluster.names()}
+
+    exits = cluster.stop()
+
+    assert set(exits) == set(cluster.names())
+    for name, exited in exits.items():
+        assert exited.exit_code == 0, f"{name} exited {exited.exit_code}:\n{cluster.log_tail(name)}"
+        assert not exited.killed_after_timeout, name
+        assert exited.duration_ms < SIGTERM_EXIT_BOUND_MS, f"{name} took {exited.duration_ms} ms"
+    assert [name for name, pid in pids.items() if pid is not None and pid_alive(pid)] == []
+
+
+def test_process_killed_with_sigkill_restarts_and_serves_again(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = cluster_factory(controllers=3, storage_nodes=3, group_coordinators=1, gateways=1)
+    victims = ["controller-2", "storage-node-2", "group-coordinator-1", "gateway-1"]
+    old_pids = {name: cluster.pid(name) for name in victims}
+
+    for name in victims:
+        cluster.kill(name, signal.SIGKILL)
+        assert cluster.wait(name, timeout_ms=5_000).exit_code == -signal.SIGKILL
+        cluster_factory.start(cluster, name)
+
+    for name in victims:
+        assert cluster.pid(name) not in (None, old_pids[name])
+        result = check_health(cluster.grpc_address(name), timeout_ms=5_000)
+        assert result.status is HealthStatus.SERVING, result.describe()
+
+
+def test_failed_start_stops_started_processes_and_reports_the_log_tail(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = cluster_factory(
+        controllers=1,
+        storage_nodes=1,
+        group_coordinators=0,
+        gateways=1,
+        config_overrides={"gateway-1": {"node.id": "not-a-number"}},
+        start=False,
+    )
+
+    with pytest.raises(ClusterStartError) as raised:
+        cluster_factory.start(cluster)
+
+    message = str(raised.value)
+    assert "gateway-1" in message
+    assert "node.id" in message.split("--- last lines of", 1)[1]
+    assert [name for name in cluster.names() if cluster.is_running(name)] == []
+    for name in ("controller-1", "storage-node-1"):
+        last = cluster.last_exit(name)
+        assert last is not None and not pid_alive(last.pid), name
+
+
+def test_fixture_teardown_leaves_no_process_and_no_files(tmp_path: Path) -> None:
+    factory = ClusterFactory(tmp_path / "clusters")
+    try:
+        cluster = factory(controllers=1, storage_nodes=1, group_coordinators=1, gateways=1)
+        pids = [pid for name in cluster.names() if (pid := cluster.pid(name)) is not None]
+        assert len(pids) == 4
+    finally:
+        factory.close(keep_files=False)
+
+    assert [pid for pid in pids if pid_alive(pid)] == []
+    assert not factory.root.exists()
+
+
+def test_process_still_running_at_the_stop_timeout_is_killed(tmp_path: Path) -> None:
+    # A 1 ms bound that no real shutdown meets stands in for a process that ignores SIGTERM.
+    factory = ClusterFactory(tmp_path / "clusters", stop_timeout_ms=1)
+    try:
+        cluster = factory(controllers=1, storage_nodes=1, group_coordinators=0, gateways=0)
+        pids = [pid for name in cluster.names() if (pid := cluster.pid(name)) is not None]
+
+        exits = cluster.stop()
+
+        assert set(exits) == set(cluster.names())
+        for name, exited in exits.items():
+            assert exited.killed_after_timeout, name
+            assert exited.exit_code == -signal.SIGKILL, name
+            assert not exited.clean
+        assert [pid for pid in pids if pid_alive(pid)] == []
+    finally:
+        factory.close(keep_files=False)
+
+
+def test_failing_test_report_carries_every_process_log_tail(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tests_dir = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(tests_dir), os.environ.get("PYTHONPATH", "")])
+    )
+    pytester.makeconftest("from cluster_fixture import cluster_factory, pytest_runtest_makereport")
+    pytester.makepyfile(
+        test_inner="""
+        def test_fails(cluster_factory):
+            cluster_factory(controllers=1, storage_nodes=1, group_coordinators=0, gateways=0)
+            assert False, "deliberate"
+        """
+    )
+
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+
+    result.assert_outcomes(failed=1)
+    output = result.stdout.str()
+    for name in ("controller-1", "storage-node-1"):
+        assert f"{name} log (" in output
+        assert f"brook launcher: starting {name}" in output
+    assert "cluster files kept for diagnosis" in output
+
+
+@contextlib.contextmanager
+def _launcher(command: list[str]) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+    """A launcher process and a list for the pids of its cluster; whatever happens in the
+    test, both the launcher and every pid recorded are gone afterwards."""
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        yield launcher, pids
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        assert launcher.stdout is not None
+        launcher.stdout.close()
+
+
+def test_cluster_up_serves_and_exits_zero_on_sigint_leaving_no_process(tmp_path: Path) -> None:
+    port_offset = _free_port_offset(tmp_path / "probe")
+    brook = str(Path(sys.executable).with_name("brook"))
+    command = [brook, "cluster", "up", "--dir", str(tmp_path / "brook")]
+    command += ["--port-offset", str(port_offset), "--json"]
+    with _launcher(command) as (launcher, pids):
+        up = _read_json_line(launcher, CLUSTER_UP_READY_TIMEOUT_S)
+        assert up["event"] == "up"
+        assert len(up["processes"]) == 8
+        for process in up["processes"]:
+            pids.append(process["pid"])
+            result = check_health(process["listeners"]["GRPC"], timeout_ms=5_000)
+            assert result.status is HealthStatus.SERVING, result.describe()
+        assert up["kafka_bootstrap_servers"] == f"127.0.0.1:{9092 + port_offset}"
+
+        launcher.send_signal(signal.SIGINT)
+        exit_code = launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S)
+
+        assert exit_code == 0
+        stopped = _read_json_line(launcher, 1)
+        assert stopped["event"] == "stopped"
+        assert stopped["unclean"] == []
+        assert sorted(stopped["exit_codes"]) == sorted(p["name"] for p in up["processes"])
+        assert _wait_gone(pids, PROCESS_GONE_TIMEOUT_S) == []
+
+
+def test_children_stop_when_the_launcher_is_killed(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import json, time
+        from pathlib import Path
+        from brook.launcher import LocalCluster, Topology
+        cluster = LocalCluster(Path({str(tmp_path / "cluster")!r}), Topology(1, 1, 0, 0))
+        cluster.start()
+        print(json.dumps({{"pids": [cluster.pid(name) for name in cluster.names()]}}), flush=True)
+        time.sleep(600)
+        """
+    )
+    with _launcher([sys.executable, "-c", script]) as (launcher, pids):
+        pids += _read_json_line(launcher, CLUSTER_UP_READY_TIMEOUT_S)["pids"]
+        assert len(pids) == 2 and all(pid_alive(pid) for pid in pids)
+
+        launcher.kill()
+        launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S)
+
+        assert _wait_gone(pids, PROCESS_GONE_TIMEOUT_S) == []
+
+
+def _free_port_offset(scratch_dir: Path) -> int:
+    """A port offset under which every well-known port of the default topology is free.
+
+    Offsets below 10000 keep every port below the band free ports are drawn from (20000 up).
+    """
+    for _ in range(PORT_OFFSET_ATTEMPTS_MAX):
+        offset = random.randrange(1_000, 10_000)
+        plan = LocalCluster(scratch_dir, Topology(), port_offset=offset)
+        if all(
+            port_is_free("127.0.0.1", port)
+            for spec in plan.processes.values()
+            for port in spec.ports.values()
+        ):
+            return offset
+    raise AssertionError(
+        f"no port offset with every well-known port free in {PORT_OFFSET_ATTEMPTS_MAX} tries"
+    )

@@ -1,0 +1,131 @@
+"""Structured log lines: fixed fields on every line, extras, one line per record, both formats."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from brook.logs import configure_logging
+
+LOGFMT_PREFIX = re.compile(
+    r"^ts=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=(?P<level>\w+) logger=(?P<logger>\S+) "
+    r"service=storage-node node_id=7 msg="
+)
+
+
+@pytest.fixture
+def restore_root_logger() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def _configured(log_format: str, level: str = "INFO") -> io.StringIO:
+    stream = io.StringIO()
+    configure_logging(
+        service="storage-node", node_id=7, level=level, log_format=log_format, stream=stream
+    )
+    return stream
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_text_lines_are_logfmt_with_fixed_fields_then_extras() -> None:
+    stream = _configured("text")
+    logging.getLogger("brook.test").info(
+        "segment rolled", extra={"base_offset": 42, "path": "/data/a b", "ok": True}
+    )
+    line = stream.getvalue()
+    assert line.endswith("\n") and line.count("\n") == 1
+    match = LOGFMT_PREFIX.match(line)
+    assert match and match["level"] == "INFO" and match["logger"] == "brook.test"
+    assert line.rstrip("\n").endswith(
+        'msg="segment rolled" base_offset=42 path="/data/a b" ok=true'
+    )
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_text_values_are_quoted_and_escaped_so_a_record_stays_on_one_line() -> None:
+    stream = _configured("text")
+    logging.getLogger("t").warning('say "hi"\nthen=leave', extra={"empty": "", "none": None})
+    line = stream.getvalue()
+    assert line.count("\n") == 1
+    assert 'msg="say \\"hi\\"\\nthen=leave" empty="" none=null' in line
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_exceptions_are_kept_on_the_records_single_line() -> None:
+    stream = _configured("text")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("t").exception("failed")
+    line = stream.getvalue()
+    assert line.count("\n") == 1
+    assert 'exc="Traceback (most recent call last):\\n' in line
+    assert "ValueError: boom" in line
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_json_lines_are_one_object_with_fixed_fields_and_extras() -> None:
+    stream = _configured("json")
+    try:
+        raise RuntimeError("bad")
+    except RuntimeError:
+        logging.getLogger("brook.x").error("oops %s", "now", exc_info=True, extra={"n": 3})
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert list(record)[:6] == ["ts", "level", "logger", "service", "node_id", "msg"]
+    assert record["level"] == "ERROR"
+    assert record["logger"] == "brook.x"
+    assert record["service"] == "storage-node"
+    assert record["node_id"] == 7
+    assert record["msg"] == "oops now"
+    assert record["n"] == 3
+    assert "RuntimeError: bad" in record["exc"]
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_an_extra_named_like_a_fixed_field_does_not_hide_it() -> None:
+    stream = _configured("json")
+    logging.getLogger("t").info("peer joined", extra={"node_id": 3, "service": "x"})
+    record = json.loads(stream.getvalue())
+    assert record["node_id"] == 7
+    assert record["service"] == "storage-node"
+    assert record["extra.node_id"] == 3
+    assert record["extra.service"] == "x"
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_records_below_the_configured_level_are_dropped() -> None:
+    stream = _configured("text", level="WARNING")
+    logging.getLogger("t").info("quiet")
+    logging.getLogger("t").warning("loud")
+    assert "quiet" not in stream.getvalue()
+    assert "msg=loud" in stream.getvalue()
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_configuring_again_replaces_rather_than_duplicates_output() -> None:
+    first = _configured("text")
+    second = _configured("json")
+    logging.getLogger("t").info("once")
+    assert first.getvalue() == ""
+    assert len(second.getvalue().splitlines()) == 1
+
+
+def test_unknown_format_or_level_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown log format 'xml'"):
+        configure_logging(service="s", node_id=1, log_format="xml")
+    with pytest.raises(ValueError, match="unknown log level 'LOUD'"):
+        configure_logging(service="s", node_id=1, level="LOUD")
