@@ -46,13 +46,13 @@ def test_mypy_strict_is_clean() -> None:
 
 def test_buf_lint_standard_is_clean() -> None:
     buf = ROOT / "node_modules" / ".bin" / "buf"
-    assert buf.exists(), "buf is not installed: run `npm ci` (README's install command does)"
+    assert buf.exists(), "buf is not installed: run tools/install-dev"
     _run(str(buf), "lint")
 
 
 def test_buf_format_is_clean() -> None:
     buf = ROOT / "node_modules" / ".bin" / "buf"
-    assert buf.exists(), "buf is not installed: run `npm ci` (README's install command does)"
+    assert buf.exists(), "buf is not installed: run tools/install-dev"
     _run(str(buf), "format", "--diff", "--exit-code")
 
 
