@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -245,6 +247,13 @@ def test_start_refuses_a_process_left_running_by_an_earlier_launcher(tmp_path: P
         stderr=subprocess.DEVNULL,
     )
     try:
+        # Until the child has exec'd, /proc shows the parent's command line: wait for the
+        # orphan to look like one (bounded), or the launcher rightly sees no orphan.
+        cmdline = Path(f"/proc/{orphan.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while os.fsencode(str(spec.config_path)) not in cmdline.read_bytes().split(b"\0"):
+            assert time.monotonic() < deadline, "the stand-in orphan never started"
+            time.sleep(0.01)
         spec.pid_path.write_text(f"{orphan.pid}\n")
 
         with pytest.raises(ClusterError, match=f"still running as pid {orphan.pid}"):
