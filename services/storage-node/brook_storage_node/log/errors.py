@@ -1,0 +1,64 @@
+"""The partition log's errors, each carrying the Kafka error code a client or peer is told.
+
+Bad record bytes are rejected by the codec (``brook.record.RecordError`` and subclasses, which
+carry codes too); these are the failures that belong to the log itself. Both families expose
+``error_code`` so a caller maps either one to a response without a table.
+"""
+
+from __future__ import annotations
+
+from brook.errors import ErrorCode
+
+UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+OFFSET_OUT_OF_RANGE = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+RECORD_LIST_TOO_LARGE = int(ErrorCode.RECORD_LIST_TOO_LARGE)
+INVALID_TIMESTAMP = int(ErrorCode.INVALID_TIMESTAMP)
+KAFKA_STORAGE_ERROR = int(ErrorCode.KAFKA_STORAGE_ERROR)
+
+
+class LogError(Exception):
+    """A log operation was refused or failed; ``error_code`` is the Kafka error code."""
+
+    error_code: int = UNKNOWN_SERVER_ERROR
+
+
+class OffsetOutOfRangeError(LogError):
+    """The offset is below the log start offset or above the log end offset."""
+
+    error_code = OFFSET_OUT_OF_RANGE
+
+
+class RecordListTooLargeError(LogError):
+    """One append is larger than a whole segment (segment.bytes) could ever hold."""
+
+    error_code = RECORD_LIST_TOO_LARGE
+
+
+class InvalidTimestampError(LogError):
+    """A CreateTime batch's timestamp is too far from the broker's clock.
+
+    The bound is message.timestamp.difference.max.ms.
+    """
+
+    error_code = INVALID_TIMESTAMP
+
+
+class UnexpectedAppendOffsetError(LogError):
+    """A follower append whose offsets go backwards or start below the log end offset.
+
+    Never a client's fault: the replica fetcher sent the wrong range, so it must truncate or
+    refetch. Kafka has no wire code for it either (it is UNKNOWN_SERVER_ERROR if it escapes).
+    """
+
+
+class LogStorageError(LogError):
+    """The disk failed under the log (I/O error, disk full, unreadable checkpoint).
+
+    KAFKA_STORAGE_ERROR tells clients to retry elsewhere: the replica may be unusable.
+    """
+
+    error_code = KAFKA_STORAGE_ERROR
+
+
+class LogClosedError(LogStorageError):
+    """The log was closed (shutdown or partition deleted) while a caller still held it."""

@@ -1,0 +1,162 @@
+"""Opening a partition log at start-up, recovering what a crash may have damaged (LogLoader).
+
+After a clean shutdown (the log manager's marker file) every segment is trusted as it is.
+Otherwise every segment from the one holding the recovery point (the offset up to which the
+log was last fsynced) is re-validated batch by batch: header, CRC-32C and offsets. The first
+bad or incomplete batch ends the log: the segment is cut there (logged at WARNING with the
+file, position and reason) and every later segment is deleted, so the log never has a hole
+and never serves a batch that failed its CRC. A segment whose index files are missing or
+do not fit its data is recovered the same way, which rebuilds them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from brook_storage_node.log.checkpoints import TEMP_SUFFIX
+from brook_storage_node.log.files import fsync_dir
+from brook_storage_node.log.leader_epoch import LeaderEpochFileCache
+from brook_storage_node.log.log_config import LogConfig
+from brook_storage_node.log.log_segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    parse_segment_file_name,
+)
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedLog:
+    segments: list[LogSegment]
+    log_end_offset: int
+    # Everything below it is known to be on disk (fsynced); after loading that is the end.
+    recovery_point: int
+    recovered_segments: int
+
+
+def load_log(
+    directory: Path,
+    config: LogConfig,
+    *,
+    recovery_point: int,
+    had_clean_shutdown: bool,
+    log_start_offset: int,
+    epoch_cache: LeaderEpochFileCache,
+    now_ms: int,
+) -> LoadedLog:
+    """Open every segment in ``directory``, recovering as described in the module docstring.
+
+    The returned last segment is ready for appends. OSError propagates (the caller decides
+    whether the directory is unusable); damaged data never raises, it is cut off.
+    """
+    _remove_leftovers(directory)
+    bases = sorted(
+        parsed[0]
+        for entry in os.scandir(directory)
+        if (parsed := parse_segment_file_name(entry.name)) is not None and parsed[1] == LOG_SUFFIX
+    )
+    segments: list[LogSegment] = []
+    reasons: dict[int, str] = {}
+    try:
+        for base in bases:
+            segment, index_problem = LogSegment.open(directory, base, config, now_ms)
+            if index_problem is not None:
+                reasons[len(segments)] = f"its indexes must be rebuilt: {index_problem}"
+            segments.append(segment)
+        for index, segment in enumerate(segments):
+            if index not in reasons and index + 1 < len(segments):
+                problem = segment.index_problem(segments[index + 1].base_offset)
+                if problem is not None:
+                    reasons[index] = f"its indexes must be rebuilt: {problem}"
+        if not had_clean_shutdown:
+            for index in range(len(segments)):
+                next_base = segments[index + 1].base_offset if index + 1 < len(segments) else None
+                if next_base is None or next_base > recovery_point:
+                    reasons.setdefault(
+                        index, f"it may hold unflushed data (recovery point {recovery_point})"
+                    )
+        recovered = _recover(segments, reasons, epoch_cache)
+        if not segments:
+            segments.append(LogSegment.create(directory, max(log_start_offset, 0), config, now_ms))
+        active = segments[-1]
+        active.offset_index.make_writable()
+        active.time_index.make_writable()
+        problem = active.tail_problem()
+        if problem is not None:
+            # Only a log that claimed a clean shutdown, or whose damage sits below its recovery
+            # point, gets here: the disk lost data that was reported as safely written.
+            _log.error(
+                "%s: damaged despite a clean shutdown or flush: %s", active.log_path, problem
+            )
+            recovered += _recover(segments, {len(segments) - 1: problem}, epoch_cache)
+            active.offset_index.make_writable()
+            active.time_index.make_writable()
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    log_end_offset = segments[-1].next_offset
+    epoch_cache.truncate_from_end(log_end_offset)
+    if recovered:
+        epoch_cache.flush()
+        for segment in segments:
+            segment.flush()
+        fsync_dir(directory)
+    return LoadedLog(segments, log_end_offset, log_end_offset, recovered)
+
+
+def _recover(
+    segments: list[LogSegment], reasons: dict[int, str], epoch_cache: LeaderEpochFileCache
+) -> int:
+    """Recover the segments named in ``reasons`` in order; returns how many were recovered."""
+    recovered = 0
+    for index in sorted(reasons):
+        if index >= len(segments):
+            break
+        segment = segments[index]
+        _log.info("recovering %s: %s", segment.log_path, reasons[index])
+        # A segment's base offset is at least its predecessor's next offset (rolls make it
+        # so), which makes the base the bound for its first batch.
+        # The epochs of this segment and later ones are re-derived from the batches.
+        epoch_cache.truncate_from_end(segment.base_offset, flush=False)
+        result = segment.recover(min_first_offset=segment.base_offset, epoch_cache=epoch_cache)
+        recovered += 1
+        if index + 1 < len(segments):
+            segment.seal()
+        if result.truncated_bytes and index + 1 < len(segments):
+            # A log has no holes: nothing after the first damaged byte is kept.
+            later = segments[index + 1 :]
+            _log.warning(
+                "%s: deleting %d later segments after the damage at position %d: %s",
+                segment.directory,
+                len(later),
+                result.valid_bytes,
+                ", ".join(s.log_path.name for s in later),
+            )
+            for stale in later:
+                stale.delete_files()
+            del segments[index + 1 :]
+    return recovered
+
+
+def _remove_leftovers(directory: Path) -> None:
+    """Delete what an interrupted operation left: *.deleted segments, checkpoint temp files
+    and index files whose log file is gone."""
+    names = {entry.name for entry in os.scandir(directory)}
+    for name in names:
+        parsed = parse_segment_file_name(name)
+        orphan_index = (
+            parsed is not None
+            and parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            and name[: -len(parsed[1])] + LOG_SUFFIX not in names
+        )
+        if name.endswith(DELETED_SUFFIX) or name.endswith(TEMP_SUFFIX) or orphan_index:
+            _log.info("%s: removing leftover file %s", directory, name)
+            (directory / name).unlink(missing_ok=True)

@@ -1,0 +1,190 @@
+"""What an append must satisfy before the log writes a byte of it (Kafka's LogValidator).
+
+Two entry points: a leader's append of a producer's batches (checked, then offsets, leader
+epoch and, for LogAppendTime topics, the timestamp patched into a private copy) and a
+follower's append of batches copied from the leader (checked, written as they are). Both work
+on batch headers and CRCs only; records are never decoded (the brief's hot-path rule), so
+checks that Kafka makes per record are made here on the batch's first and largest timestamp.
+Nothing here touches the disk: a rejected append has changed nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from brook.record import (
+    BatchHeader,
+    CorruptRecordError,
+    InvalidRecordError,
+    TimestampType,
+    assign_offsets,
+    scan_batches,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batches,
+    verify_crc,
+)
+from brook_storage_node.log.errors import (
+    InvalidTimestampError,
+    RecordListTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from brook_storage_node.log.files import Buffer
+from brook_storage_node.log.log_config import LONG_MAX, LogConfig
+from brook_storage_node.log.log_segment import AppendedBatch
+from brook_storage_node.log.time_index import NO_TIMESTAMP
+
+
+class AppendOrigin(enum.Enum):
+    """Who is appending as leader: a producer, or a coordinator writing control batches."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedAppend:
+    """Batches ready to be written: final bytes and what the segment and log must record."""
+
+    data: Buffer
+    batches: tuple[AppendedBatch, ...]
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+    log_append_time_ms: int
+    # (epoch, start offset) for each leader epoch the batches begin, in order.
+    epoch_starts: tuple[tuple[int, int], ...]
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.data)
+
+
+def validate_leader_append(
+    records: Buffer,
+    *,
+    next_offset: int,
+    leader_epoch: int,
+    config: LogConfig,
+    now_ms: int,
+    origin: AppendOrigin,
+) -> ValidatedAppend:
+    """Check a producer's batches and assign them offsets from ``next_offset``.
+
+    Raises a RecordError (bad batch, with its Kafka code) or a LogError; ``records`` itself is
+    never modified.
+    """
+    headers = validate_batches(records, max_batch_bytes=config.max_message_bytes)
+    _check_fits_segment(len(records), config)
+    log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+    for header in headers:
+        if header.is_control and origin is AppendOrigin.CLIENT:
+            raise InvalidRecordError("clients may not write control batches (transaction markers)")
+        if not log_append_time:
+            _check_create_time(header, now_ms, config.message_timestamp_difference_max_ms)
+    # One copy, because offsets are patched into the bytes and the caller's must stay intact.
+    data = bytearray(records)
+    batches = []
+    position = 0
+    offset = next_offset
+    max_timestamp = NO_TIMESTAMP
+    record_count = 0
+    for header in headers:
+        assign_offsets(data, position, offset)
+        set_partition_leader_epoch(data, position, leader_epoch)
+        batch_max_timestamp = header.max_timestamp
+        if log_append_time:
+            set_log_append_time(data, position, now_ms)
+            batch_max_timestamp = now_ms
+        last_offset = offset + header.last_offset_delta
+        batches.append(AppendedBatch(position, header.size, last_offset, batch_max_timestamp))
+        max_timestamp = max(max_timestamp, batch_max_timestamp)
+        record_count += header.records_count
+        offset = last_offset + 1
+        position += header.size
+    return ValidatedAppend(
+        data=data,
+        batches=tuple(batches),
+        first_offset=next_offset,
+        last_offset=offset - 1,
+        max_timestamp=max_timestamp,
+        record_count=record_count,
+        log_append_time_ms=now_ms if log_append_time else -1,
+        epoch_starts=((leader_epoch, next_offset),),
+    )
+
+
+def validate_follower_append(
+    records: Buffer, *, log_end_offset: int, config: LogConfig
+) -> ValidatedAppend:
+    """Check batches copied from the leader, offsets already assigned.
+
+    Every batch must be whole and pass its CRC, and offsets must move forward from
+    ``log_end_offset``. Gaps between batches are allowed: a compacted leader log has them.
+    The leader already applied max.message.bytes when it accepted the batches, and a later
+    change of that setting must not stop replication of what it accepted.
+    """
+    if not records:
+        raise InvalidRecordError("a follower append holds no record batch")
+    _check_fits_segment(len(records), config)
+    batches = []
+    epoch_starts: list[tuple[int, int]] = []
+    expected_offset = log_end_offset
+    end = 0
+    max_timestamp = NO_TIMESTAMP
+    record_count = 0
+    first_offset = -1
+    for position, header in scan_batches(records):
+        verify_crc(records, position, header)
+        if header.base_offset < expected_offset or header.last_offset_delta < 0:
+            raise UnexpectedAppendOffsetError(
+                f"replicated batch at byte {position} has offsets {header.base_offset}.."
+                f"{header.last_offset}; the log expects offsets from {expected_offset}"
+            )
+        if first_offset < 0:
+            first_offset = header.base_offset
+        epoch = header.partition_leader_epoch
+        if epoch >= 0 and (not epoch_starts or epoch_starts[-1][0] != epoch):
+            epoch_starts.append((epoch, header.base_offset))
+        batches.append(
+            AppendedBatch(position, header.size, header.last_offset, header.max_timestamp)
+        )
+        max_timestamp = max(max_timestamp, header.max_timestamp)
+        record_count += header.records_count
+        expected_offset = header.next_offset
+        end = position + header.size
+    if end != len(records):
+        raise CorruptRecordError(
+            f"replicated data has {len(records) - end} bytes after its last complete batch"
+        )
+    return ValidatedAppend(
+        data=records,
+        batches=tuple(batches),
+        first_offset=first_offset,
+        last_offset=expected_offset - 1,
+        max_timestamp=max_timestamp,
+        record_count=record_count,
+        log_append_time_ms=-1,
+        epoch_starts=tuple(epoch_starts),
+    )
+
+
+def _check_fits_segment(size: int, config: LogConfig) -> None:
+    if size > config.segment_bytes:
+        raise RecordListTooLargeError(
+            f"an append of {size} bytes cannot fit in a segment "
+            f"(segment.bytes={config.segment_bytes})"
+        )
+
+
+def _check_create_time(header: BatchHeader, now_ms: int, difference_max_ms: int) -> None:
+    if difference_max_ms >= LONG_MAX:
+        return
+    for timestamp in (header.base_timestamp, header.max_timestamp):
+        if timestamp != NO_TIMESTAMP and abs(timestamp - now_ms) > difference_max_ms:
+            raise InvalidTimestampError(
+                f"batch timestamp {timestamp} is more than message.timestamp.difference.max.ms="
+                f"{difference_max_ms} from the broker's clock ({now_ms})"
+            )

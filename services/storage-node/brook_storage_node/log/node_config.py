@@ -1,0 +1,84 @@
+"""The node's log settings (``log.*`` in its properties) as the log layer's config values.
+
+The storage node declares its settings in brook_storage_node.config with Kafka's broker names
+(``log.segment.bytes``, ``log.retention.hours``, ...); a topic's own settings override these
+defaults by the topic-level names (``segment.bytes``, ``retention.ms``, see log_config.py).
+Settings the node does not declare keep Kafka's defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from brook.config import Config
+from brook.record import TimestampType
+from brook_storage_node.config import log_retention_ms, log_roll_jitter_ms, log_roll_ms
+from brook_storage_node.log.log_config import LOG_APPEND_TIME, LONG_MAX, LogConfig
+from brook_storage_node.log.log_manager import LogManagerConfig
+
+# LogConfig field -> the node setting that gives its default (durations with unit variants
+# are resolved by brook_storage_node.config's helpers).
+_LOG_FIELDS: Final[Mapping[str, str]] = {
+    "segment_bytes": "log.segment.bytes",
+    "segment_index_bytes": "log.index.size.max.bytes",
+    "index_interval_bytes": "log.index.interval.bytes",
+    "flush_messages": "log.flush.interval.messages",
+    "flush_ms": "log.flush.interval.ms",
+    "retention_bytes": "log.retention.bytes",
+    "max_message_bytes": "message.max.bytes",
+    "message_timestamp_difference_max_ms": "log.message.timestamp.difference.max.ms",
+    "file_delete_delay_ms": "log.segment.delete.delay.ms",
+}
+_MANAGER_FIELDS: Final[Mapping[str, str]] = {
+    "num_recovery_threads_per_data_dir": "num.recovery.threads.per.data.dir",
+    "background_threads": "background.threads",
+    "log_retention_check_interval_ms": "log.retention.check.interval.ms",
+    "log_flush_scheduler_interval_ms": "log.flush.scheduler.interval.ms",
+    "log_flush_offset_checkpoint_interval_ms": "log.flush.offset.checkpoint.interval.ms",
+    "log_flush_start_offset_checkpoint_interval_ms": (
+        "log.flush.start.offset.checkpoint.interval.ms"
+    ),
+    "replica_high_watermark_checkpoint_interval_ms": (
+        "replica.high.watermark.checkpoint.interval.ms"
+    ),
+}
+
+
+def _given(config: Config, fields: Mapping[str, str]) -> dict[str, Any]:
+    """The fields whose node setting is declared and has a value (null means "not set")."""
+    chosen = {}
+    for field_name, setting in fields.items():
+        if setting in config.definition:
+            value = config.get_optional_int(setting)
+            if value is not None:
+                chosen[field_name] = value
+    return chosen
+
+
+def node_log_config(config: Config) -> LogConfig:
+    """The default LogConfig of every partition on this node (before topic overrides).
+
+    Raises ValueError naming the setting if a value the node accepts is one no log can use
+    (a segment or batch limit below one batch header, an index below two time entries).
+    """
+    chosen = _given(config, _LOG_FIELDS)
+    chosen.setdefault("flush_ms", LONG_MAX)  # null log.flush.interval.ms: never by time
+    chosen["segment_ms"] = log_roll_ms(config)
+    chosen["segment_jitter_ms"] = log_roll_jitter_ms(config)
+    chosen["retention_ms"] = log_retention_ms(config)
+    if "log.message.timestamp.type" in config.definition:
+        name = config.get_string("log.message.timestamp.type")
+        chosen["message_timestamp_type"] = (
+            TimestampType.LOG_APPEND_TIME if name == LOG_APPEND_TIME else TimestampType.CREATE_TIME
+        )
+    if "log.cleanup.policy" in config.definition:
+        chosen["cleanup_policy"] = frozenset(config.get_list("log.cleanup.policy"))
+    return LogConfig(**chosen)
+
+
+def node_log_manager_config(config: Config) -> LogManagerConfig:
+    """The log manager's settings: data directories, threads and background intervals."""
+    log_dirs = tuple(Path(path) for path in config.get_list("log.dirs"))
+    return LogManagerConfig(log_dirs=log_dirs, **_given(config, _MANAGER_FIELDS))

@@ -1,0 +1,644 @@
+"""The log of one partition replica: append, read, roll, truncate, delete, look up by time.
+
+A directory of segments (log_segment.py) plus the offsets that frame them: log start offset
+(first readable), log end offset (next to assign), high watermark (replicated to the ISR, the
+limit of what consumers see; kept here, advanced by the replication layer) and recovery point
+(fsynced up to). Kafka's UnifiedLog and LocalLog in one class, with the rules of a valid
+append in log_validator.py and start-up recovery in loader.py.
+
+The API is synchronous: call it from a worker thread (or directly for small operations). All
+changes are serialised by one lock; reads take no lock and work on an immutable snapshot of
+the segment list, so they never wait for an append, a roll or retention. Segments that leave
+the log are renamed ``*.deleted`` and removed file.delete.delay.ms later (their descriptors
+stay open until then), so a read that already picked a segment finishes on it.
+
+Reads concurrent with truncate_to are not supported: a replica truncates only as a follower,
+when it serves no reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from brook_storage_node.log.errors import LogClosedError, LogStorageError, OffsetOutOfRangeError
+from brook_storage_node.log.files import Buffer, fsync_dir
+from brook_storage_node.log.leader_epoch import LeaderEpochFileCache
+from brook_storage_node.log.loader import load_log
+from brook_storage_node.log.log_config import LONG_MAX, LogConfig
+from brook_storage_node.log.log_segment import LogSegment
+from brook_storage_node.log.log_segments import LogSegments
+from brook_storage_node.log.log_validator import (
+    AppendOrigin,
+    ValidatedAppend,
+    validate_follower_append,
+    validate_leader_append,
+)
+from brook_storage_node.log.retention import deletable_prefix
+from brook_storage_node.log.time_index import TimestampOffset
+from brook_storage_node.log.topic_partition import TopicPartition
+
+_log = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """The outcome of an append: what a produce response reports."""
+
+    first_offset: int
+    last_offset: int
+    # The timestamp the leader stamped (LogAppendTime topics), else -1.
+    log_append_time_ms: int
+    log_start_offset: int
+    max_timestamp: int
+    record_count: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchData:
+    """The outcome of a read: whole raw batches and where to continue."""
+
+    records: memoryview
+    # The offset to fetch next: after the last batch returned (the requested offset if none).
+    next_offset: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+
+RollListener = Callable[["PartitionLog", int], None]
+
+
+class PartitionLog:
+    """Open with ``PartitionLog.open``; close with ``close``."""
+
+    def __init__(
+        self,
+        *,
+        directory: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        log_start_offset: int,
+        log_end_offset: int,
+        recovery_point: int,
+        epoch_cache: LeaderEpochFileCache,
+        clock_ms: Callable[[], int],
+        on_roll: RollListener | None,
+    ) -> None:
+        self.directory = directory
+        self.topic_partition = TopicPartition.from_dir_name(directory.name)
+        self.leader_epoch_cache = epoch_cache
+        self._config = config
+        self._segments = segments
+        self._log_start_offset = log_start_offset
+        self._log_end_offset = log_end_offset
+        self._high_watermark = log_start_offset
+        self._recovery_point = recovery_point
+        self._clock_ms = clock_ms
+        self._on_roll = on_roll
+        self._lock = threading.RLock()
+        self._closed = False
+        # Bumped by every truncation: a flush that raced one must not move the recovery point
+        # over data written after it.
+        self._truncations = 0
+        self._last_flush_ms = clock_ms()
+        self._dir_dirty = False
+        self._pending_deletes: list[tuple[LogSegment, int]] = []
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int = 0,
+        had_clean_shutdown: bool = False,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        on_roll: RollListener | None = None,
+    ) -> PartitionLog:
+        """Open (creating if needed) the log in ``directory``, named ``topic-partition``.
+
+        The defaults recover every segment: safe for a log whose checkpoints are unknown. The
+        log manager passes the checkpointed offsets and whether the shutdown was clean.
+        """
+        TopicPartition.from_dir_name(directory.name)
+        try:
+            if not directory.exists():
+                directory.mkdir()
+                fsync_dir(directory.parent)
+            epoch_cache = LeaderEpochFileCache.load(directory)
+            loaded = load_log(
+                directory,
+                config,
+                recovery_point=recovery_point,
+                had_clean_shutdown=had_clean_shutdown,
+                log_start_offset=log_start_offset,
+                epoch_cache=epoch_cache,
+                now_ms=clock_ms(),
+            )
+        except OSError as exc:
+            raise LogStorageError(f"cannot open the log in {directory}: {exc}") from exc
+        segments = LogSegments(loaded.segments)
+        log = cls(
+            directory=directory,
+            config=config,
+            segments=segments,
+            log_start_offset=max(log_start_offset, segments[0].base_offset),
+            log_end_offset=loaded.log_end_offset,
+            recovery_point=loaded.recovery_point,
+            epoch_cache=epoch_cache,
+            clock_ms=clock_ms,
+            on_roll=on_roll,
+        )
+        if log._log_start_offset > log._log_end_offset:
+            _log.warning(
+                "%s: log start offset %d is past the log end offset %d; starting empty there",
+                directory,
+                log._log_start_offset,
+                log._log_end_offset,
+            )
+            log.truncate_fully_and_start_at(log._log_start_offset)
+        epoch_cache.truncate_from_start(log._log_start_offset)
+        log._high_watermark = min(max(high_watermark, log._log_start_offset), log._log_end_offset)
+        _log.info(
+            "%s: opened with %d segments, offsets %d..%d, high watermark %d (%d recovered)",
+            directory,
+            len(segments),
+            log._log_start_offset,
+            log._log_end_offset,
+            log._high_watermark,
+            loaded.recovered_segments,
+        )
+        return log
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return self._segments.total_bytes()
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def segment_base_offsets(self) -> tuple[int, ...]:
+        return tuple(segment.base_offset for segment in self._segments)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) of ``epoch`` in this log, for a follower's truncation."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self._log_end_offset)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic settings; index sizes and interval take effect at the next roll."""
+        with self._lock:
+            self._config = config
+
+    # -- appends --------------------------------------------------------------------------
+
+    def append(
+        self, records: Buffer, *, leader_epoch: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo:
+        """Append a producer's record batches as leader of ``leader_epoch``.
+
+        Validates them (log_validator), assigns offsets from the log end offset, stamps the
+        leader epoch (and the append time on LogAppendTime topics) and writes them; O(1) in
+        the size of the log. A rejected append raises RecordError or LogError and changes
+        nothing.
+        """
+        assert leader_epoch >= 0, leader_epoch
+        with self._lock:
+            self._check_open()
+            now_ms = self._clock_ms()
+            validated = validate_leader_append(
+                records,
+                next_offset=self._log_end_offset,
+                leader_epoch=leader_epoch,
+                config=self._config,
+                now_ms=now_ms,
+                origin=origin,
+            )
+            return self._append_locked(validated, now_ms)
+
+    def append_as_follower(self, records: Buffer) -> LogAppendInfo:
+        """Append batches copied from the leader, offsets and epochs as the leader set them.
+
+        They must be whole, pass their CRCs and start at or after the log end offset; the
+        leader epochs they carry extend the epoch history.
+        """
+        with self._lock:
+            self._check_open()
+            validated = validate_follower_append(
+                records, log_end_offset=self._log_end_offset, config=self._config
+            )
+            return self._append_locked(validated, self._clock_ms())
+
+    def _append_locked(self, validated: ValidatedAppend, now_ms: int) -> LogAppendInfo:
+        with self._storage_errors("append to"):
+            # The epoch is recorded before the data, as Kafka does: an epoch start with no
+            # data after it is harmless, data whose epoch was never recorded is not.
+            for epoch, start_offset in validated.epoch_starts:
+                latest = self.leader_epoch_cache.latest_epoch
+                if latest is None or epoch > latest:
+                    self.leader_epoch_cache.assign(epoch, start_offset)
+            active = self._segments.active
+            reason = active.should_roll(
+                self._config,
+                messages_bytes=validated.size_bytes,
+                max_timestamp=validated.max_timestamp,
+                max_offset=validated.last_offset,
+                now_ms=now_ms,
+            )
+            if reason is not None:
+                new_base = max(validated.first_offset, self._log_end_offset)
+                active = self._roll_locked(new_base, now_ms, reason)
+            active.append(validated.data, validated.batches)
+            self._log_end_offset = validated.last_offset + 1
+            if self._log_end_offset - self._recovery_point >= self._config.flush_messages:
+                self.flush()
+        return LogAppendInfo(
+            first_offset=validated.first_offset,
+            last_offset=validated.last_offset,
+            log_append_time_ms=validated.log_append_time_ms,
+            log_start_offset=self._log_start_offset,
+            max_timestamp=validated.max_timestamp,
+            record_count=validated.record_count,
+            size_bytes=validated.size_bytes,
+        )
+
+    def _roll_locked(self, new_base: int, now_ms: int, reason: str) -> LogSegment:
+        old = self._segments.active
+        assert new_base >= old.base_offset
+        if old.size_bytes == 0 and old.base_offset == new_base:
+            return old
+        # Created before the old one is sealed, so a failure leaves the log as it was.
+        new = LogSegment.create(self.directory, new_base, self._config, now_ms)
+        if old.size_bytes == 0:
+            # An empty segment before a gap in offsets would only be a hole: replace it.
+            self._segments = self._segments.without([old]).with_segment(new)
+            self._schedule_delete_locked([old], now_ms)
+        else:
+            old.seal()
+            self._segments = self._segments.with_segment(new)
+        self._dir_dirty = True
+        _log.info("%s: rolled to a new segment at offset %d (%s)", self.directory, new_base, reason)
+        if self._on_roll is not None:
+            try:
+                self._on_roll(self, new_base)
+            except Exception:
+                _log.exception("%s: roll listener failed", self.directory)
+        return new
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchData:
+        """Whole raw batches from the one holding ``offset``, up to ``max_bytes``.
+
+        Only batches ending at or before ``max_offset`` (exclusive; consumers pass the high
+        watermark) are returned. If the first batch alone is larger than ``max_bytes`` it is
+        still returned when ``min_one_batch``, so a consumer always progresses. Data comes
+        from one segment per call. OffsetOutOfRangeError for an offset below the log start
+        or above the log end; reading at the log end returns no data.
+        """
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self._check_open()
+        # Read the end before the segments: a roll after this point only adds data the
+        # bound excludes.
+        log_end = self._log_end_offset
+        log_start = self._log_start_offset
+        high_watermark = self._high_watermark
+        segments = self._segments
+        if offset < log_start or offset > log_end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside {self.topic_partition}'s range "
+                f"[{log_start}, {log_end}]"
+            )
+        limit = log_end if max_offset is None else min(max_offset, log_end)
+        records, next_offset = memoryview(b""), offset
+        if offset < limit:
+            with self._storage_errors("read from"):
+                for segment in segments.from_offset(offset):
+                    result = segment.read(
+                        offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch
+                    )
+                    if result is not None:
+                        records, next_offset = result
+                        break
+        return FetchData(records, next_offset, log_start, log_end, high_watermark)
+
+    def offset_for_timestamp(
+        self, timestamp_ms: int, *, max_offset: int | None = None
+    ) -> TimestampOffset | None:
+        """The first record with timestamp >= ``timestamp_ms`` (ListOffsets), or None.
+
+        ``max_offset`` (exclusive) hides records not yet visible, e.g. above the high watermark.
+        """
+        self._check_open()
+        log_start = self._log_start_offset
+        with self._storage_errors("search"):
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp_ms:
+                    continue
+                found = segment.find_offset_by_timestamp(timestamp_ms, log_start)
+                if found is not None:
+                    if max_offset is not None and found.offset >= max_offset:
+                        return None
+                    return found
+        return None
+
+    # -- high watermark -------------------------------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark (clamped to [log start, log end]); returns the value set."""
+        with self._lock:
+            self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+            return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Raise the high watermark to ``offset`` (clamped) if that is higher; True if it moved."""
+        with self._lock:
+            new = min(offset, self._log_end_offset)
+            if new <= self._high_watermark:
+                return False
+            self._high_watermark = new
+            return True
+
+    # -- truncation and deletion ----------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch holding ``offset`` or later (a follower diverged from its leader).
+
+        A batch that straddles ``offset`` goes whole, so the log end offset may end below
+        ``offset``. True if anything was removed.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self._log_end_offset:
+                return False
+            segments = self._segments
+            if offset < segments[0].base_offset:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            now_ms = self._clock_ms()
+            with self._storage_errors("truncate"):
+                doomed = [segment for segment in segments if segment.base_offset > offset]
+                kept = segments.without(doomed)
+                active = kept.active
+                if doomed:
+                    active.make_active()
+                removed = active.truncate_to(offset, now_ms)
+                self._segments = kept
+                self._schedule_delete_locked(doomed, now_ms)
+                self._after_truncation_locked(active.next_offset)
+            _log.info(
+                "%s: truncated to offset %d (%d bytes and %d segments removed), log end %d",
+                self.directory,
+                offset,
+                removed,
+                len(doomed),
+                self._log_end_offset,
+            )
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at ``offset`` (a follower behind the leader's
+        log start offset)."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at a negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            now_ms = self._clock_ms()
+            with self._storage_errors("reset"):
+                doomed = list(self._segments)
+                # The new segment may reuse a doomed one's name: rename those first.
+                self._schedule_delete_locked(doomed, now_ms)
+                self._segments = LogSegments(
+                    [LogSegment.create(self.directory, offset, self._config, now_ms)]
+                )
+                self._dir_dirty = True
+                self._log_start_offset = offset
+                self.leader_epoch_cache.clear()
+                self._after_truncation_locked(offset)
+            _log.info("%s: emptied; the log now starts at offset %d", self.directory, offset)
+
+    def _after_truncation_locked(self, log_end_offset: int) -> None:
+        self._log_end_offset = log_end_offset
+        self._log_start_offset = min(self._log_start_offset, log_end_offset)
+        self._recovery_point = min(self._recovery_point, log_end_offset)
+        self._high_watermark = min(self._high_watermark, log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(log_end_offset)
+        self._truncations += 1
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (DeleteRecords); returns the new start.
+
+        Records below it become unreadable at once; segments wholly below it are deleted.
+        ``offset`` may not pass the high watermark (OffsetOutOfRangeError).
+        """
+        with self._lock:
+            self._check_open()
+            if offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self.topic_partition} before {offset}: above "
+                    f"the high watermark {self._high_watermark}"
+                )
+            if offset <= self._log_start_offset:
+                return self._log_start_offset
+            self._log_start_offset = offset
+            with self._storage_errors("delete records of"):
+                self.leader_epoch_cache.truncate_from_start(offset)
+                self._delete_old_segments_locked(self._clock_ms())
+            return offset
+
+    def delete_old_segments(self) -> int:
+        """Apply retention (retention.ms, retention.bytes, log start offset); returns how many
+        segments were deleted."""
+        with self._lock:
+            self._check_open()
+            with self._storage_errors("apply retention to"):
+                return self._delete_old_segments_locked(self._clock_ms())
+
+    def _delete_old_segments_locked(self, now_ms: int) -> int:
+        segments = self._segments
+        decision = deletable_prefix(
+            segments,
+            self._config,
+            now_ms=now_ms,
+            high_watermark=self._high_watermark,
+            log_start_offset=self._log_start_offset,
+        )
+        if decision is None:
+            return 0
+        doomed = [segments[index] for index in range(decision.count)]
+        self._segments = segments.without(doomed)
+        new_start = self._segments[0].base_offset
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+        self._schedule_delete_locked(doomed, now_ms)
+        _log.info(
+            "%s: deleting %d segments (%s): %s; log start offset now %d",
+            self.directory,
+            len(doomed),
+            decision.reason,
+            ", ".join(segment.log_path.name for segment in doomed),
+            self._log_start_offset,
+        )
+        return decision.count
+
+    def _schedule_delete_locked(self, segments: list[LogSegment], now_ms: int) -> None:
+        due_ms = now_ms + self._config.file_delete_delay_ms
+        for segment in segments:
+            segment.rename_to_deleted()
+            self._pending_deletes.append((segment, due_ms))
+        if segments:
+            self._dir_dirty = True
+
+    def purge_deleted_segments(self, *, everything: bool = False) -> int:
+        """Remove the files of deleted segments whose delay has passed; returns how many."""
+        now_ms = self._clock_ms()
+        with self._lock:
+            due = [entry for entry in self._pending_deletes if everything or entry[1] <= now_ms]
+            self._pending_deletes = [entry for entry in self._pending_deletes if entry not in due]
+        with self._storage_errors("remove deleted segments of"):
+            for segment, _ in due:
+                segment.delete_files()
+        return len(due)
+
+    # -- durability and lifetime ----------------------------------------------------------
+
+    def flush(self, up_to_offset: int | None = None) -> None:
+        """fsync everything below ``up_to_offset`` (default: the log end) and move the
+        recovery point there. The fsyncs run without holding the log's lock."""
+        with self._lock:
+            self._check_open()
+            target = (
+                self._log_end_offset
+                if up_to_offset is None
+                else min(up_to_offset, self._log_end_offset)
+            )
+            if target <= self._recovery_point and not self._dir_dirty:
+                return
+            segments = self._segments
+            first = max(segments.floor_index(self._recovery_point), 0)
+            to_flush = [
+                segments[i] for i in range(first, len(segments)) if segments[i].base_offset < target
+            ]
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            truncations = self._truncations
+        try:
+            for segment in to_flush:
+                segment.flush()
+            if dir_dirty:
+                fsync_dir(self.directory)
+        except OSError as exc:
+            with self._lock:
+                self._dir_dirty = self._dir_dirty or dir_dirty
+            raise LogStorageError(f"cannot flush {self.directory}: {exc}") from exc
+        with self._lock:
+            if self._truncations == truncations and target > self._recovery_point:
+                self._recovery_point = target
+            self._last_flush_ms = self._clock_ms()
+
+    def flush_if_due(self) -> bool:
+        """Flush if flush.ms has passed since the last flush and there is unflushed data."""
+        flush_ms = self._config.flush_ms
+        if flush_ms >= LONG_MAX or self._closed:
+            return False
+        if (
+            self._log_end_offset <= self._recovery_point
+            or self._clock_ms() - self._last_flush_ms < flush_ms
+        ):
+            return False
+        self.flush()
+        return True
+
+    def close(self) -> None:
+        """Flush, leave exact index files (what a clean restart trusts) and release every file.
+
+        The caller stops reads and appends first: a read still running may fail.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                with self._storage_errors("close"):
+                    active = self._segments.active
+                    active.seal()
+                    self.flush()
+                    # The seal rewrote the active segment's indexes even if no data was unflushed.
+                    active.offset_index.flush()
+                    active.time_index.flush()
+            finally:
+                # Files are released even when the flush failed; the error still propagates.
+                self._closed = True
+                for segment in self._segments:
+                    segment.close()
+                self.purge_deleted_segments(everything=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"the log of {self.topic_partition} is closed")
+
+    @contextmanager
+    def _storage_errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise LogStorageError(f"cannot {action} {self.directory}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.directory}, offsets {self._log_start_offset}.."
+            f"{self._log_end_offset}, {len(self._segments)} segments)"
+        )
