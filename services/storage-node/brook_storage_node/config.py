@@ -16,25 +16,59 @@ from typing import Final
 
 from brook.config import (
     CONTROLLER_QUORUM_BOOTSTRAP_SERVERS,
+    INT32_MAX,
     INT64_MAX,
     REQUEST_TIMEOUT_MS,
     UNCLEAN_LEADER_ELECTION_ENABLE,
     Config,
     ConfigKey,
     ConfigType,
+    ConfigValue,
     Importance,
     NonEmptyList,
+    OneOf,
     Range,
     check_not_greater,
     resolve_duration_ms,
     service_config_def,
     service_data_dir_default,
 )
+from brook.record import BATCH_OVERHEAD
 
 __all__ = ["CONFIG_DEF", "log_retention_ms", "log_roll_jitter_ms", "log_roll_ms"]
 
 MS_PER_MINUTE: Final = 60 * 1000
 MS_PER_HOUR: Final = 60 * MS_PER_MINUTE
+# Two time index entries (12 bytes each): the slot a segment's final entry needs and one more
+# (the log's own SEGMENT_INDEX_BYTES_MIN; a unit test keeps the two equal).
+SEGMENT_INDEX_BYTES_MIN: Final = 24
+# The periodic tasks sleep for these intervals; asyncio's timers overflow near Long.MAX_VALUE.
+INTERVAL_MS_MAX: Final = INT32_MAX
+# Kafka's broker- and topic-level compression.type values.
+COMPRESSION_TYPES: Final = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+
+class StaticTopics:
+    """Validates static.topics: each entry topic:partitions[:config=value...]."""
+
+    def __call__(self, value: ConfigValue) -> str | None:
+        if not isinstance(value, tuple):
+            return "is not a list"
+        if not value:
+            # The default, checked while this module is still loading.
+            return None
+        # Imported here: the parser uses the log package, which imports this module.
+        from brook_storage_node.metadata_source import parse_static_topics
+
+        try:
+            parse_static_topics(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def describe(self) -> str:
+        return "topic:partitions[:config=value...], ..."
+
 
 _H = Importance.HIGH
 _M = Importance.MEDIUM
@@ -71,7 +105,7 @@ CONFIG_DEF: Final = service_config_def(
             1073741824,
             "The largest size of one segment file; a larger append rolls a new segment.",
             _H,
-            Range(14),
+            Range(BATCH_OVERHEAD),
         ),
         ConfigKey(
             "log.roll.ms",
@@ -151,13 +185,23 @@ CONFIG_DEF: Final = service_config_def(
             Range(1),
         ),
         ConfigKey(
+            "log.segment.delete.delay.ms",
+            _LONG,
+            60000,
+            "How long a deleted segment's files are kept (renamed *.deleted) before removal, so "
+            "that reads already using them finish. Default of the topic setting "
+            "file.delete.delay.ms.",
+            _H,
+            Range(0),
+        ),
+        ConfigKey(
             "log.index.size.max.bytes",
             _INT,
             10485760,
             "The largest size of a segment's offset (and time) index; a full index rolls the "
-            "segment.",
+            "segment. At least two time index entries (24 bytes).",
             _M,
-            Range(4),
+            Range(SEGMENT_INDEX_BYTES_MIN),
         ),
         ConfigKey(
             "log.index.interval.bytes",
@@ -186,19 +230,93 @@ CONFIG_DEF: Final = service_config_def(
             Range(0),
         ),
         ConfigKey(
+            "log.flush.scheduler.interval.ms",
+            _LONG,
+            3000,
+            "How often logs are checked against flush.ms, and deleted segment files whose "
+            "log.segment.delete.delay.ms has passed are removed. Kafka 0.8's default: later "
+            "Kafkas default to Long.MAX_VALUE, which silently disables flush.ms.",
+            _H,
+            Range(1, INTERVAL_MS_MAX),
+        ),
+        ConfigKey(
+            "log.flush.offset.checkpoint.interval.ms",
+            _INT,
+            60000,
+            "How often the recovery points (how far each log is known to be on disk) are "
+            "written; recovery after a crash starts from them.",
+            _H,
+            Range(1, INTERVAL_MS_MAX),
+        ),
+        ConfigKey(
+            "log.flush.start.offset.checkpoint.interval.ms",
+            _INT,
+            60000,
+            "How often the log start offsets (moved by DeleteRecords and retention) are written.",
+            _H,
+            Range(1, INTERVAL_MS_MAX),
+        ),
+        ConfigKey(
             "message.max.bytes",
             _INT,
             1048588,
             "The largest record batch this node accepts (after compression); larger ones are "
             "rejected with MESSAGE_TOO_LARGE.",
             _H,
+            Range(BATCH_OVERHEAD),
+        ),
+        ConfigKey(
+            "log.message.timestamp.type",
+            ConfigType.STRING,
+            "CreateTime",
+            "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch with "
+            "the leader's clock. Default of the topic setting message.timestamp.type.",
+            _M,
+            OneOf(("CreateTime", "LogAppendTime")),
+        ),
+        ConfigKey(
+            "log.message.timestamp.difference.max.ms",
+            _LONG,
+            INT64_MAX,
+            "With CreateTime, a batch whose timestamps are further than this from the leader's "
+            "clock is rejected with INVALID_TIMESTAMP. Default of the topic setting "
+            "message.timestamp.difference.max.ms.",
+            _M,
             Range(0),
+        ),
+        ConfigKey(
+            "log.cleanup.policy",
+            ConfigType.LIST,
+            ("delete",),
+            "delete: retention.ms and retention.bytes delete old segments; compact: keep the "
+            "latest record per key. Default of the topic setting cleanup.policy.",
+            _M,
+            OneOf(("delete", "compact")),
+        ),
+        ConfigKey(
+            "compression.type",
+            ConfigType.STRING,
+            "producer",
+            "The codec of the batches this node builds from plain records (ProduceRecords "
+            "without a compression of its own): producer or uncompressed mean none. Unlike "
+            "Kafka, batches produced as RecordBatch bytes are never recompressed: they are "
+            "stored as the producer built them. Default of the topic setting compression.type.",
+            _M,
+            OneOf(COMPRESSION_TYPES),
         ),
         ConfigKey(
             "num.recovery.threads.per.data.dir",
             _INT,
             1,
             "Threads per log dir that validate segments after an unclean shutdown.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "background.threads",
+            _INT,
+            10,
+            "Threads for the log's background work: retention, flushes and checkpoints.",
             _H,
             Range(1),
         ),
@@ -289,8 +407,37 @@ CONFIG_DEF: Final = service_config_def(
             Range(1),
         ),
         REQUEST_TIMEOUT_MS,
+        ConfigKey(
+            "queued.max.request.bytes",
+            _LONG,
+            209715200,
+            "The most bytes of produce requests this node processes at once; a produce "
+            "request that would exceed it is rejected with gRPC RESOURCE_EXHAUSTED (retriable) "
+            "instead of growing memory. Kafka's default, -1, means unbounded; Brook bounds it.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "static.topics",
+            ConfigType.LIST,
+            (),
+            "A bridge until this node follows the controller's metadata: the topics it serves, "
+            "as topic:partitions[:config=value...] entries, comma-separated (e.g. "
+            "orders:6,events:3:retention.ms=3600000). The node leads every listed partition "
+            "(leader epoch 0, replicas and ISR just itself). Topic configs are the topic-level "
+            "names (retention.ms, segment.bytes, max.message.bytes, compression.type, "
+            "min.insync.replicas, ...); their values cannot contain commas. Removing a topic "
+            "from the list stops serving it but keeps its data on disk.",
+            _H,
+            StaticTopics(),
+        ),
     ),
     checks=(
+        check_not_greater(
+            "socket.request.max.bytes",
+            "queued.max.request.bytes",
+            "a produce request of the largest size could never be admitted",
+        ),
         check_not_greater(
             "replica.fetch.wait.max.ms",
             "replica.lag.time.max.ms",

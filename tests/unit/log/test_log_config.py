@@ -126,5 +126,6 @@ def test_node_settings_give_the_log_managers_directories_and_intervals() -> None
 
 
 def test_a_node_segment_size_too_small_for_a_batch_is_rejected_by_name() -> None:
-    with pytest.raises(ValueError, match=r"segment\.bytes=20"):
+    # The node's own configuration refuses it, before any log sees it.
+    with pytest.raises(ConfigError, match=r'log\.segment\.bytes="20" is less than the minimum 61'):
         node_log_config(_node_config(**{"log.segment.bytes": "20"}))

@@ -1,0 +1,376 @@
+"""Kafka's topic-level configuration: the names a topic may override, their types, defaults and
+valid values, and the node-level (broker) setting each one overrides.
+
+The controller validates CreateTopics and AlterConfigs against ``TOPIC_CONFIG_DEF`` and answers
+DescribeConfigs from it; a storage node layers a topic's overrides on its own defaults. The
+names, defaults and bounds are Kafka's (its ``TopicConfig`` / ``LogConfig``), except where the
+storage engine needs a tighter bound to work at all (a segment must hold one record batch).
+
+    >>> validate_topic_configs({"retention.ms": "-1"})  # None: valid
+    >>> validate_topic_configs({"retention.msx": "1"})
+    'unknown topic config retention.msx (did you mean retention.ms?)'
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Final
+
+from brook.config import (
+    INT32_MAX,
+    INT64_MAX,
+    ConfigDef,
+    ConfigError,
+    ConfigKey,
+    ConfigType,
+    Importance,
+    OneOf,
+    Range,
+    RawSetting,
+)
+from brook.record import BATCH_OVERHEAD
+
+__all__ = [
+    "BROKER_SYNONYMS",
+    "TOPIC_CONFIG_DEF",
+    "describe_type",
+    "topic_name_for_broker_config",
+    "validate_broker_default_configs",
+    "validate_topic_configs",
+]
+
+_H = Importance.HIGH
+_M = Importance.MEDIUM
+_L = Importance.LOW
+_LONG = ConfigType.LONG
+_DAY_MS: Final = 24 * 60 * 60 * 1000
+# A time index entry is 12 bytes and the active segment's index keeps one slot in reserve.
+_SEGMENT_INDEX_BYTES_MIN: Final = 24
+
+TOPIC_CONFIG_DEF: Final = ConfigDef(
+    [
+        ConfigKey(
+            "cleanup.policy",
+            ConfigType.LIST,
+            ("delete",),
+            "delete: old segments are removed by retention.ms and retention.bytes. compact: "
+            "only the latest record of each key is kept.",
+            _M,
+            OneOf(("delete", "compact")),
+        ),
+        ConfigKey(
+            "compression.type",
+            ConfigType.STRING,
+            "producer",
+            "The compression of stored batches: producer keeps what the producer sent.",
+            _M,
+            OneOf(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+        ),
+        ConfigKey(
+            "delete.retention.ms",
+            _LONG,
+            _DAY_MS,
+            "How long tombstones are kept on a compacted topic.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "file.delete.delay.ms",
+            _LONG,
+            60_000,
+            "How long a deleted segment's files linger before they are removed.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "flush.messages",
+            _LONG,
+            INT64_MAX,
+            "fsync the log after this many messages; by default replication and the OS are "
+            "relied on for durability.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "flush.ms",
+            _LONG,
+            INT64_MAX,
+            "fsync the log when it has gone this long without one.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "follower.replication.throttled.replicas",
+            ConfigType.LIST,
+            (),
+            "partition:node pairs whose follower replication is throttled.",
+            _M,
+        ),
+        ConfigKey(
+            "index.interval.bytes",
+            ConfigType.INT,
+            4096,
+            "Bytes of log between two offset index entries.",
+            _M,
+            Range(0, INT32_MAX),
+        ),
+        ConfigKey(
+            "leader.replication.throttled.replicas",
+            ConfigType.LIST,
+            (),
+            "partition:node pairs whose leader-side replication is throttled.",
+            _M,
+        ),
+        ConfigKey(
+            "local.retention.bytes",
+            _LONG,
+            -2,
+            "Local retention by size with tiered storage; -2 means retention.bytes.",
+            _M,
+            Range(-2),
+        ),
+        ConfigKey(
+            "local.retention.ms",
+            _LONG,
+            -2,
+            "Local retention by time with tiered storage; -2 means retention.ms.",
+            _M,
+            Range(-2),
+        ),
+        ConfigKey(
+            "max.compaction.lag.ms",
+            _LONG,
+            INT64_MAX,
+            "The longest a record stays uncompacted.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "max.message.bytes",
+            ConfigType.INT,
+            1024 * 1024 + 12,
+            "The largest record batch (after compression) the topic accepts.",
+            _M,
+            Range(BATCH_OVERHEAD, INT32_MAX),
+        ),
+        ConfigKey(
+            "message.timestamp.after.max.ms",
+            _LONG,
+            INT64_MAX,
+            "With CreateTime, the furthest a batch's timestamp may be ahead of the leader's clock.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "message.timestamp.before.max.ms",
+            _LONG,
+            INT64_MAX,
+            "With CreateTime, the furthest a batch's timestamp may be behind the leader's clock.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "message.timestamp.difference.max.ms",
+            _LONG,
+            INT64_MAX,
+            "With CreateTime, the largest difference allowed between a batch's timestamp and "
+            "the leader's clock (deprecated in Kafka for the two settings above).",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "message.timestamp.type",
+            ConfigType.STRING,
+            "CreateTime",
+            "CreateTime keeps the producer's timestamps; LogAppendTime stamps the leader's clock.",
+            _M,
+            OneOf(("CreateTime", "LogAppendTime")),
+        ),
+        ConfigKey(
+            "min.cleanable.dirty.ratio",
+            ConfigType.DOUBLE,
+            0.5,
+            "The share of a compacted log that must be uncompacted before it is compacted.",
+            _M,
+            Range(0, 1),
+        ),
+        ConfigKey(
+            "min.compaction.lag.ms",
+            _LONG,
+            0,
+            "The shortest a record stays uncompacted.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "min.insync.replicas",
+            ConfigType.INT,
+            1,
+            "With acks=all, the fewest in-sync replicas a write needs to be accepted.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "preallocate",
+            ConfigType.BOOLEAN,
+            False,
+            "Whether segment files are preallocated on disk when created.",
+            _M,
+        ),
+        ConfigKey(
+            "remote.storage.enable",
+            ConfigType.BOOLEAN,
+            False,
+            "Whether the topic uses tiered storage.",
+            _M,
+        ),
+        ConfigKey(
+            "retention.bytes",
+            _LONG,
+            -1,
+            "The largest a partition may grow before its oldest segments are deleted; -1: no "
+            "limit.",
+            _H,
+            Range(-1),
+        ),
+        ConfigKey(
+            "retention.ms",
+            _LONG,
+            7 * _DAY_MS,
+            "How long records are kept before their segment is deleted; -1: forever.",
+            _H,
+            Range(-1),
+        ),
+        ConfigKey(
+            "segment.bytes",
+            ConfigType.INT,
+            1024 * 1024 * 1024,
+            "The size of one segment file.",
+            _H,
+            # Tighter than Kafka's 14: a Brook segment must hold at least one v2 batch.
+            Range(BATCH_OVERHEAD, INT32_MAX),
+        ),
+        ConfigKey(
+            "segment.index.bytes",
+            ConfigType.INT,
+            10 * 1024 * 1024,
+            "The size of a segment's offset and time index.",
+            _M,
+            Range(_SEGMENT_INDEX_BYTES_MIN, INT32_MAX),
+        ),
+        ConfigKey(
+            "segment.jitter.ms",
+            _LONG,
+            0,
+            "Up to this much is subtracted from segment.ms per segment.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "segment.ms",
+            _LONG,
+            7 * _DAY_MS,
+            "Roll the active segment when its first record is this old.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "unclean.leader.election.enable",
+            ConfigType.BOOLEAN,
+            False,
+            "Whether a replica outside the ISR may become leader when no ISR member is alive "
+            "(restores availability, loses committed records).",
+            _M,
+        ),
+    ]
+)
+
+BROKER_SYNONYMS: Final[Mapping[str, str]] = {
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "local.retention.bytes": "log.local.retention.bytes",
+    "local.retention.ms": "log.local.retention.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "preallocate": "log.preallocate",
+    "retention.bytes": "log.retention.bytes",
+    "retention.ms": "log.retention.ms",
+    "segment.bytes": "log.segment.bytes",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "segment.ms": "log.roll.ms",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+"""Topic config name -> the node-level setting whose value a topic without an override gets
+(Kafka's LogConfig synonyms; only the highest-precedence one where Kafka has several, such as
+log.retention.ms over log.retention.minutes and log.retention.hours)."""
+
+_TOPIC_BY_BROKER_NAME: Final = {broker: topic for topic, broker in BROKER_SYNONYMS.items()}
+
+_TYPE_NAMES: Final = {
+    ConfigType.INT: "int",
+    ConfigType.LONG: "long",
+    ConfigType.DOUBLE: "double",
+    ConfigType.BOOLEAN: "boolean",
+    ConfigType.STRING: "string",
+    ConfigType.LIST: "list",
+    ConfigType.PASSWORD: "password",
+}
+
+
+def describe_type(name: str) -> str:
+    """Kafka's type name (int, long, list, ...) of a topic config."""
+    return _TYPE_NAMES[TOPIC_CONFIG_DEF.key(name).type]
+
+
+def _unknown(name: str, known: list[str], kind: str) -> str:
+    suggestion = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {suggestion[0]}?)" if suggestion else ""
+    return f"unknown {kind} {name}{hint}"
+
+
+def validate_topic_configs(configs: Mapping[str, str]) -> str | None:
+    """None if every name is a topic config and every value valid for it, else the reason (one
+    line naming the first unknown setting, or every invalid value)."""
+    known = [key.name for key in TOPIC_CONFIG_DEF.keys]
+    for name in sorted(configs):
+        if name not in TOPIC_CONFIG_DEF:
+            return _unknown(name, known, "topic config")
+    raw = {name: RawSetting(value, "the request") for name, value in configs.items()}
+    try:
+        TOPIC_CONFIG_DEF.parse(raw)
+    except ConfigError as error:
+        return "; ".join(error.problems)
+    return None
+
+
+def validate_broker_default_configs(configs: Mapping[str, str]) -> str | None:
+    """The same for cluster-wide or per-node dynamic defaults, named by their node-level names
+    (log.retention.ms rather than retention.ms)."""
+    problems = []
+    for name in sorted(configs):
+        topic_name = _TOPIC_BY_BROKER_NAME.get(name)
+        if topic_name is None:
+            return _unknown(name, sorted(_TOPIC_BY_BROKER_NAME), "dynamic node config")
+        problem = validate_topic_configs({topic_name: configs[name]})
+        if problem is not None:
+            problems.append(name + problem.removeprefix(topic_name))
+    return "; ".join(problems) if problems else None
+
+
+def topic_name_for_broker_config(name: str) -> str | None:
+    """The topic config a node-level setting provides the default of, if any."""
+    return _TOPIC_BY_BROKER_NAME.get(name)

@@ -1,0 +1,871 @@
+"""brook.v1.StorageService: produce, fetch, subscribe and offset look-ups over gRPC (grpc.aio).
+
+The servicer translates between the contract (proto/brook/v1/storage.proto) and the replica
+manager's partitions; the rules it applies, in Kafka's terms:
+
+- Errors go in the response body, per partition, with Kafka's codes: a request naming ten
+  partitions can succeed for nine. A malformed address (empty topic, negative partition, the
+  same partition twice in one request) is INVALID_REQUEST for that entry; a request-wide bad
+  parameter (negative max_bytes, max_wait_ms, timeout_ms, unknown isolation level) is
+  INVALID_REQUEST for every entry; an unknown acks value is INVALID_REQUIRED_ACKS for every
+  entry, as Kafka answers it. The gRPC status is reserved for the whole request failing:
+  RESOURCE_EXHAUSTED over a limit (limits.py), UNIMPLEMENTED for InitProducerId.
+- Produce appends the client's RecordBatch v2 bytes as they are (the log validates headers
+  and CRCs and assigns offsets; records are never decoded). acks=0 answers once the request
+  is checked and its appends are queued, and never reports append errors (Kafka's client gets
+  no answer at all); acks=1 after the local append; acks=all once the high watermark passes
+  the batch (at once while the ISR is just this node) or REQUEST_TIMED_OUT.
+- Fetch answers at once when min_bytes are there, a partition has an error, or max_wait_ms
+  is 0; otherwise it parks on a ``DataWaiter`` that the append path wakes, bounded by
+  max_wait_ms, request.timeout.ms and the client's own deadline.
+- Subscribe pushes committed data as it arrives, awaiting each write (gRPC flow control
+  paces it), and ends on shutdown, on cancellation, or when every partition has dropped out
+  with an error.
+
+Every request gets a span and its latency recorded; bytes in/out and records in are counted
+per topic from batch headers (no per-record work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, TypeVar
+
+import grpc
+from opentelemetry import propagate, trace
+
+from brook.errors import ErrorCode
+from brook.record import BatchBuilder, Compression
+from brook.telemetry import meter, tracer
+from brook.v1 import common_pb2, storage_pb2, storage_pb2_grpc
+from brook_storage_node.delayed_fetch import DataWaiter
+from brook_storage_node.errors import (
+    ErrorResult,
+    PartitionError,
+    error_result,
+    leader_hint_proto,
+    wire_code,
+)
+from brook_storage_node.fetch import FetchTarget, apply_error, read_targets, resolve_targets
+from brook_storage_node.limits import InFlightBytes, StorageLimits
+from brook_storage_node.log import LogAppendInfo
+from brook_storage_node.log.topic_partition import check_topic_name
+from brook_storage_node.metadata_view import NO_LEADER, endpoint_protos
+from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, Partition
+from brook_storage_node.replica_manager import ReplicaManager
+
+__all__ = ["StorageServicer"]
+
+_log = logging.getLogger(__name__)
+
+SERVICE_NAME: Final = "brook.v1.StorageService"
+# A long poll answers this long before the client's own gRPC deadline, so the answer arrives
+# instead of a DEADLINE_EXCEEDED.
+DEADLINE_MARGIN_MS: Final = 20
+NO_TIMESTAMP: Final = -1
+
+_VALID_ACKS: Final = frozenset(
+    (
+        storage_pb2.ACKS_UNSPECIFIED,
+        storage_pb2.ACKS_NONE,
+        storage_pb2.ACKS_LEADER,
+        storage_pb2.ACKS_ALL,
+    )
+)
+_VALID_ISOLATION: Final = frozenset(
+    (
+        common_pb2.ISOLATION_LEVEL_UNSPECIFIED,
+        common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED,
+        common_pb2.ISOLATION_LEVEL_READ_COMMITTED,
+    )
+)
+# brook.v1.CompressionType (UNSPECIFIED = the topic's choice) to the batch attribute codec.
+_COMPRESSION_OF_PROTO: Final[dict[int, Compression]] = {
+    common_pb2.COMPRESSION_TYPE_NONE: Compression.NONE,
+    common_pb2.COMPRESSION_TYPE_GZIP: Compression.GZIP,
+    common_pb2.COMPRESSION_TYPE_SNAPPY: Compression.SNAPPY,
+    common_pb2.COMPRESSION_TYPE_LZ4: Compression.LZ4,
+    common_pb2.COMPRESSION_TYPE_ZSTD: Compression.ZSTD,
+}
+
+
+class _Instruments:
+    """The service's span and metrics; one instance per servicer."""
+
+    def __init__(self) -> None:
+        self.tracer = tracer(__name__)
+        instruments = meter(__name__)
+        self.bytes_in = instruments.create_counter(
+            "brook.storage.bytes_in", unit="By", description="Record batch bytes appended"
+        )
+        self.bytes_out = instruments.create_counter(
+            "brook.storage.bytes_out", unit="By", description="Record bytes sent to consumers"
+        )
+        self.messages_in = instruments.create_counter(
+            "brook.storage.messages_in",
+            unit="{record}",
+            description="Records appended (counted from batch headers)",
+        )
+        self.duration = instruments.create_histogram(
+            "brook.storage.request.duration", unit="ms", description="Request latency"
+        )
+        self.rejected = instruments.create_counter(
+            "brook.storage.requests.rejected",
+            unit="{request}",
+            description="Requests refused whole (RESOURCE_EXHAUSTED)",
+        )
+
+    @contextlib.contextmanager
+    def request(self, method: str, context: Any) -> Iterator[trace.Span]:
+        """A server span for one RPC (continuing the caller's trace, if it sent one) and its
+        latency. The duration of a Subscribe is the life of its stream."""
+        carrier = {key: value for key, value in context.invocation_metadata() or ()}
+        started = time.perf_counter()
+        try:
+            with self.tracer.start_as_current_span(
+                f"{SERVICE_NAME}/{method}",
+                context=propagate.extract(carrier),
+                kind=trace.SpanKind.SERVER,
+                attributes={
+                    "rpc.system": "grpc",
+                    "rpc.service": SERVICE_NAME,
+                    "rpc.method": method,
+                },
+            ) as span:
+                yield span
+        finally:
+            self.duration.record((time.perf_counter() - started) * 1000, {"rpc.method": method})
+
+    def count_out(self, topics: Sequence[str], sizes: Sequence[int]) -> None:
+        by_topic: Counter[str] = Counter()
+        for topic, size in zip(topics, sizes, strict=True):
+            if size:
+                by_topic[topic] += size
+        for topic, size in by_topic.items():
+            self.bytes_out.add(size, {"topic": topic})
+
+
+def _address_errors(addresses: Sequence[tuple[str, int]]) -> list[ErrorResult | None]:
+    """INVALID_REQUEST for each malformed or repeated (topic, partition) of one request."""
+    counts = Counter(addresses)
+    errors: list[ErrorResult | None] = []
+    for topic, partition in addresses:
+        if not topic:
+            errors.append(ErrorResult(ErrorCode.INVALID_REQUEST, "the topic name is empty"))
+        elif partition < 0:
+            errors.append(
+                ErrorResult(ErrorCode.INVALID_REQUEST, f"partition {partition} is negative")
+            )
+        elif counts[(topic, partition)] > 1:
+            errors.append(
+                ErrorResult(
+                    ErrorCode.INVALID_REQUEST,
+                    f"{topic}-{partition} appears {counts[(topic, partition)]} times in one "
+                    "request; name each partition once",
+                )
+            )
+        else:
+            errors.append(None)
+    return errors
+
+
+class _Addressed(Protocol):
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+_Entry = TypeVar("_Entry", bound=_Addressed)
+
+
+def _with_address_errors(entries: Sequence[_Entry]) -> list[tuple[_Entry, ErrorResult | None]]:
+    """Each request entry with its address error (None if well formed)."""
+    errors = _address_errors([(entry.topic, entry.partition) for entry in entries])
+    return list(zip(entries, errors, strict=True))
+
+
+def _raise_if(error: ErrorResult | None) -> None:
+    if error is not None:
+        raise PartitionError(error.code, error.message)
+
+
+def _produce_error(
+    topic: str, partition: int, error: ErrorResult
+) -> storage_pb2.PartitionProduceResponse:
+    response = storage_pb2.PartitionProduceResponse(
+        topic=topic,
+        partition=partition,
+        error_code=wire_code(error.code),
+        error_message=error.message,
+        base_offset=NO_OFFSET,
+        log_append_time_ms=NO_TIMESTAMP,
+        log_start_offset=NO_OFFSET,
+    )
+    if error.batch_index is not None:
+        response.batch_errors.add(index=error.batch_index, message=error.message)
+    if error.leader_hint is not None:
+        response.current_leader.CopyFrom(leader_hint_proto(error.leader_hint))
+    return response
+
+
+@dataclass(slots=True)
+class _ProduceItem:
+    """One partition entry of a Produce or ProduceRecords request, as it is processed."""
+
+    topic: str
+    partition_index: int
+    records: bytes
+    plain: Sequence[common_pb2.Record] = ()
+    compression: int = common_pb2.COMPRESSION_TYPE_UNSPECIFIED
+    partition: Partition | None = None
+    response: storage_pb2.PartitionProduceResponse | None = None
+    appended: LogAppendInfo | None = None
+
+
+class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
+    def __init__(
+        self, replicas: ReplicaManager, limits: StorageLimits, shutdown: asyncio.Event
+    ) -> None:
+        self._replicas = replicas
+        self._limits = limits
+        self._shutdown = shutdown
+        self._produce_bytes = InFlightBytes(limits.produce_bytes_in_flight_max)
+        self._instruments = _Instruments()
+        # acks=0 appends still running after their request was answered.
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def close(self) -> None:
+        """Cancel and await the acks=0 appends still queued (the server has stopped)."""
+        tasks = list(self._background)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    @property
+    def produce_bytes_in_flight(self) -> int:
+        return self._produce_bytes.in_use_bytes
+
+    # -- Produce ----------------------------------------------------------------------------
+
+    async def Produce(
+        self, request: storage_pb2.ProduceRequest, context: Any
+    ) -> storage_pb2.ProduceResponse:
+        with self._instruments.request("Produce", context):
+            items = [_ProduceItem(p.topic, p.partition, p.records) for p in request.partitions]
+            size = sum(len(item.records) for item in items)
+            responses = await self._produce(
+                "Produce", request.acks, request.timeout_ms, items, size, context
+            )
+            return storage_pb2.ProduceResponse(partitions=responses)
+
+    async def ProduceRecords(
+        self, request: storage_pb2.ProduceRecordsRequest, context: Any
+    ) -> storage_pb2.ProduceRecordsResponse:
+        with self._instruments.request("ProduceRecords", context):
+            items = [
+                _ProduceItem(p.topic, p.partition, b"", p.records, p.compression)
+                for p in request.partitions
+            ]
+            responses = await self._produce(
+                "ProduceRecords",
+                request.acks,
+                request.timeout_ms,
+                items,
+                request.ByteSize(),
+                context,
+                plain=True,
+            )
+            return storage_pb2.ProduceRecordsResponse(partitions=responses)
+
+    async def _produce(
+        self,
+        method: str,
+        acks: int,
+        timeout_ms: int,
+        items: list[_ProduceItem],
+        size_bytes: int,
+        context: Any,
+        *,
+        plain: bool = False,
+    ) -> list[storage_pb2.PartitionProduceResponse]:
+        if not self._produce_bytes.try_acquire(size_bytes):
+            self._instruments.rejected.add(1, {"rpc.method": method})
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the node is already processing {self._produce_bytes.in_use_bytes} bytes of "
+                f"produce requests; this one ({size_bytes} bytes) would exceed "
+                f"queued.max.request.bytes={self._produce_bytes.limit_bytes}; retry later",
+            )
+        released = False
+        try:
+            request_error = self._produce_request_error(acks, timeout_ms)
+            if request_error is not None:
+                return [_produce_error(i.topic, i.partition_index, request_error) for i in items]
+            self._resolve_produce(items, plain=plain)
+            if acks == storage_pb2.ACKS_NONE:
+                self._queue_unacknowledged(items, size_bytes)
+                released = True
+                return [self._response(item) for item in items]
+            acks_all = acks != storage_pb2.ACKS_LEADER
+            for item in items:
+                await self._append(item, acks_all=acks_all)
+            if acks_all:
+                wait_ms = self._limits.wait_ms_max if timeout_ms == 0 else timeout_ms
+                await self._await_replication(items, min(wait_ms, self._limits.wait_ms_max))
+            return [self._response(item) for item in items]
+        finally:
+            if not released:
+                self._produce_bytes.release(size_bytes)
+
+    @staticmethod
+    def _produce_request_error(acks: int, timeout_ms: int) -> ErrorResult | None:
+        if acks not in _VALID_ACKS:
+            return ErrorResult(
+                ErrorCode.INVALID_REQUIRED_ACKS,
+                f"acks {acks} is not one of ACKS_NONE, ACKS_LEADER, ACKS_ALL",
+            )
+        if timeout_ms < 0:
+            return ErrorResult(ErrorCode.INVALID_REQUEST, f"timeout_ms {timeout_ms} is negative")
+        return None
+
+    def _resolve_produce(self, items: list[_ProduceItem], *, plain: bool) -> None:
+        """Check addresses and leadership (and build the batches of plain records); each
+        item either gets its partition or an error response."""
+        errors = _address_errors([(item.topic, item.partition_index) for item in items])
+        for item, address_error in zip(items, errors, strict=True):
+            try:
+                _raise_if(address_error)
+                item.partition = self._replicas.leader_partition(item.topic, item.partition_index)
+                if plain:
+                    item.records = _build_batch(item, item.partition)
+            except Exception as exc:
+                item.partition = None
+                item.response = _produce_error(
+                    item.topic,
+                    item.partition_index,
+                    exc.result if isinstance(exc, _RecordBuildError) else error_result(exc),
+                )
+
+    async def _append(self, item: _ProduceItem, *, acks_all: bool) -> None:
+        partition = item.partition
+        if partition is None:
+            return
+        try:
+            info = await partition.append_as_leader(item.records, acks_all=acks_all)
+        except Exception as exc:
+            result = error_result(
+                exc,
+                records=item.records,
+                max_batch_bytes=partition.settings.log_config.max_message_bytes,
+            )
+            item.response = _produce_error(item.topic, item.partition_index, result)
+            return
+        item.appended = info
+        topic = {"topic": item.topic}
+        self._instruments.bytes_in.add(info.size_bytes, topic)
+        self._instruments.messages_in.add(info.record_count, topic)
+
+    async def _await_replication(self, items: list[_ProduceItem], timeout_ms: int) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        for item in items:
+            partition, info = item.partition, item.appended
+            if partition is None or info is None:
+                continue
+            remaining_s = max(0.0, deadline - asyncio.get_running_loop().time())
+            try:
+                await partition.wait_for_high_watermark(info.last_offset + 1, remaining_s)
+            except PartitionError as exc:
+                response = _produce_error(item.topic, item.partition_index, error_result(exc))
+                # The batch is in the leader's log; as Kafka does, say where.
+                response.base_offset = info.first_offset
+                item.response = response
+
+    def _response(self, item: _ProduceItem) -> storage_pb2.PartitionProduceResponse:
+        if item.response is not None:
+            return item.response
+        info = item.appended
+        if info is None:
+            # acks=0: queued, not appended yet; Kafka's producer reports offset -1 too.
+            return storage_pb2.PartitionProduceResponse(
+                topic=item.topic,
+                partition=item.partition_index,
+                base_offset=NO_OFFSET,
+                log_append_time_ms=NO_TIMESTAMP,
+                log_start_offset=NO_OFFSET,
+            )
+        return storage_pb2.PartitionProduceResponse(
+            topic=item.topic,
+            partition=item.partition_index,
+            base_offset=info.first_offset,
+            log_append_time_ms=info.log_append_time_ms,
+            log_start_offset=info.log_start_offset,
+        )
+
+    def _queue_unacknowledged(self, items: list[_ProduceItem], size_bytes: int) -> None:
+        """acks=0: append in a task of our own; its bytes stay counted until it is done."""
+
+        async def append_all() -> None:
+            try:
+                for item in items:
+                    await self._append(item, acks_all=False)
+                    if item.response is not None and item.partition is not None:
+                        _log.debug(
+                            "acks=0 append to %s-%d failed: %s",
+                            item.topic,
+                            item.partition_index,
+                            item.response.error_message,
+                        )
+            finally:
+                self._produce_bytes.release(size_bytes)
+
+        task = asyncio.get_running_loop().create_task(append_all(), name="produce-acks-0")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- Fetch ------------------------------------------------------------------------------
+
+    async def Fetch(
+        self, request: storage_pb2.FetchRequest, context: Any
+    ) -> storage_pb2.FetchResponse:
+        with self._instruments.request("Fetch", context):
+            return await self._fetch(request, context)
+
+    async def _fetch(
+        self, request: storage_pb2.FetchRequest, context: Any
+    ) -> storage_pb2.FetchResponse:
+        request_error = _fetch_request_error(request)
+        targets = []
+        for entry, address_error in _with_address_errors(request.partitions):
+            rejected = request_error or address_error
+            if rejected is None and entry.partition_max_bytes < 0:
+                rejected = ErrorResult(
+                    ErrorCode.INVALID_REQUEST,
+                    f"partition_max_bytes {entry.partition_max_bytes} is negative",
+                )
+            targets.append(
+                FetchTarget(
+                    entry.topic,
+                    entry.partition,
+                    entry.fetch_offset,
+                    entry.partition_max_bytes or None,
+                    _client_leader_epoch(entry),
+                    rejected,
+                )
+            )
+        budget = self._response_budget(request.max_bytes)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_ms(request.max_wait_ms, context) / 1000
+        while True:
+            resolve_targets(targets, self._replicas)
+            passed = await read_targets(
+                targets, response_bytes_max=budget, decode=request.decode_records
+            )
+            remaining_s = deadline - loop.time()
+            if (
+                request_error is not None
+                or not targets
+                or passed.has_error
+                or passed.total_bytes >= request.min_bytes
+                or remaining_s <= 0
+                or self._shutdown.is_set()
+            ):
+                break
+            watched = [(t.partition, t.max_bytes) for t in targets if t.partition is not None]
+            with DataWaiter(watched, request.min_bytes - passed.total_bytes) as waiter:
+                # A threaded read let appends run meanwhile: if a high watermark moved since
+                # the read, read again at once instead of sleeping through data already there.
+                moved = any(
+                    partition.high_watermark != seen
+                    for partition, seen in passed.high_watermarks.items()
+                )
+                if not moved:
+                    await waiter.wait(remaining_s)
+        self._instruments.count_out([t.topic for t in targets], passed.sizes_bytes)
+        return storage_pb2.FetchResponse(partitions=passed.responses)
+
+    def _response_budget(self, requested_bytes: int) -> int:
+        """max_bytes bounded by fetch.max.bytes (0: the node's bound)."""
+        cap = self._limits.fetch_bytes_max
+        return cap if requested_bytes <= 0 else min(requested_bytes, cap)
+
+    def _wait_ms(self, max_wait_ms: int, context: Any) -> float:
+        wait_ms = float(min(max_wait_ms, self._limits.wait_ms_max))
+        remaining_s = context.time_remaining()
+        if remaining_s is not None:
+            wait_ms = min(wait_ms, remaining_s * 1000 - DEADLINE_MARGIN_MS)
+        return wait_ms
+
+    # -- Subscribe --------------------------------------------------------------------------
+
+    async def Subscribe(self, request: storage_pb2.SubscribeRequest, context: Any) -> None:
+        with self._instruments.request("Subscribe", context):
+            await self._subscribe(request, context)
+
+    async def _subscribe(self, request: storage_pb2.SubscribeRequest, context: Any) -> None:
+        request_error = None
+        if request.max_bytes < 0 or request.partition_max_bytes < 0:
+            request_error = ErrorResult(
+                ErrorCode.INVALID_REQUEST, "max_bytes and partition_max_bytes must be >= 0"
+            )
+        elif request.isolation_level not in _VALID_ISOLATION:
+            request_error = ErrorResult(
+                ErrorCode.INVALID_REQUEST, f"unknown isolation level {request.isolation_level}"
+            )
+        budget = self._response_budget(request.max_bytes)
+        partition_max = request.partition_max_bytes or None
+        active: list[FetchTarget] = []
+        first = storage_pb2.SubscribeResponse()
+        for entry, address_error in _with_address_errors(request.partitions):
+            target = FetchTarget(
+                entry.topic,
+                entry.partition,
+                NO_OFFSET,
+                partition_max,
+                _client_leader_epoch(entry),
+                request_error or address_error,
+            )
+            resolve_targets([target], self._replicas)
+            if target.error is None and target.partition is not None:
+                try:
+                    target.fetch_offset = await self._start_offset(target.partition, entry)
+                except PartitionError as exc:
+                    target.error = error_result(exc)
+            if target.error is not None:
+                response = storage_pb2.FetchPartitionResponse(
+                    topic=entry.topic,
+                    partition=entry.partition,
+                    high_watermark=NO_OFFSET,
+                    last_stable_offset=NO_OFFSET,
+                    log_start_offset=NO_OFFSET,
+                    next_fetch_offset=NO_OFFSET,
+                )
+                apply_error(response, target.error)
+                first.partitions.append(response)
+            else:
+                active.append(target)
+        if first.partitions:
+            await context.write(first)
+        watched = [(t.partition, t.max_bytes) for t in active if t.partition is not None]
+        with DataWaiter(watched, 1) as waiter:
+            turn = 0
+            while active and not self._shutdown.is_set():
+                # Rotated each round, so a busy partition cannot starve the others of budget.
+                turn %= len(active)
+                ordered = active[turn:] + active[:turn]
+                turn += 1
+                resolve_targets(ordered, self._replicas)
+                for target in ordered:
+                    if target.partition is not None:
+                        waiter.watch(target.partition, target.max_bytes)
+                # Re-armed before reading: what commits during a threaded read wakes the next
+                # wait at once.
+                waiter.rearm(1)
+                passed = await read_targets(
+                    ordered, response_bytes_max=budget, decode=request.decode_records
+                )
+                message = storage_pb2.SubscribeResponse()
+                for target, response, size in zip(
+                    ordered, passed.responses, passed.sizes_bytes, strict=True
+                ):
+                    if response.error_code != wire_code(ErrorCode.NONE):
+                        message.partitions.append(response)
+                        active.remove(target)
+                        if target.partition is not None:
+                            waiter.forget(target.partition)
+                    elif size:
+                        message.partitions.append(response)
+                        target.fetch_offset = response.next_fetch_offset
+                if message.partitions:
+                    self._instruments.count_out([t.topic for t in ordered], passed.sizes_bytes)
+                    await context.write(message)
+                    continue
+                await waiter.wait(self._limits.wait_ms_max / 1000)
+
+    async def _start_offset(
+        self, partition: Partition, entry: storage_pb2.SubscribePartition
+    ) -> int:
+        spec = entry.start
+        if spec in (storage_pb2.OFFSET_SPEC_UNSPECIFIED, storage_pb2.OFFSET_SPEC_LATEST):
+            return partition.high_watermark
+        if spec == storage_pb2.OFFSET_SPEC_EARLIEST:
+            return partition.log_start_offset
+        if spec == storage_pb2.OFFSET_SPEC_OFFSET:
+            return entry.offset
+        if spec == storage_pb2.OFFSET_SPEC_TIMESTAMP:
+            found = await self._offset_for_timestamp(partition, entry.offset)
+            return partition.high_watermark if found is None else found[0]
+        raise PartitionError(
+            ErrorCode.INVALID_REQUEST, f"start {spec} is not a start position for Subscribe"
+        )
+
+    # -- ListOffsets ------------------------------------------------------------------------
+
+    async def ListOffsets(
+        self, request: storage_pb2.ListOffsetsRequest, context: Any
+    ) -> storage_pb2.ListOffsetsResponse:
+        with self._instruments.request("ListOffsets", context):
+            responses = []
+            for entry, address_error in _with_address_errors(request.partitions):
+                response = storage_pb2.ListOffsetsPartitionResponse(
+                    topic=entry.topic,
+                    partition=entry.partition,
+                    offset=NO_OFFSET,
+                    timestamp_ms=NO_TIMESTAMP,
+                    leader_epoch=NO_EPOCH,
+                )
+                try:
+                    _raise_if(address_error)
+                    if request.isolation_level not in _VALID_ISOLATION:
+                        raise PartitionError(
+                            ErrorCode.INVALID_REQUEST,
+                            f"unknown isolation level {request.isolation_level}",
+                        )
+                    partition = self._replicas.leader_partition(
+                        entry.topic, entry.partition, _client_leader_epoch(entry)
+                    )
+                    found = await self._list_offset(partition, entry)
+                    if found is not None:
+                        response.offset, response.timestamp_ms = found
+                        response.leader_epoch = _epoch_at(partition, found[0])
+                except Exception as exc:
+                    result = error_result(exc)
+                    response.error_code = wire_code(result.code)
+                    response.error_message = result.message
+                    if result.leader_hint is not None:
+                        response.current_leader.CopyFrom(leader_hint_proto(result.leader_hint))
+                responses.append(response)
+            return storage_pb2.ListOffsetsResponse(partitions=responses)
+
+    async def _list_offset(
+        self, partition: Partition, entry: storage_pb2.ListOffsetsPartition
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) for the spec, or None when no record matches."""
+        spec = entry.spec
+        if spec == storage_pb2.OFFSET_SPEC_EARLIEST:
+            return partition.log_start_offset, NO_TIMESTAMP
+        if spec == storage_pb2.OFFSET_SPEC_LATEST:
+            # READ_COMMITTED reads up to the last stable offset: the HW until transactions.
+            return partition.high_watermark, NO_TIMESTAMP
+        if spec == storage_pb2.OFFSET_SPEC_TIMESTAMP:
+            if entry.timestamp_ms < 0:
+                raise PartitionError(
+                    ErrorCode.INVALID_REQUEST, f"timestamp_ms {entry.timestamp_ms} is negative"
+                )
+            return await self._offset_for_timestamp(partition, entry.timestamp_ms)
+        if spec == storage_pb2.OFFSET_SPEC_MAX_TIMESTAMP:
+            raise PartitionError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                "OFFSET_SPEC_MAX_TIMESTAMP is not supported by this storage node yet",
+            )
+        raise PartitionError(
+            ErrorCode.INVALID_REQUEST,
+            f"spec {spec} is not one of EARLIEST, LATEST, TIMESTAMP, MAX_TIMESTAMP",
+        )
+
+    @staticmethod
+    async def _offset_for_timestamp(
+        partition: Partition, timestamp_ms: int
+    ) -> tuple[int, int] | None:
+        # Reads index files and may decode one batch: off the loop (a rare request).
+        found = await asyncio.to_thread(
+            partition.log.offset_for_timestamp, timestamp_ms, max_offset=partition.high_watermark
+        )
+        return None if found is None else (found.offset, found.timestamp)
+
+    # -- GetMetadata ------------------------------------------------------------------------
+
+    async def GetMetadata(
+        self, request: storage_pb2.GetMetadataRequest, context: Any
+    ) -> storage_pb2.GetMetadataResponse:
+        with self._instruments.request("GetMetadata", context):
+            view = self._replicas.view
+            response = storage_pb2.GetMetadataResponse(
+                cluster_id=view.cluster_id,
+                controller_id=view.controller_id,
+                metadata_offset=view.offset,
+            )
+            for broker in view.brokers.values():
+                response.brokers.add(
+                    node_id=broker.node_id,
+                    role=broker.role,
+                    endpoints=endpoint_protos(broker.endpoints),
+                    rack=broker.rack,
+                    fenced=broker.fenced,
+                )
+            names = list(dict.fromkeys(request.topics)) or [
+                name
+                for name, topic in sorted(view.topics.items())
+                if request.include_internal or not topic.internal
+            ]
+            for name in names:
+                response.topics.append(self._topic_metadata(name))
+            return response
+
+    def _topic_metadata(self, name: str) -> storage_pb2.TopicMetadata:
+        view = self._replicas.view
+        topic = view.topic(name)
+        if topic is None:
+            try:
+                check_topic_name(name)
+            except ValueError as exc:
+                return storage_pb2.TopicMetadata(
+                    name=name,
+                    error_code=wire_code(ErrorCode.INVALID_TOPIC_EXCEPTION),
+                    error_message=str(exc),
+                )
+            return storage_pb2.TopicMetadata(
+                name=name,
+                error_code=wire_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                error_message=f"topic {name} does not exist",
+            )
+        metadata = storage_pb2.TopicMetadata(
+            name=name, topic_id=topic.topic_id, internal=topic.internal
+        )
+        for index in sorted(topic.partitions):
+            info = topic.partitions[index]
+            offline = [
+                replica
+                for replica in info.replicas
+                if (broker := view.broker(replica)) is None or broker.fenced
+            ]
+            metadata.partitions.add(
+                partition=index,
+                error_code=wire_code(
+                    ErrorCode.LEADER_NOT_AVAILABLE if info.leader == NO_LEADER else ErrorCode.NONE
+                ),
+                leader_id=info.leader,
+                leader_epoch=info.leader_epoch,
+                replicas=info.replicas,
+                isr=info.isr,
+                offline_replicas=offline,
+            )
+        return metadata
+
+    # -- DeleteRecords ----------------------------------------------------------------------
+
+    async def DeleteRecords(
+        self, request: storage_pb2.DeleteRecordsRequest, context: Any
+    ) -> storage_pb2.DeleteRecordsResponse:
+        with self._instruments.request("DeleteRecords", context):
+            responses = []
+            for entry, address_error in _with_address_errors(request.partitions):
+                response = storage_pb2.DeleteRecordsPartitionResponse(
+                    topic=entry.topic, partition=entry.partition, low_watermark=NO_OFFSET
+                )
+                try:
+                    _raise_if(address_error)
+                    partition = self._replicas.leader_partition(entry.topic, entry.partition)
+                    offset = partition.high_watermark if entry.offset == NO_OFFSET else entry.offset
+                    if offset < 0:
+                        raise PartitionError(
+                            ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {entry.offset} is negative"
+                        )
+                    # Renames and deletes segment files: off the loop.
+                    response.low_watermark = await asyncio.to_thread(
+                        partition.log.delete_records_before, offset
+                    )
+                    partition.wake_listeners()
+                except Exception as exc:
+                    result = error_result(exc)
+                    response.error_code = wire_code(result.code)
+                    response.error_message = result.message
+                responses.append(response)
+            return storage_pb2.DeleteRecordsResponse(partitions=responses)
+
+    # -- InitProducerId ---------------------------------------------------------------------
+
+    async def InitProducerId(
+        self, request: storage_pb2.InitProducerIdRequest, context: Any
+    ) -> storage_pb2.InitProducerIdResponse:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "InitProducerId needs producer-id blocks from the controller (issue #8); "
+            "idempotent producers are not supported yet",
+        )
+        raise AssertionError("context.abort returned")
+
+
+class _RecordBuildError(Exception):
+    def __init__(self, result: ErrorResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+def _build_batch(item: _ProduceItem, partition: Partition) -> bytes:
+    """The batch of a ProduceRecords entry, in the requested (or the topic's) codec."""
+    if item.compression == common_pb2.COMPRESSION_TYPE_UNSPECIFIED:
+        codec = partition.settings.compression
+    else:
+        found = _COMPRESSION_OF_PROTO.get(item.compression)
+        if found is None:
+            raise _RecordBuildError(
+                ErrorResult(
+                    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                    f"unknown compression {item.compression}",
+                )
+            )
+        codec = found
+    if not item.plain:
+        raise _RecordBuildError(ErrorResult(ErrorCode.INVALID_RECORD, "the entry holds no records"))
+    builder = BatchBuilder(codec)
+    for index, record in enumerate(item.plain):
+        try:
+            builder.append(
+                record.timestamp_ms if record.HasField("timestamp_ms") else None,
+                record.key if record.HasField("key") else None,
+                record.value if record.HasField("value") else None,
+                [
+                    (header.key, header.value if header.HasField("value") else None)
+                    for header in record.headers
+                ],
+            )
+        except (ValueError, TypeError) as exc:
+            raise _RecordBuildError(
+                ErrorResult(ErrorCode.INVALID_RECORD, f"record {index}: {exc}", batch_index=index)
+            ) from None
+    try:
+        return builder.build()
+    except ValueError as exc:
+        raise _RecordBuildError(ErrorResult(ErrorCode.INVALID_RECORD, str(exc))) from None
+
+
+def _fetch_request_error(request: storage_pb2.FetchRequest) -> ErrorResult | None:
+    for name in ("max_wait_ms", "min_bytes", "max_bytes"):
+        value = getattr(request, name)
+        if value < 0:
+            return ErrorResult(ErrorCode.INVALID_REQUEST, f"{name} {value} is negative")
+    if request.isolation_level not in _VALID_ISOLATION:
+        return ErrorResult(
+            ErrorCode.INVALID_REQUEST, f"unknown isolation level {request.isolation_level}"
+        )
+    return None
+
+
+def _epoch_at(partition: Partition, offset: int) -> int:
+    """The leader epoch of the record at ``offset`` (for a consumer's offset validation)."""
+    epoch = NO_EPOCH
+    for entry in partition.log.leader_epoch_cache.entries:
+        if entry.start_offset > offset:
+            break
+        epoch = entry.epoch
+    return epoch
+
+
+def _client_leader_epoch(
+    entry: storage_pb2.FetchPartition
+    | storage_pb2.SubscribePartition
+    | storage_pb2.ListOffsetsPartition,
+) -> int:
+    """The leader epoch a client sent, or NO_EPOCH when it sent none (the field is optional:
+    proto3's default 0 must not read as "epoch 0")."""
+    if entry.HasField("current_leader_epoch"):
+        return entry.current_leader_epoch
+    return NO_EPOCH
