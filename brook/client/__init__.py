@@ -1,0 +1,59 @@
+"""Brook's Python client SDK: produce to and consume from a Brook cluster over gRPC.
+
+    from brook.client import Consumer, Producer, TopicPartition
+
+    with Producer(bootstrap_servers="127.0.0.1:9101") as producer:
+        producer.send("events", b"hello", key=b"user-1")
+
+    with Consumer(bootstrap_servers="127.0.0.1:9101", auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("events", 0)])
+        for record in consumer.poll(timeout=1.0):
+            print(record.offset, record.key, record.value)
+
+Settings use Kafka's client configuration names and defaults (``brook.client.config``).
+``AsyncProducer`` and ``AsyncConsumer`` are the asyncio flavours of the same clients.
+"""
+
+from brook.client.accumulator import RecordFuture
+from brook.client.consumer import AsyncConsumer, Consumer
+from brook.client.errors import (
+    ApiError,
+    BrookClientError,
+    ClientClosedError,
+    ClientTimeoutError,
+    ConfigError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from brook.client.producer import AsyncProducer, Producer
+from brook.client.types import (
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TimestampType,
+    TopicPartition,
+)
+
+__all__ = [
+    "ApiError",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "BrookClientError",
+    "ClientClosedError",
+    "ClientTimeoutError",
+    "ConfigError",
+    "Consumer",
+    "ConsumerRecord",
+    "NoOffsetForPartitionError",
+    "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
+    "Producer",
+    "RecordFuture",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "TimestampType",
+    "TopicPartition",
+    "UnknownTopicOrPartitionError",
+]

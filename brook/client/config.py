@@ -1,0 +1,509 @@
+"""Producer and consumer settings: Kafka's client configuration names, Kafka's defaults.
+
+A client takes its settings as a dict, the way confluent-kafka and the Java client do, as
+keyword arguments with ``_`` for ``.``, or both (naming one setting in both is an error)::
+
+    Producer({"bootstrap.servers": "127.0.0.1:9101", "linger.ms": 10})
+    Producer(bootstrap_servers="127.0.0.1:9101", linger_ms=10, compression_type="lz4")
+
+Values may be written as Kafka writes them (strings) or as Python values (int, bool, a list of
+hosts). Every value is parsed and validated by ``brook.config`` before anything starts; an
+unknown name is an error rather than Kafka's warning, because a mistyped client setting
+silently falling back to its default is a bug that is hard to find.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from brook.config import (
+    INT32_MAX,
+    Config,
+    ConfigCheck,
+    ConfigDef,
+    ConfigError,
+    ConfigKey,
+    ConfigType,
+    HostPortList,
+    Importance,
+    OneOf,
+    Range,
+    RawSetting,
+    check_not_greater,
+)
+from brook.record import Compression
+from brook.v1 import common_pb2, storage_pb2
+
+__all__ = [
+    "CONSUMER_CONFIG_DEF",
+    "PRODUCER_CONFIG_DEF",
+    "ConsumerConfig",
+    "OffsetResetStrategy",
+    "ProducerConfig",
+    "consumer_config",
+    "producer_config",
+]
+
+ClientSettings = Mapping[str, object]
+
+_H = Importance.HIGH
+_M = Importance.MEDIUM
+_L = Importance.LOW
+_INT = ConfigType.INT
+_LONG = ConfigType.LONG
+
+_COMPRESSION_NAMES: Final = ("none", "gzip", "snappy", "lz4", "zstd")
+_COMPRESSION_BY_NAME: Final = {name: Compression(i) for i, name in enumerate(_COMPRESSION_NAMES)}
+_ACKS: Final = {
+    "0": storage_pb2.ACKS_NONE,
+    "1": storage_pb2.ACKS_LEADER,
+    "all": storage_pb2.ACKS_ALL,
+    "-1": storage_pb2.ACKS_ALL,
+}
+
+
+def _common_keys() -> tuple[ConfigKey, ...]:
+    return (
+        ConfigKey(
+            "bootstrap.servers",
+            ConfigType.LIST,
+            ("127.0.0.1:9101",),
+            "host:port of one or more storage nodes' GRPC listeners, comma-separated. Any one "
+            "reachable node is enough: it tells the client about every other node and which "
+            "node leads each partition. The default is the first node of `brook cluster up`.",
+            _H,
+            HostPortList(),
+        ),
+        ConfigKey(
+            "client.id",
+            ConfigType.STRING,
+            "",
+            "A name for this client, sent in the gRPC user agent and used in thread names and "
+            "log lines.",
+            _M,
+        ),
+        ConfigKey(
+            "request.timeout.ms",
+            _INT,
+            30000,
+            "The longest the client waits for the answer to one request before it treats the "
+            "request as failed (and retries it when retries allow).",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "retry.backoff.ms",
+            _LONG,
+            100,
+            "The first wait before retrying a failed request or metadata refresh; each further "
+            "attempt doubles it, with 20% jitter, up to retry.backoff.max.ms.",
+            _L,
+            Range(0),
+        ),
+        ConfigKey(
+            "retry.backoff.max.ms",
+            _LONG,
+            1000,
+            "The longest wait between retries of the same request. When it is less than "
+            "retry.backoff.ms it is used as a constant back-off, as in Kafka.",
+            _L,
+            Range(0),
+        ),
+        ConfigKey(
+            "reconnect.backoff.ms",
+            _LONG,
+            50,
+            "The first wait before reconnecting to a node the client could not reach.",
+            _L,
+            Range(0),
+        ),
+        ConfigKey(
+            "reconnect.backoff.max.ms",
+            _LONG,
+            1000,
+            "The longest wait between attempts to reconnect to a node.",
+            _L,
+            Range(0),
+        ),
+        ConfigKey(
+            "metadata.max.age.ms",
+            _LONG,
+            300000,
+            "How long cached metadata is trusted before it is refreshed, even without an "
+            "error suggesting that leadership changed.",
+            _L,
+            Range(0),
+        ),
+    )
+
+
+def _check_delivery_timeout(config: Config) -> str | None:
+    # Kafka's rule: a record must be allowed to linger and then wait for one full request.
+    needed = config.get_int("linger.ms") + config.get_int("request.timeout.ms")
+    if config.get_int("delivery.timeout.ms") >= needed:
+        return None
+    return (
+        f"delivery.timeout.ms={config.get_int('delivery.timeout.ms')} must be at least "
+        f"linger.ms + request.timeout.ms = {needed}"
+    )
+
+
+PRODUCER_CONFIG_DEF: Final = ConfigDef(
+    (
+        *_common_keys(),
+        ConfigKey(
+            "acks",
+            ConfigType.STRING,
+            "all",
+            "How many replicas must have a record before it is acknowledged: 0 (none; offsets "
+            "are reported as -1), 1 (the leader), all or -1 (every in-sync replica).",
+            _H,
+            OneOf(tuple(_ACKS)),
+        ),
+        ConfigKey(
+            "linger.ms",
+            _LONG,
+            5,
+            "How long a partition's batch waits for more records before it is sent when it is "
+            "not yet full (Kafka's default since 4.0, KIP-1030).",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "batch.size",
+            _INT,
+            16384,
+            "The size a partition's batch is filled to before it is sent (uncompressed bytes, "
+            "header included). A record larger than this is sent in a batch of its own; 0 "
+            "sends every record alone.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "buffer.memory",
+            _LONG,
+            33554432,
+            "The bytes of records the producer holds while they wait to be sent or "
+            "acknowledged. When it is used up, send blocks (up to max.block.ms) until "
+            "acknowledged batches free room.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "max.block.ms",
+            _LONG,
+            60000,
+            "The longest send blocks: waiting for buffer memory, or for the metadata of a "
+            "topic it has not seen. When the metadata does not name the topic by then, the "
+            "record's future fails with UNKNOWN_TOPIC_OR_PARTITION.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "compression.type",
+            ConfigType.STRING,
+            "none",
+            "The codec of the record batches the producer builds.",
+            _H,
+            OneOf(_COMPRESSION_NAMES),
+        ),
+        ConfigKey(
+            "retries",
+            _INT,
+            INT32_MAX,
+            "How many times a batch that failed with a retriable error is sent again; "
+            "delivery.timeout.ms bounds the whole attempt in any case.",
+            _H,
+            Range(0),
+        ),
+        ConfigKey(
+            "delivery.timeout.ms",
+            _INT,
+            120000,
+            "The longest a record may take from send to acknowledgement, retries included; "
+            "after it the record's future fails. Must be at least linger.ms + "
+            "request.timeout.ms.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "max.in.flight.requests.per.connection",
+            _INT,
+            5,
+            "The most produce requests waiting for an answer from one node. A partition never "
+            "has more than one request in flight, so retries cannot reorder its records.",
+            _L,
+            Range(1),
+        ),
+        ConfigKey(
+            "max.request.size",
+            _INT,
+            1048576,
+            "The largest produce request, and so the largest record, the producer sends. "
+            "send raises RecordTooLargeError for a larger record.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "partitioner.ignore.keys",
+            ConfigType.BOOLEAN,
+            False,
+            "Place keyed records as if they had no key (sticky partitioning) instead of by "
+            "murmur2 of the key.",
+            _M,
+        ),
+    ),
+    (_check_delivery_timeout,),
+)
+
+_CONSUMER_CHECKS: tuple[ConfigCheck, ...] = (
+    check_not_greater(
+        "fetch.max.wait.ms",
+        "request.timeout.ms",
+        "a fetch long-poll must end before the request times out",
+    ),
+)
+
+CONSUMER_CONFIG_DEF: Final = ConfigDef(
+    (
+        *_common_keys(),
+        ConfigKey(
+            "fetch.min.bytes",
+            _INT,
+            1,
+            "The least data a fetch waits for (up to fetch.max.wait.ms) before the node answers.",
+            _H,
+            Range(0),
+        ),
+        ConfigKey(
+            "fetch.max.wait.ms",
+            _INT,
+            500,
+            "The longest a node holds a fetch when less than fetch.min.bytes is available.",
+            _L,
+            Range(0),
+        ),
+        ConfigKey(
+            "fetch.max.bytes",
+            _INT,
+            52428800,
+            "The most record bytes one fetch returns from one node (a first batch larger than "
+            "this is still returned, so the consumer always makes progress).",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "max.partition.fetch.bytes",
+            _INT,
+            1048576,
+            "The most record bytes one fetch returns for one partition (with the same "
+            "exception for a first batch).",
+            _H,
+            Range(0),
+        ),
+        ConfigKey(
+            "max.poll.records",
+            _INT,
+            500,
+            "The most records one poll returns.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "auto.offset.reset",
+            ConfigType.STRING,
+            "latest",
+            "Where to start when a partition has no position or its position is out of range: "
+            "earliest, latest, or none (raise instead).",
+            _M,
+            OneOf(("latest", "earliest", "none")),
+        ),
+        ConfigKey(
+            "isolation.level",
+            ConfigType.STRING,
+            "read_uncommitted",
+            "read_committed stops at the last stable offset (transactions arrive later).",
+            _M,
+            OneOf(("read_uncommitted", "read_committed")),
+        ),
+        ConfigKey(
+            "check.crcs",
+            ConfigType.BOOLEAN,
+            True,
+            "Verify the CRC-32C of every fetched batch before handing out its records.",
+            _L,
+        ),
+        ConfigKey(
+            "default.api.timeout.ms",
+            _INT,
+            60000,
+            "The bound of the consumer calls that take no timeout (position, "
+            "offsets_for_times, close).",
+            _M,
+            Range(0),
+        ),
+    ),
+    _CONSUMER_CHECKS,
+)
+
+
+class OffsetResetStrategy(enum.Enum):
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryBackoff:
+    """Kafka's exponential back-off: base * 2^(attempt-1), capped, with +-20% jitter."""
+
+    base_ms: int
+    max_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ClientCommon:
+    bootstrap_servers: tuple[str, ...]
+    client_id: str
+    request_timeout_ms: int
+    retry_backoff: RetryBackoff
+    reconnect_backoff_ms: int
+    reconnect_backoff_max_ms: int
+    metadata_max_age_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig(_ClientCommon):
+    acks: int  # storage_pb2.Acks value
+    linger_ms: int
+    batch_size: int
+    buffer_memory: int
+    max_block_ms: int
+    compression: Compression
+    retries: int
+    delivery_timeout_ms: int
+    max_in_flight_requests_per_connection: int
+    max_request_size: int
+    partitioner_ignore_keys: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig(_ClientCommon):
+    fetch_min_bytes: int
+    fetch_max_wait_ms: int
+    fetch_max_bytes: int
+    max_partition_fetch_bytes: int
+    max_poll_records: int
+    auto_offset_reset: OffsetResetStrategy
+    isolation_level: int  # common_pb2.IsolationLevel value
+    check_crcs: bool
+    default_api_timeout_ms: int
+
+
+def producer_config(settings: ClientSettings | None = None, **kwargs: object) -> ProducerConfig:
+    """Parse and validate producer settings; raises ConfigError naming every problem."""
+    config = _parse(PRODUCER_CONFIG_DEF, "producer", settings, kwargs)
+    return ProducerConfig(
+        *_common_fields(config),
+        acks=_ACKS[config.get_string("acks")],
+        linger_ms=config.get_int("linger.ms"),
+        batch_size=config.get_int("batch.size"),
+        buffer_memory=config.get_int("buffer.memory"),
+        max_block_ms=config.get_int("max.block.ms"),
+        compression=_COMPRESSION_BY_NAME[config.get_string("compression.type")],
+        retries=config.get_int("retries"),
+        delivery_timeout_ms=config.get_int("delivery.timeout.ms"),
+        max_in_flight_requests_per_connection=config.get_int(
+            "max.in.flight.requests.per.connection"
+        ),
+        max_request_size=config.get_int("max.request.size"),
+        partitioner_ignore_keys=config.get_bool("partitioner.ignore.keys"),
+    )
+
+
+def consumer_config(settings: ClientSettings | None = None, **kwargs: object) -> ConsumerConfig:
+    """Parse and validate consumer settings; raises ConfigError naming every problem."""
+    config = _parse(CONSUMER_CONFIG_DEF, "consumer", settings, kwargs)
+    isolation = (
+        common_pb2.ISOLATION_LEVEL_READ_COMMITTED
+        if config.get_string("isolation.level") == "read_committed"
+        else common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
+    )
+    return ConsumerConfig(
+        *_common_fields(config),
+        fetch_min_bytes=config.get_int("fetch.min.bytes"),
+        fetch_max_wait_ms=config.get_int("fetch.max.wait.ms"),
+        fetch_max_bytes=config.get_int("fetch.max.bytes"),
+        max_partition_fetch_bytes=config.get_int("max.partition.fetch.bytes"),
+        max_poll_records=config.get_int("max.poll.records"),
+        auto_offset_reset=OffsetResetStrategy(config.get_string("auto.offset.reset")),
+        isolation_level=isolation,
+        check_crcs=config.get_bool("check.crcs"),
+        default_api_timeout_ms=config.get_int("default.api.timeout.ms"),
+    )
+
+
+def _common_fields(
+    config: Config,
+) -> tuple[tuple[str, ...], str, int, RetryBackoff, int, int, int]:
+    """The _ClientCommon fields, in their order."""
+    backoff_ms = config.get_int("retry.backoff.ms")
+    backoff_max_ms = config.get_int("retry.backoff.max.ms")
+    return (
+        tuple(str(hp) for hp in config.get_host_ports("bootstrap.servers")),
+        config.get_string("client.id"),
+        config.get_int("request.timeout.ms"),
+        RetryBackoff(min(backoff_ms, backoff_max_ms), backoff_max_ms),
+        config.get_int("reconnect.backoff.ms"),
+        config.get_int("reconnect.backoff.max.ms"),
+        config.get_int("metadata.max.age.ms"),
+    )
+
+
+def _parse(
+    definition: ConfigDef,
+    kind: str,
+    settings: ClientSettings | None,
+    kwargs: Mapping[str, object],
+) -> Config:
+    raw: dict[str, RawSetting] = {}
+    problems: list[str] = []
+    if settings is not None and not isinstance(settings, Mapping):
+        raise ConfigError(
+            [f"{kind} settings must be a mapping of names to values, got {type(settings).__name__}"]
+        )
+    sources: list[tuple[str, str, object]] = [
+        (str(name), f"{kind} settings", value) for name, value in (settings or {}).items()
+    ]
+    sources += [
+        (name.replace("_", "."), f"keyword argument {name}", value)
+        for name, value in kwargs.items()
+    ]
+    for name, source, value in sources:
+        if name not in definition:
+            problems.append(f"{name} is not a {kind} setting (from {source})")
+            continue
+        if name in raw:
+            problems.append(f"{name} is given twice (from {raw[name].source} and {source})")
+            continue
+        try:
+            raw[name] = RawSetting(_written_form(value), source)
+        except TypeError as e:
+            problems.append(f"{name}={value!r} {e} (from {source})")
+    if problems:
+        raise ConfigError(problems)
+    return definition.parse(raw)
+
+
+def _written_form(value: object) -> str:
+    """The value as Kafka's properties syntax writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | str):
+        return str(value)
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return ",".join(value)
+    raise TypeError("is not a string, integer, boolean or list of strings")

@@ -1,0 +1,350 @@
+"""The producer: ``Producer`` (blocking) and ``AsyncProducer`` (asyncio), one core.
+
+    with Producer({"bootstrap.servers": "127.0.0.1:9101", "linger.ms": 10}) as producer:
+        future = producer.send("events", b"payload", key=b"user-1")
+        producer.flush()
+        print(future.result().offset)
+
+    async with AsyncProducer(bootstrap_servers="127.0.0.1:9101") as producer:
+        metadata = await producer.send_and_wait("events", b"payload")
+
+``send`` encodes the record into its partition's batch in the caller's thread and returns a
+``RecordFuture`` at once; it blocks (the asyncio flavour awaits) only for the metadata of a
+topic it has not seen and when ``buffer.memory`` is used up, both bounded by ``max.block.ms``.
+The network side runs on an event loop: a private one in a daemon thread for ``Producer``, the
+application's for ``AsyncProducer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Sequence
+
+from brook.client.accumulator import (
+    NeedMemory,
+    NeedMetadata,
+    ProducerBatch,
+    RecordAccumulator,
+    RecordFuture,
+)
+from brook.client.config import ClientSettings, ProducerConfig, producer_config
+from brook.client.errors import (
+    ClientClosedError,
+    ClientTimeoutError,
+    UnknownTopicOrPartitionError,
+)
+from brook.client.metadata import Metadata
+from brook.client.network import Network
+from brook.client.runtime import (
+    AsyncClosing,
+    Closing,
+    LoopThread,
+    Notifier,
+    Steps,
+    Wakeup,
+    drive,
+    drive_async,
+)
+from brook.client.sender import Sender
+from brook.client.types import Header, RecordMetadata
+
+__all__ = ["AsyncProducer", "Producer"]
+
+# Produce answers carry no records: a small bound suffices.
+_PRODUCE_RESPONSE_BYTES_MAX = 4 * 1024 * 1024
+# Extra time the blocking API gives the loop to finish a close that itself is bounded.
+_CLOSE_MARGIN_S = 5.0
+_instances = itertools.count(1)
+
+
+class _ProducerCore:
+    """Everything both flavours share; lives on one event loop."""
+
+    def __init__(self, config: ProducerConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.notifier = Notifier()
+        self.network = Network(
+            client_id=config.client_id,
+            send_bytes_max=config.max_request_size,
+            receive_bytes_max=_PRODUCE_RESPONSE_BYTES_MAX,
+            reconnect_backoff_ms=config.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+        )
+        self.metadata = Metadata(
+            bootstrap_servers=config.bootstrap_servers,
+            network=self.network,
+            notifier=self.notifier,
+            wakeup=Wakeup(loop),
+            backoff=config.retry_backoff,
+            request_timeout_ms=config.request_timeout_ms,
+            max_age_ms=config.metadata_max_age_ms,
+        )
+        sender_wakeup = Wakeup(loop)
+        self.accumulator = RecordAccumulator(
+            metadata=self.metadata,
+            notifier=self.notifier,
+            wakeup=sender_wakeup,
+            batch_size=config.batch_size,
+            buffer_memory=config.buffer_memory,
+            linger_ms=config.linger_ms,
+            max_request_size=config.max_request_size,
+            delivery_timeout_ms=config.delivery_timeout_ms,
+            compression=config.compression,
+            partitioner_ignore_keys=config.partitioner_ignore_keys,
+        )
+        self.sender = Sender(config, self.accumulator, self.metadata, self.network, sender_wakeup)
+        self.metadata.add_listener(sender_wakeup)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def default_wait_s(self) -> float:
+        """How long a flush or close may take at most when the caller gives no timeout: by
+        then every record has been delivered or has expired."""
+        return (self.config.delivery_timeout_ms + self.config.request_timeout_ms) / 1000
+
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self.metadata.run(), name="brook-producer-metadata"),
+            asyncio.create_task(self.sender.run(), name="brook-producer-sender"),
+        ]
+
+    def blocked_send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        partition: int | None,
+        timestamp: int | None,
+    ) -> Steps[RecordFuture]:
+        """send, once the fast path found it must wait for metadata or memory."""
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        waiting_for_memory = False
+        self.metadata.add_topics((topic,))
+        try:
+            while True:
+                version = self.notifier.version
+                try:
+                    return self.accumulator.append(topic, value, key, headers, partition, timestamp)
+                except NeedMetadata:
+                    # Ask again while we wait (the metadata cache spaces the requests).
+                    self.metadata.request_update()
+                    if time.monotonic() >= deadline:
+                        problem = self._placement_problem(topic, partition)
+                        batch = ProducerBatch.failed(
+                            topic,
+                            -1 if partition is None else partition,
+                            UnknownTopicOrPartitionError(problem),
+                        )
+                        return RecordFuture(batch, 0, -1)
+                except NeedMemory as need:
+                    if not waiting_for_memory:
+                        self.accumulator.begin_memory_wait()
+                        waiting_for_memory = True
+                    if time.monotonic() >= deadline:
+                        raise ClientTimeoutError(
+                            f"send waited max.block.ms={self.config.max_block_ms} for "
+                            f"{need.needed_bytes} bytes of buffer.memory="
+                            f"{self.config.buffer_memory}; records are produced faster than "
+                            "the cluster acknowledges them"
+                        ) from None
+                yield version, max(deadline - time.monotonic(), 0.0)
+        finally:
+            if waiting_for_memory:
+                self.accumulator.end_memory_wait()
+
+    def _placement_problem(self, topic: str, partition: int | None) -> str:
+        cluster = self.metadata.cluster
+        waited = f"within max.block.ms={self.config.max_block_ms}"
+        if topic in cluster.missing:
+            return f"topic {topic!r} does not exist ({cluster.missing[topic]}) {waited}"
+        info = cluster.topics.get(topic)
+        if info is not None and partition is not None:
+            return (
+                f"partition {partition} of topic {topic!r} does not exist {waited} (the topic "
+                f"has {info.num_partitions})"
+            )
+        reason = self.metadata.last_error
+        suffix = f": {reason}" if reason else ""
+        return f"topic {topic!r} not present in metadata {waited}{suffix}"
+
+    async def flush(self, timeout_s: float) -> None:
+        batches = self.accumulator.begin_flush()
+        try:
+            async with asyncio.timeout(timeout_s):
+                for batch in batches:
+                    await batch.wait_async()
+        except TimeoutError:
+            raise ClientTimeoutError(_flush_timeout(batches, timeout_s)) from None
+        finally:
+            self.accumulator.end_flush()
+
+    def flush_blocking(self, timeout_s: float) -> None:
+        batches = self.accumulator.begin_flush()
+        try:
+            deadline = time.monotonic() + timeout_s
+            for batch in batches:
+                if not batch.wait(max(deadline - time.monotonic(), 0.0)):
+                    raise ClientTimeoutError(_flush_timeout(batches, timeout_s))
+        finally:
+            self.accumulator.end_flush()
+
+    async def close(self, timeout_s: float) -> None:
+        """Deliver what is pending within ``timeout_s``, fail the rest, release everything."""
+        deadline = time.monotonic() + timeout_s
+        self.accumulator.begin_close()
+        try:
+            while True:
+                version = self.notifier.version
+                remaining = deadline - time.monotonic()
+                if self.accumulator.incomplete_count == 0 or remaining <= 0:
+                    break
+                await self.notifier.wait_async(version, remaining)
+            if self.accumulator.incomplete_count:
+                error = ClientClosedError(
+                    f"the producer was closed with a {timeout_s} s timeout before the record "
+                    "was acknowledged"
+                )
+                self.accumulator.abort_queued(error)
+                await self.sender.abort()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.network.close()
+
+
+def _flush_timeout(batches: list[ProducerBatch], timeout_s: float) -> str:
+    pending = sum(1 for batch in batches if not batch.done)
+    return f"flush did not complete within {timeout_s} s: {pending} batch(es) not yet acknowledged"
+
+
+class Producer(Closing):
+    """A blocking producer; thread-safe: any number of threads may send through one.
+
+    Settings: a dict of Kafka producer settings and/or keyword arguments (``linger_ms=10``),
+    see ``brook.client.config``.
+    """
+
+    def __init__(self, settings: ClientSettings | None = None, **kwargs: object) -> None:
+        self.config = producer_config(settings, **kwargs)
+        name = self.config.client_id or f"producer-{next(_instances)}"
+        self._thread = LoopThread(f"brook-{name}")
+        try:
+            self._core = _ProducerCore(self.config, self._thread.loop)
+            self._thread.run(self._core.start(), _CLOSE_MARGIN_S)
+        except BaseException:
+            self._thread.stop()
+            raise
+        self._accumulator = self._core.accumulator
+        self._closed = False
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> RecordFuture:
+        """Queue one record; returns its future at once (see the module docstring)."""
+        try:
+            return self._accumulator.append(topic, value, key, headers, partition, timestamp)
+        except (NeedMetadata, NeedMemory):
+            core = self._core
+            return drive(
+                core.blocked_send(topic, value, key, headers, partition, timestamp),
+                core.notifier,
+            )
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything now and wait (up to ``timeout`` seconds) until every record sent
+        before the call is acknowledged or failed; raises ClientTimeoutError otherwise."""
+        self._core.flush_blocking(self._core.default_wait_s if timeout is None else timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver pending records (up to ``timeout`` seconds; 0 fails them at once), then
+        release the I/O thread and connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._accumulator.begin_close()
+        timeout_s = self._core.default_wait_s if timeout is None else max(timeout, 0.0)
+        try:
+            self._thread.run(self._core.close(timeout_s), timeout_s + _CLOSE_MARGIN_S)
+        finally:
+            self._thread.stop()
+
+
+class AsyncProducer(AsyncClosing):
+    """The asyncio producer: runs on the loop that calls ``start`` (or ``async with``).
+
+    Its methods take the same ``timeout`` (seconds) as the blocking Producer's, so code moves
+    between the two unchanged; hence the ASYNC109 exemptions.
+    """
+
+    def __init__(self, settings: ClientSettings | None = None, **kwargs: object) -> None:
+        self.config = producer_config(settings, **kwargs)
+        self._core: _ProducerCore | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        if self._core is not None or self._closed:
+            raise ClientClosedError("an AsyncProducer is started once")
+        self._core = _ProducerCore(self.config, asyncio.get_running_loop())
+        await self._core.start()
+
+    def _started(self) -> _ProducerCore:
+        if self._core is None:
+            raise ClientClosedError("the AsyncProducer is not started: use `async with` or start()")
+        return self._core
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> RecordFuture:
+        """Queue one record and return its (awaitable) future."""
+        core = self._started()
+        try:
+            return core.accumulator.append(topic, value, key, headers, partition, timestamp)
+        except (NeedMetadata, NeedMemory):
+            return await drive_async(
+                core.blocked_send(topic, value, key, headers, partition, timestamp),
+                core.notifier,
+            )
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait for its acknowledgement."""
+        future = await self.send(topic, value, key, headers, partition, timestamp)
+        return await future
+
+    async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        core = self._started()
+        await core.flush(core.default_wait_s if timeout is None else timeout)
+
+    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        if self._closed:
+            return
+        self._closed = True
+        core = self._core
+        if core is not None:
+            await core.close(core.default_wait_s if timeout is None else max(timeout, 0.0))

@@ -1,0 +1,228 @@
+"""The producer's I/O: drains ready batches into produce requests and settles their outcome.
+
+One task on the client's loop. Each pass it expires batches past ``delivery.timeout.ms``,
+drains the ready batches into one request per leader node (up to
+``max.in.flight.requests.per.connection`` requests per node), and sleeps until a batch fills
+up, a linger timer or a retry back-off ends, or a request finishes. Each request is a task of
+its own; its answer completes, retries or fails every batch it carried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+
+from brook.client.accumulator import (
+    DrainedRequest,
+    PartitionQueue,
+    ProducerBatch,
+    RecordAccumulator,
+)
+from brook.client.config import ProducerConfig
+from brook.client.errors import (
+    BrookClientError,
+    ClientClosedError,
+    ClientTimeoutError,
+    api_error,
+)
+from brook.client.metadata import Metadata
+from brook.client.network import Network, rpc_error
+from brook.client.runtime import Wakeup, backoff_s
+from brook.errors import ErrorCode, error_code
+from brook.v1 import storage_pb2
+
+__all__ = ["METADATA_REFRESH_CODES", "Sender"]
+
+_log = logging.getLogger(__name__)
+
+# Errors after which the client's idea of who leads a partition is probably stale.
+METADATA_REFRESH_CODES = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+    }
+)
+
+
+class Sender:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        accumulator: RecordAccumulator,
+        metadata: Metadata,
+        network: Network,
+        wakeup: Wakeup,
+    ) -> None:
+        self._config = config
+        self._accumulator = accumulator
+        self._metadata = metadata
+        self._network = network
+        self._wakeup = wakeup
+        self._request_timeout_s = config.request_timeout_ms / 1000
+        # The node's own bound on waiting for replication: a tenth short of ours, so that
+        # its REQUEST_TIMED_OUT answer arrives before our deadline cuts the call off.
+        self._replication_timeout_ms = max(config.request_timeout_ms * 9 // 10, 1)
+        self._in_flight: dict[int, int] = {}
+        self._requests: set[asyncio.Task[None]] = set()
+
+    def _slots(self, node_id: int) -> int:
+        in_flight = self._in_flight.get(node_id, 0)
+        return self._config.max_in_flight_requests_per_connection - in_flight
+
+    async def run(self) -> None:
+        while True:
+            try:
+                timeout_s = self._run_once()
+            except Exception:
+                # As Kafka's I/O thread: a bug in one pass must not stop every later one.
+                _log.exception("the producer's sender failed a pass; retrying")
+                timeout_s = self._config.retry_backoff.max_ms / 1000
+            await self._wakeup.wait(timeout_s)
+
+    def _run_once(self) -> float | None:
+        """Expire, drain and send; returns how long to sleep (None: until woken)."""
+        now = time.monotonic()
+        next_expiry = self._accumulator.expire(now)
+        requests, next_ready, unknown_leader = self._accumulator.drain(
+            self._metadata.cluster, now, self._slots
+        )
+        if unknown_leader:
+            self._metadata.request_update()
+        for request in requests:
+            self._in_flight[request.node_id] = self._in_flight.get(request.node_id, 0) + 1
+            task = asyncio.create_task(self._send(request))
+            self._requests.add(task)
+            task.add_done_callback(self._requests.discard)
+        due = next_expiry if next_ready is None else min(next_ready, next_expiry)
+        return None if due == float("inf") else max(due - time.monotonic(), 0.0)
+
+    async def abort(self) -> None:
+        """Cancel every request in flight; their batches fail with ClientClosedError."""
+        tasks = list(self._requests)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _send(self, request: DrainedRequest) -> None:
+        try:
+            await self._exchange(request)
+        except asyncio.CancelledError:
+            self._fail_pending(
+                request,
+                ClientClosedError("the producer was closed before the record was acknowledged"),
+            )
+            raise
+        except Exception as error:
+            # Not an answer and not a transport error: a defect. Its records fail rather
+            # than hang, and their partitions go on.
+            _log.exception("produce request to node %d failed unexpectedly", request.node_id)
+            self._fail_pending(request, BrookClientError(f"produce request failed: {error!r}"))
+        finally:
+            self._in_flight[request.node_id] -= 1
+            self._wakeup.set()
+
+    def _fail_pending(self, request: DrainedRequest, error: BaseException) -> None:
+        for queue, batches in request.entries:
+            pending = [batch for batch in batches if not batch.done]
+            if pending:
+                self._accumulator.fail(queue, pending, error)
+
+    async def _exchange(self, request: DrainedRequest) -> None:
+        compression = self._accumulator.compression
+        message = storage_pb2.ProduceRequest(
+            acks=self._config.acks,  # type: ignore[arg-type]
+            timeout_ms=self._replication_timeout_ms,
+            partitions=[
+                storage_pb2.PartitionProduceData(
+                    topic=queue.topic,
+                    partition=queue.partition,
+                    records=b"".join(batch.seal(compression) for batch in batches),
+                )
+                for queue, batches in request.entries
+            ],
+        )
+        try:
+            response = await self._network.storage(request.address).Produce(
+                message, timeout=self._request_timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            code, text = rpc_error(error)
+            text = f"produce to node {request.node_id} ({request.address}) failed: {text}"
+            for queue, batches in request.entries:
+                self._settle_failure(queue, batches, code, text)
+            return
+        answers = {(p.topic, p.partition): p for p in response.partitions}
+        for queue, batches in request.entries:
+            answer = answers.get((queue.topic, queue.partition))
+            if answer is None:
+                self._settle_failure(
+                    queue,
+                    batches,
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"node {request.node_id} answered without {queue.topic}-{queue.partition}",
+                )
+                continue
+            code = error_code(answer.error_code)
+            if code is ErrorCode.NONE:
+                self._settle_success(queue, batches, answer)
+            else:
+                text = answer.error_message or code.name
+                self._settle_failure(queue, batches, code, text)
+
+    def _settle_success(
+        self,
+        queue: PartitionQueue,
+        batches: list[ProducerBatch],
+        answer: storage_pb2.PartitionProduceResponse,
+    ) -> None:
+        # The node appends a partition's batches as one contiguous run of offsets, starting
+        # at base_offset (-1 with acks=0: offsets unknown).
+        self._accumulator.complete(queue, batches, answer.base_offset, answer.log_append_time_ms)
+
+    def _settle_failure(
+        self, queue: PartitionQueue, batches: list[ProducerBatch], code: ErrorCode, text: str
+    ) -> None:
+        if code in METADATA_REFRESH_CODES:
+            self._metadata.request_update()
+        if not code.retriable and len(batches) > 1:
+            # The node judged the partition's batches together; only one may be at fault.
+            self._accumulator.split(queue, batches)
+            return
+        if code.retriable:
+            attempts = max(batch.attempts for batch in batches)
+            now = time.monotonic()
+            retry_at = now + backoff_s(self._config.retry_backoff, attempts + 1)
+            deadline = min(batch.deadline for batch in batches)
+            if attempts < self._config.retries and retry_at < deadline:
+                _log.debug(
+                    "retrying %d batch(es) of %s-%d after %s: %s",
+                    len(batches),
+                    queue.topic,
+                    queue.partition,
+                    code.name,
+                    text,
+                )
+                self._accumulator.requeue(queue, batches, retry_at)
+                return
+            error: BaseException = (
+                api_error(code, f"{text} (after {attempts + 1} attempt(s); retries exhausted)")
+                if attempts >= self._config.retries
+                else ClientTimeoutError(
+                    f"delivery.timeout.ms={self._config.delivery_timeout_ms} passed for "
+                    f"{queue.topic}-{queue.partition}; last error {code.name}: {text}"
+                )
+            )
+        else:
+            error = api_error(code, text)
+        self._accumulator.fail(queue, batches, error)
