@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from brook.admin_cli import add_admin_commands
 from brook.health import add_health_command
 from brook.launcher import add_cluster_command
 from brook.server import ServiceSpec, add_service_arguments, run_service
@@ -86,6 +87,7 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
     add_config_command,
     add_cluster_command,
     add_health_command,
+    add_admin_commands,
 )
 
 

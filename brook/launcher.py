@@ -38,6 +38,7 @@ import enum
 import json
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -69,6 +70,7 @@ _LOG_TAIL_BYTES_MAX = 64 * 1024
 LAYOUT_FILE = "cluster.json"
 _LAYOUT_FORMAT = 1
 CONFIG_FILE = "server.properties"
+_QUORUM_PASSWORD_BYTES = 24
 LOG_FILE = "server.log"
 PID_FILE = "server.pid"
 # config_overrides key for settings of every process.
@@ -423,10 +425,15 @@ class LocalCluster:
         self._atexit_registered = False
 
         layout_path = self.base_dir / LAYOUT_FILE
+        # The controllers' Raft transport unpickles what it receives, so every cluster gets
+        # its own secret, kept in the layout so that restarts reuse it.
+        self._quorum_password = secrets.token_urlsafe(_QUORUM_PASSWORD_BYTES)
         if layout_path.exists():
             layout = _read_layout(layout_path)
             _check_same_cluster(layout, layout_path, self.topology, host, port_offset)
             ports = _recorded_ports(layout, layout_path)
+            if isinstance(layout.get("quorum_password"), str) and layout["quorum_password"]:
+                self._quorum_password = layout["quorum_password"]
         else:
             ports = _plan_ports(self.topology, host, port_offset)
         self._specs: dict[str, ProcessSpec] = {}
@@ -505,6 +512,12 @@ class LocalCluster:
                 if s.role is Role.CONTROLLER
             )
             settings["metadata.log.dir"] = str(spec.directory / "metadata")
+            settings["controller.quorum.password"] = self._quorum_password
+            settings["controller.quorum.grpc.endpoints"] = ",".join(
+                f"{s.node_id}@{s.address(GRPC)}"
+                for s in self._specs.values()
+                if s.role is Role.CONTROLLER
+            )
         else:
             settings["controller.quorum.bootstrap.servers"] = self.controller_bootstrap_servers
         if spec.role is Role.STORAGE_NODE:
@@ -714,6 +727,7 @@ class LocalCluster:
             "host": self.host,
             "topology": self.topology.as_dict(),
             "port_offset": self.port_offset,
+            "quorum_password": self._quorum_password,
             "processes": {
                 spec.name: {"role": spec.role.value, "node_id": spec.node_id, "ports": spec.ports}
                 for spec in self._specs.values()

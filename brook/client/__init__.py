@@ -11,10 +11,24 @@
             print(record.offset, record.key, record.value)
 
 Settings use Kafka's client configuration names and defaults (``brook.client.config``).
-``AsyncProducer`` and ``AsyncConsumer`` are the asyncio flavours of the same clients.
+``AsyncProducer`` and ``AsyncConsumer`` are the asyncio flavours of the same clients;
+``Admin`` creates, describes and deletes topics and reads and changes configuration through
+the controllers.
 """
 
 from brook.client.accumulator import RecordFuture
+from brook.client.admin import (
+    Admin,
+    AlterConfigOp,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    NewTopic,
+    NodeDescription,
+    PartitionDescription,
+    TopicDescription,
+)
 from brook.client.consumer import AsyncConsumer, Consumer
 from brook.client.errors import (
     ApiError,
@@ -37,23 +51,33 @@ from brook.client.types import (
 )
 
 __all__ = [
+    "Admin",
+    "AlterConfigOp",
     "ApiError",
     "AsyncConsumer",
     "AsyncProducer",
     "BrookClientError",
     "ClientClosedError",
     "ClientTimeoutError",
+    "ClusterDescription",
+    "ConfigEntry",
     "ConfigError",
+    "ConfigResource",
+    "ConfigResourceType",
     "Consumer",
     "ConsumerRecord",
+    "NewTopic",
     "NoOffsetForPartitionError",
+    "NodeDescription",
     "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
+    "PartitionDescription",
     "Producer",
     "RecordFuture",
     "RecordMetadata",
     "RecordTooLargeError",
     "TimestampType",
+    "TopicDescription",
     "TopicPartition",
     "UnknownTopicOrPartitionError",
 ]

@@ -178,6 +178,7 @@ def test_controller_quorum_of_three_parses() -> None:
             "node.id": "2",
             "listeners": "GRPC://127.0.0.1:9202,RAFT://127.0.0.1:9302",
             "controller.quorum.voters": "1@127.0.0.1:9301,2@127.0.0.1:9302,3@127.0.0.1:9303",
+            "controller.quorum.password": "shared-secret",
         },
     )
     assert [voter.node_id for voter in config.get_voters()] == [1, 2, 3]

@@ -6,7 +6,9 @@ local launcher's well-known ports for controller 1. Metadata: metadata.log.dir, 
 ./.brook/controller-<node.id>.
 
 The quorum timings are Brook's, not Kafka's defaults: they were tuned for the Raft engine Brook
-uses (pysyncobj; see docs/decisions.md) and each doc says why.
+uses (pysyncobj; see docs/decisions.md) and each doc says why. Every controller must know
+where the others serve gRPC (controller.quorum.grpc.endpoints), so that a follower can name the
+leader in a NOT_CONTROLLER answer.
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ from brook.config import (
     Config,
     ConfigKey,
     ConfigType,
+    ConfigValue,
     Importance,
     NonEmptyString,
     Range,
+    Voter,
     Voters,
+    parse_voters,
     service_config_def,
     service_data_dir_default,
 )
 
-__all__ = ["CONFIG_DEF"]
+__all__ = ["CONFIG_DEF", "quorum_grpc_endpoints"]
 
 _H = Importance.HIGH
 _M = Importance.MEDIUM
@@ -56,9 +61,12 @@ def _check_quorum_timings(config: Config) -> str | None:
     election_ms = config.get_int("controller.quorum.election.timeout.ms")
     heartbeat_ms = config.get_int("controller.quorum.heartbeat.interval.ms")
     request_ms = config.get_int("controller.quorum.request.timeout.ms")
-    if heartbeat_ms >= election_ms:
+    fallback_ms = config.get_int("controller.quorum.leader.fallback.timeout.ms")
+    # The Raft engine asserts election > 3 x heartbeat: a follower must be able to miss two
+    # heartbeats without starting an election.
+    if 3 * heartbeat_ms >= election_ms:
         return (
-            f"controller.quorum.heartbeat.interval.ms={heartbeat_ms} must be below "
+            f"controller.quorum.heartbeat.interval.ms={heartbeat_ms} must be below a third of "
             f"controller.quorum.election.timeout.ms={election_ms}, or followers start elections "
             "against a healthy leader"
         )
@@ -67,7 +75,59 @@ def _check_quorum_timings(config: Config) -> str | None:
             f"controller.quorum.request.timeout.ms={request_ms} must be at least twice "
             f"controller.quorum.election.timeout.ms={election_ms} (the longest election timeout)"
         )
+    if fallback_ms <= heartbeat_ms:
+        return (
+            f"controller.quorum.leader.fallback.timeout.ms={fallback_ms} must be above "
+            f"controller.quorum.heartbeat.interval.ms={heartbeat_ms}, or a healthy leader steps "
+            "down between two rounds of heartbeats"
+        )
     return None
+
+
+def _check_password_for_a_quorum(config: Config) -> str | None:
+    if len(config.get_voters()) > 1 and not config.is_set("controller.quorum.password"):
+        return (
+            "controller.quorum.password is required when controller.quorum.voters lists more "
+            "than one controller: the Raft transport unpickles what it receives, so it must only "
+            "accept peers that know the password"
+        )
+    return None
+
+
+def quorum_grpc_endpoints(config: Config) -> dict[int, Voter]:
+    """Every voter's GRPC endpoint this controller knows: controller.quorum.grpc.endpoints, with
+    its own taken from advertised.listeners (so the setting may leave it out)."""
+    endpoints = {v.node_id: v for v in parse_voters(config.get_list(_GRPC_ENDPOINTS))}
+    own = config.listener("GRPC", advertised=True)
+    node_id = config.get_int("node.id")
+    endpoints[node_id] = Voter(node_id, own.host, own.port)
+    return endpoints
+
+
+def _check_grpc_endpoints_name_voters(config: Config) -> str | None:
+    voter_ids = {voter.node_id for voter in config.get_voters()}
+    for voter in parse_voters(config.get_list(_GRPC_ENDPOINTS)):
+        if voter.node_id not in voter_ids:
+            return (
+                f"{_GRPC_ENDPOINTS} names node {voter.node_id}, which is not in "
+                "controller.quorum.voters"
+            )
+    return None
+
+
+class _VoterListOrEmpty:
+    """id@host:port entries, or nothing at all."""
+
+    def __call__(self, value: ConfigValue) -> str | None:
+        if value == ():
+            return None
+        return Voters()(value)
+
+    def describe(self) -> str:
+        return "id@host:port,... or empty"
+
+
+_GRPC_ENDPOINTS = "controller.quorum.grpc.endpoints"
 
 
 CONFIG_DEF: Final = service_config_def(
@@ -84,6 +144,27 @@ CONFIG_DEF: Final = service_config_def(
             "quorum of node 1.",
             _H,
             Voters(),
+        ),
+        ConfigKey(
+            "controller.quorum.password",
+            ConfigType.PASSWORD,
+            None,
+            "The shared secret of the quorum: Raft traffic between controllers is encrypted and "
+            "authenticated with it. Required when there is more than one voter; the local "
+            "launcher generates one per cluster.",
+            _H,
+        ),
+        ConfigKey(
+            _GRPC_ENDPOINTS,
+            ConfigType.LIST,
+            (),
+            "The GRPC listener of every controller as id@host:port (the ids of "
+            "controller.quorum.voters), comma-separated, the same on every controller. A "
+            "follower answers writes with NOT_CONTROLLER naming the leader at this address, and "
+            "DescribeQuorum lists them. This controller's own entry defaults to its GRPC "
+            "advertised listener; a voter left out is reported without an address.",
+            _M,
+            _VoterListOrEmpty(),
         ),
         ConfigKey(
             "metadata.log.dir",
@@ -137,6 +218,44 @@ CONFIG_DEF: Final = service_config_def(
             1000,
             "A leader that has not heard from a majority of voters for this long steps down, so "
             "an isolated leader stops acting as leader quickly (the engine's default is 30 s).",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "metadata.commit.timeout.ms",
+            _INT,
+            5000,
+            "How long the controller waits for a change (or the no-op write that precedes a "
+            "read on the leader) to commit in the quorum before answering REQUEST_TIMED_OUT, "
+            "for requests that carry no timeout of their own. A timed-out change may still "
+            "commit later.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "metadata.log.max.entries.between.snapshots",
+            _INT,
+            5000,
+            "The Raft log is compacted into a snapshot of the metadata image once it holds this "
+            "many entries, which bounds the log on disk and the replay at start-up.",
+            _M,
+            Range(2),
+        ),
+        ConfigKey(
+            "metadata.log.max.snapshot.interval.ms",
+            ConfigType.LONG,
+            3600000,
+            "A snapshot is also taken when the last one is this old and there are new entries.",
+            _L,
+            Range(1000),
+        ),
+        ConfigKey(
+            "metadata.watch.retained.records",
+            _INT,
+            10000,
+            "How many of the latest metadata records each controller keeps in memory for "
+            "WatchMetadata: a watcher that resumes from an older offset, or falls this far "
+            "behind, gets a new snapshot instead.",
             _M,
             Range(1),
         ),
@@ -227,5 +346,10 @@ CONFIG_DEF: Final = service_config_def(
             Range(1),
         ),
     ),
-    checks=(_check_voters_include_this_node, _check_quorum_timings),
+    checks=(
+        _check_voters_include_this_node,
+        _check_quorum_timings,
+        _check_password_for_a_quorum,
+        _check_grpc_endpoints_name_voters,
+    ),
 )

@@ -1,0 +1,331 @@
+"""``brook topics ...`` and ``brook cluster describe``: cluster administration from the shell, in
+the spirit of Kafka's kafka-topics.sh, kafka-configs.sh and kafka-leader-election.sh.
+
+    brook topics list
+    brook topics create --topic events --partitions 6 --replication-factor 3 \
+        --config retention.ms=-1
+    brook topics describe [--topic events]
+    brook topics alter --topic events --partitions 12
+    brook topics configs --topic events [--add-config k=v,...] [--delete-config k,...]
+    brook topics elect-leaders [--topic events [--partition 0]] [--unclean]
+    brook topics delete --topic events
+    brook cluster describe
+
+Every command takes ``--bootstrap-server`` (controllers' GRPC addresses, default
+127.0.0.1:9201, the first controller of ``brook cluster up``) and ``--timeout-ms``. Exit status:
+0 on success, 1 when the cluster refused or did not answer (the error is printed with its
+Kafka error code), 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    # Imported when a command runs, not when `brook` starts: the SDK pulls in gRPC.
+    from brook.client.admin import Admin, NodeDescription
+    from brook.client.errors import ApiError
+
+__all__ = ["add_admin_commands"]
+
+DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+TIMEOUT_MS_DEFAULT: Final = 30_000
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-server",
+        default=DEFAULT_BOOTSTRAP_SERVERS,
+        metavar="HOST:PORT[,...]",
+        help=f"controllers' GRPC addresses ({DEFAULT_BOOTSTRAP_SERVERS})",
+    )
+    parser.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=TIMEOUT_MS_DEFAULT,
+        metavar="MS",
+        help=f"how long to wait for the cluster ({TIMEOUT_MS_DEFAULT})",
+    )
+
+
+def add_admin_commands(subparsers: Any) -> None:
+    """Registers ``topics`` and adds ``describe`` to the ``cluster`` command (registered by
+    brook.launcher first)."""
+    topics = subparsers.add_parser("topics", help="create, list, describe, alter and delete topics")
+    actions = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", help="the names of the topics")
+    listing.add_argument("--include-internal", action="store_true")
+    _handler(listing, _list)
+
+    create = actions.add_parser("create", help="create a topic")
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, default=-1, help="(num.partitions)")
+    create.add_argument(
+        "--replication-factor", type=int, default=-1, help="(default.replication.factor)"
+    )
+    create.add_argument(
+        "--replica-assignment",
+        metavar="A:B,C:D,...",
+        help="explicit placement: per partition, colon-separated node ids, the preferred "
+        "leader first",
+    )
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    create.add_argument("--validate-only", action="store_true")
+    _handler(create, _create)
+
+    describe = actions.add_parser("describe", help="partitions, leaders, replicas and ISRs")
+    describe.add_argument("--topic", action="append", default=[], help="(all topics)")
+    describe.add_argument("--include-internal", action="store_true")
+    _handler(describe, _describe)
+
+    alter = actions.add_parser("alter", help="raise a topic's partition count")
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--partitions", type=int, required=True)
+    _handler(alter, _alter)
+
+    configs = actions.add_parser("configs", help="describe or change a topic's configs")
+    configs.add_argument("--topic", required=True)
+    configs.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
+    configs.add_argument("--delete-config", action="append", default=[], metavar="K[,K]")
+    _handler(configs, _configs)
+
+    elect = actions.add_parser("elect-leaders", help="preferred (or unclean) leader election")
+    elect.add_argument("--topic")
+    elect.add_argument("--partition", type=int)
+    elect.add_argument("--unclean", action="store_true")
+    _handler(elect, _elect)
+
+    delete = actions.add_parser("delete", help="delete a topic (the nodes remove its data)")
+    delete.add_argument("--topic", required=True, action="append")
+    _handler(delete, _delete)
+
+    cluster_actions = _subcommands_of(subparsers.choices["cluster"])
+    cluster_describe = cluster_actions.add_parser(
+        "describe", help="the cluster id, the active controller and every registered node"
+    )
+    cluster_describe.add_argument(
+        "--digests",
+        action="store_true",
+        help="also ask each controller for its metadata offset and a digest of its metadata "
+        "(equal offsets with different digests would mean the replicas diverged)",
+    )
+    _handler(cluster_describe, _describe_cluster)
+
+
+def _subcommands_of(parser: argparse.ArgumentParser) -> Any:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    raise RuntimeError(f"{parser.prog} has no subcommands to extend")
+
+
+def _handler(
+    parser: argparse.ArgumentParser, run: Callable[[Admin, argparse.Namespace], int]
+) -> None:
+    _common(parser)
+    parser.set_defaults(func=lambda args: _run(run, args))
+
+
+def _run(run: Callable[[Admin, argparse.Namespace], int], args: argparse.Namespace) -> int:
+    from brook.client.admin import Admin
+    from brook.client.errors import ApiError, BrookClientError
+    from brook.config import ConfigError
+
+    try:
+        admin = Admin(args.bootstrap_server, default_api_timeout_ms=args.timeout_ms)
+    except ConfigError as error:
+        print(f"brook: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with admin:
+            return run(admin, args)
+    except _UsageError as error:
+        print(f"brook: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except ApiError as error:
+        print(f"Error: {error.code.name}: {error.message}", file=sys.stderr)
+        return EXIT_FAILED
+    except BrookClientError as error:
+        print(f"Error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _key_values(items: Sequence[str]) -> dict[str, str]:
+    parsed = {}
+    for item in (part for entry in items for part in entry.split(",") if part):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _UsageError(f"{item!r} is not KEY=VALUE")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def _report(results: dict[Any, ApiError | None], done: str) -> int:
+    status = EXIT_OK
+    for name, error in results.items():
+        if error is None:
+            print(f"{done} {name}.")
+        else:
+            print(f"Error on {name}: {error.code.name}: {error.message}", file=sys.stderr)
+            status = EXIT_FAILED
+    return status
+
+
+def _list(admin: Admin, args: argparse.Namespace) -> int:
+    for name in admin.list_topics(include_internal=args.include_internal):
+        print(name)
+    return EXIT_OK
+
+
+def _create(admin: Admin, args: argparse.Namespace) -> int:
+    from brook.client.admin import NewTopic
+
+    assignment = None
+    if args.replica_assignment:
+        try:
+            assignment = {
+                index: [int(node) for node in entry.split(":")]
+                for index, entry in enumerate(args.replica_assignment.split(","))
+            }
+        except ValueError:
+            raise _UsageError("--replica-assignment takes node ids, e.g. 1:2,2:3") from None
+    topic = NewTopic(
+        args.topic,
+        num_partitions=args.partitions,
+        replication_factor=args.replication_factor,
+        replica_assignment=assignment,
+        configs=_key_values(args.config),
+    )
+    results = admin.create_topics([topic], validate_only=args.validate_only)
+    return _report(results, "Validated topic" if args.validate_only else "Created topic")
+
+
+def _describe(admin: Admin, args: argparse.Namespace) -> int:
+    from brook.client.admin import ConfigResource
+
+    topics = admin.describe_topics(args.topic or None, include_internal=args.include_internal)
+    configs = admin.describe_configs([ConfigResource.topic(name) for name in topics])
+    for name, topic in topics.items():
+        overrides = ",".join(
+            f"{entry.name}={entry.value}"
+            for entry in configs[ConfigResource.topic(name)].values()
+            if entry.source == "DYNAMIC_TOPIC_CONFIG"
+        )
+        factor = len(topic.partitions[0].replicas) if topic.partitions else 0
+        print(
+            f"Topic: {name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(topic.partitions)}"
+            f"\tReplicationFactor: {factor}\tConfigs: {overrides}"
+        )
+        for p in topic.partitions:
+            leader = "none" if p.leader is None else p.leader
+            print(
+                f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {leader}"
+                f"\tLeaderEpoch: {p.leader_epoch}\tReplicas: {_ids(p.replicas)}"
+                f"\tIsr: {_ids(p.isr)}\tOffline: {_ids(p.offline_replicas)}"
+            )
+    return EXIT_OK
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+def _alter(admin: Admin, args: argparse.Namespace) -> int:
+    return _report(admin.create_partitions({args.topic: args.partitions}), "Altered topic")
+
+
+def _configs(admin: Admin, args: argparse.Namespace) -> int:
+    from brook.client.admin import AlterConfigOp, ConfigResource
+
+    resource = ConfigResource.topic(args.topic)
+    changes: list[tuple[str, AlterConfigOp, str | None]] = [
+        (name, AlterConfigOp.SET, value) for name, value in _key_values(args.add_config).items()
+    ]
+    changes += [
+        (name.strip(), AlterConfigOp.DELETE, None)
+        for entry in args.delete_config
+        for name in entry.split(",")
+        if name.strip()
+    ]
+    if changes:
+        return _report(admin.alter_configs({resource: changes}), "Altered configs of")
+    for entry in admin.describe_configs([resource])[resource].values():
+        print(f"{entry.name}={entry.value if entry.value is not None else ''}\t({entry.source})")
+    return EXIT_OK
+
+
+def _elect(admin: Admin, args: argparse.Namespace) -> int:
+    from brook.client.types import TopicPartition
+
+    if args.partition is not None and args.topic is None:
+        raise _UsageError("--partition needs --topic")
+    partitions = None
+    if args.topic is not None:
+        if args.partition is not None:
+            partitions = [TopicPartition(args.topic, args.partition)]
+        else:
+            described = admin.describe_topics([args.topic])[args.topic]
+            partitions = [TopicPartition(args.topic, p.partition) for p in described.partitions]
+    results = admin.elect_leaders(partitions, unclean=args.unclean)
+    status = EXIT_OK
+    for tp, error in sorted(results.items()):
+        if error is None:
+            print(f"Elected a leader for {tp.topic}-{tp.partition}.")
+        elif error.code.name == "ELECTION_NOT_NEEDED":
+            print(f"No election needed for {tp.topic}-{tp.partition}.")
+        else:
+            print(f"Error on {tp.topic}-{tp.partition}: {error.code.name}: {error.message}")
+            status = EXIT_FAILED
+    return status
+
+
+def _delete(admin: Admin, args: argparse.Namespace) -> int:
+    return _report(admin.delete_topics(args.topic), "Deleted topic")
+
+
+def _describe_cluster(admin: Admin, args: argparse.Namespace) -> int:
+    cluster = admin.describe_cluster()
+    controller = "none" if cluster.controller_id is None else cluster.controller_id
+    print(f"Cluster: {cluster.cluster_id}")
+    print(f"Active controller: {controller} (epoch {cluster.controller_epoch})")
+    print(f"Metadata offset: {cluster.metadata_offset}")
+    for node in cluster.controllers:
+        print(f"Controller: {node.node_id}\t{_endpoints(node.endpoints)}{_digest(args, node)}")
+    for node in cluster.nodes:
+        state = "fenced" if node.fenced else "active"
+        if node.in_controlled_shutdown:
+            state += ", shutting down"
+        rack = f"\tRack: {node.rack}" if node.rack else ""
+        print(
+            f"Node: {node.node_id}\t{node.role}\t{state}\tEpoch: {node.broker_epoch}"
+            f"\t{_endpoints(node.endpoints)}{rack}"
+        )
+    return EXIT_OK
+
+
+def _digest(args: argparse.Namespace, node: NodeDescription) -> str:
+    if not args.digests or "GRPC" not in node.endpoints:
+        return ""
+    import grpc
+    from brook_controller.probe import describe_controller
+
+    try:
+        state = describe_controller(node.endpoints["GRPC"], args.timeout_ms / 1000)
+    except grpc.RpcError as error:
+        return f"\tunreachable ({error.code().name})"
+    return f"\tOffset: {state.offset}\tDigest: {state.digest}"
+
+
+def _endpoints(endpoints: dict[str, str]) -> str:
+    return " ".join(f"{listener}://{address}" for listener, address in endpoints.items())

@@ -1,0 +1,330 @@
+"""brook.v1.AdminService: cluster administration (Kafka's AdminClient operations).
+
+Each request is validated resource by resource: an invalid resource gets its own error and
+changes nothing, and the valid ones of the same request are committed together in one change.
+Writes are answered once committed, within the request's ``timeout_ms`` (REQUEST_TIMED_OUT
+otherwise: the change may still commit, as in Kafka). A follower answers writes with
+NOT_CONTROLLER on every resource; the admin client then asks DescribeQuorum (any controller)
+where the leader is, because these responses have no field for the hint. Reads on the leader
+are linearizable; a follower answers them from its committed state.
+
+AlterPartitionReassignments and ListPartitionReassignments are not implemented yet
+(UNIMPLEMENTED): no partition is ever being reassigned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any, Final, TypeVar
+
+from brook.errors import BrookError, ErrorCode
+from brook.v1 import admin_pb2, admin_pb2_grpc, metadata_pb2, storage_pb2
+from brook_controller.changes import ChangeSet
+from brook_controller.election import preferred_election, unclean_election
+from brook_controller.quorum_controller import QuorumController
+from brook_controller.topics import (
+    alter_configs,
+    create_partitions,
+    create_topic,
+    delete_topic,
+    describe_configs,
+    topic_metadata,
+)
+
+__all__ = ["AdminServicer"]
+
+# The longest an admin request may ask to wait for its change to commit.
+ADMIN_TIMEOUT_MS_MAX: Final = 300_000
+
+_log = logging.getLogger(__name__)
+_Resource = TypeVar("_Resource")
+_Result = TypeVar("_Result")
+
+
+def _fail(item: Any, error: BrookError) -> Any:
+    item.error_code = error.code
+    item.error_message = error.message
+    return item
+
+
+def _per_resource(
+    resources: Sequence[_Resource],
+    key: Callable[[_Resource], Hashable],
+    blank: Callable[[_Resource], _Result],
+    apply: Callable[[_Resource, _Result], _Result | None],
+) -> list[_Result]:
+    """One result per resource: ``apply``'s (or the blank one), or the blank one carrying the
+    error it raised. A resource named twice in one request is refused, as in Kafka."""
+    keys = [key(resource) for resource in resources]
+    results = []
+    for resource, resource_key in zip(resources, keys, strict=True):
+        result = blank(resource)
+        try:
+            if keys.count(resource_key) > 1:
+                raise BrookError(ErrorCode.INVALID_REQUEST, "the request names it twice")
+            result = apply(resource, result) or result
+        except BrookError as error:
+            _fail(result, error)
+        results.append(result)
+    return results
+
+
+async def _guarded(
+    operation: Callable[[], Awaitable[list[_Result]]],
+    resources: Sequence[_Resource],
+    blank: Callable[[_Resource], _Result],
+    name: str,
+) -> list[_Result]:
+    """Runs a whole-request operation; a request-level failure (NOT_CONTROLLER, a timeout, a
+    defect) becomes that error on every resource."""
+    try:
+        return await operation()
+    except BrookError as error:
+        failure = error
+    except Exception as error:
+        _log.exception("%s failed", name)
+        failure = BrookError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {error!r}")
+    return [_fail(blank(resource), failure) for resource in resources]
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, controller: QuorumController) -> None:
+        self._controller = controller
+
+    def _deadline(self, timeout_ms: int) -> float:
+        return self._controller.deadline(min(timeout_ms, ADMIN_TIMEOUT_MS_MAX))
+
+    # ------------------------------------------------------------------ topics
+
+    async def CreateTopics(
+        self, request: admin_pb2.CreateTopicsRequest, context: Any
+    ) -> admin_pb2.CreateTopicsResponse:
+        defaults = self._controller.settings.topic_defaults
+
+        def blank(topic: admin_pb2.CreatableTopic) -> admin_pb2.CreateTopicResult:
+            return admin_pb2.CreateTopicResult(name=topic.name)
+
+        def decide(changes: ChangeSet) -> list[admin_pb2.CreateTopicResult]:
+            pending: list[metadata_pb2.PartitionRecord] = []
+            families: set[str] = set()
+
+            def create(
+                topic: admin_pb2.CreatableTopic, _: admin_pb2.CreateTopicResult
+            ) -> admin_pb2.CreateTopicResult:
+                family = topic.name.replace(".", "_")
+                if family in families:
+                    raise BrookError(
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        "the topic collides with another of this request ('.' and '_' are "
+                        "the same in metric names)",
+                    )
+                result = create_topic(changes, topic, defaults, pending)
+                families.add(family)
+                return result
+
+            return _per_resource(request.topics, lambda t: t.name, blank, create)
+
+        results = await _guarded(
+            lambda: self._controller.write(
+                decide, self._deadline(request.timeout_ms), validate_only=request.validate_only
+            ),
+            request.topics,
+            blank,
+            "CreateTopics",
+        )
+        return admin_pb2.CreateTopicsResponse(topics=results)
+
+    async def DeleteTopics(
+        self, request: admin_pb2.DeleteTopicsRequest, context: Any
+    ) -> admin_pb2.DeleteTopicsResponse:
+        targets = [(name, b"") for name in request.names]
+        targets += [("", topic_id) for topic_id in request.topic_ids]
+
+        def blank(target: tuple[str, bytes]) -> admin_pb2.DeleteTopicResult:
+            return admin_pb2.DeleteTopicResult(name=target[0], topic_id=target[1])
+
+        def decide(changes: ChangeSet) -> list[admin_pb2.DeleteTopicResult]:
+            deleted: set[bytes] = set()
+
+            def delete(
+                target: tuple[str, bytes], _: admin_pb2.DeleteTopicResult
+            ) -> admin_pb2.DeleteTopicResult:
+                result = delete_topic(changes, target[0], target[1] or None)
+                if result.topic_id in deleted:
+                    raise BrookError(ErrorCode.INVALID_REQUEST, "the request names it twice")
+                deleted.add(result.topic_id)
+                return result
+
+            return _per_resource(targets, lambda target: target, blank, delete)
+
+        results = await _guarded(
+            lambda: self._controller.write(decide, self._deadline(request.timeout_ms)),
+            targets,
+            blank,
+            "DeleteTopics",
+        )
+        return admin_pb2.DeleteTopicsResponse(topics=results)
+
+    async def DescribeTopics(
+        self, request: admin_pb2.DescribeTopicsRequest, context: Any
+    ) -> admin_pb2.DescribeTopicsResponse:
+        async def describe() -> list[storage_pb2.TopicMetadata]:
+            await self._controller.read_point(self._controller.deadline())
+            image = self._controller.view.image
+            if not request.names:
+                return [
+                    topic_metadata(image, image.topics[image.topic_ids[name]])
+                    for name in sorted(image.topic_ids)
+                    if request.include_internal or not image.topics[image.topic_ids[name]].internal
+                ]
+            found = []
+            for name in request.names:
+                topic = image.topic_by_name(name)
+                if topic is None:
+                    found.append(
+                        _fail(
+                            storage_pb2.TopicMetadata(name=name),
+                            BrookError(
+                                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic is named {name!r}"
+                            ),
+                        )
+                    )
+                else:
+                    found.append(topic_metadata(image, topic))
+            return found
+
+        topics = await _guarded(
+            describe,
+            request.names,
+            lambda name: storage_pb2.TopicMetadata(name=name),
+            "DescribeTopics",
+        )
+        return admin_pb2.DescribeTopicsResponse(topics=topics)
+
+    async def CreatePartitions(
+        self, request: admin_pb2.CreatePartitionsRequest, context: Any
+    ) -> admin_pb2.CreatePartitionsResponse:
+        def blank(topic: admin_pb2.CreatePartitionsTopic) -> admin_pb2.CreatePartitionsResult:
+            return admin_pb2.CreatePartitionsResult(name=topic.name)
+
+        def decide(changes: ChangeSet) -> list[admin_pb2.CreatePartitionsResult]:
+            pending: list[metadata_pb2.PartitionRecord] = []
+            return _per_resource(
+                request.topics,
+                lambda topic: topic.name,
+                blank,
+                lambda topic, _: create_partitions(changes, topic, pending),
+            )
+
+        results = await _guarded(
+            lambda: self._controller.write(
+                decide, self._deadline(request.timeout_ms), validate_only=request.validate_only
+            ),
+            request.topics,
+            blank,
+            "CreatePartitions",
+        )
+        return admin_pb2.CreatePartitionsResponse(topics=results)
+
+    # ------------------------------------------------------------------ configs
+
+    async def DescribeConfigs(
+        self, request: admin_pb2.DescribeConfigsRequest, context: Any
+    ) -> admin_pb2.DescribeConfigsResponse:
+        def blank(resource: admin_pb2.DescribeConfigsResource) -> admin_pb2.DescribeConfigsResult:
+            return admin_pb2.DescribeConfigsResult(resource=resource.resource)
+
+        async def describe() -> list[admin_pb2.DescribeConfigsResult]:
+            await self._controller.read_point(self._controller.deadline())
+            image = self._controller.view.image
+
+            def fill(
+                resource: admin_pb2.DescribeConfigsResource,
+                result: admin_pb2.DescribeConfigsResult,
+            ) -> None:
+                result.configs.extend(
+                    describe_configs(
+                        image, resource, request.include_synonyms, request.include_documentation
+                    )
+                )
+
+            # Describing one resource twice is harmless: every entry gets its own key.
+            return _per_resource(request.resources, id, blank, fill)
+
+        results = await _guarded(describe, request.resources, blank, "DescribeConfigs")
+        return admin_pb2.DescribeConfigsResponse(results=results)
+
+    async def AlterConfigs(
+        self, request: admin_pb2.AlterConfigsRequest, context: Any
+    ) -> admin_pb2.AlterConfigsResponse:
+        def blank(resource: admin_pb2.AlterConfigsResource) -> admin_pb2.AlterConfigsResult:
+            return admin_pb2.AlterConfigsResult(resource=resource.resource)
+
+        def decide(changes: ChangeSet) -> list[admin_pb2.AlterConfigsResult]:
+            return _per_resource(
+                request.resources,
+                lambda r: (r.resource.type, r.resource.name),
+                blank,
+                lambda r, _: alter_configs(changes, r.resource, r.configs),
+            )
+
+        results = await _guarded(
+            lambda: self._controller.write(
+                decide, self._controller.deadline(), validate_only=request.validate_only
+            ),
+            request.resources,
+            blank,
+            "AlterConfigs",
+        )
+        return admin_pb2.AlterConfigsResponse(results=results)
+
+    # ------------------------------------------------------------------ cluster
+
+    async def DescribeCluster(
+        self, request: admin_pb2.DescribeClusterRequest, context: Any
+    ) -> admin_pb2.DescribeClusterResponse:
+        try:
+            await self._controller.read_point(self._controller.deadline())
+        except BrookError as error:
+            # The response has no error field: answer from the committed state.
+            _log.info("DescribeCluster without a read barrier", extra={"reason": error.message})
+        return self._controller.describe_cluster()
+
+    async def ElectLeaders(
+        self, request: admin_pb2.ElectLeadersRequest, context: Any
+    ) -> admin_pb2.ElectLeadersResponse:
+        unclean = request.election_type == admin_pb2.ELECTION_TYPE_UNCLEAN
+
+        def decide(changes: ChangeSet) -> list[admin_pb2.ElectLeadersResult]:
+            image = changes.image
+            wanted: Sequence[tuple[str, int]] = [
+                (tp.topic, tp.partition) for tp in request.partitions
+            ]
+            if not wanted:
+                wanted = [(p.topic, p.partition) for p in image.all_partitions()]
+            results = []
+            for topic_name, index in wanted:
+                result = admin_pb2.ElectLeadersResult(topic=topic_name, partition=index)
+                topic = image.topic_by_name(topic_name)
+                partition = image.partition(topic.topic_id, index) if topic is not None else None
+                if partition is None:
+                    _fail(
+                        result,
+                        BrookError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition"),
+                    )
+                else:
+                    elect = unclean_election if unclean else preferred_election
+                    code, message = elect(changes, partition)
+                    result.error_code = code  # type: ignore[assignment]
+                    result.error_message = message
+                results.append(result)
+            return results
+
+        results = await _guarded(
+            lambda: self._controller.write(decide, self._deadline(request.timeout_ms)),
+            request.partitions,
+            lambda tp: admin_pb2.ElectLeadersResult(topic=tp.topic, partition=tp.partition),
+            "ElectLeaders",
+        )
+        return admin_pb2.ElectLeadersResponse(results=results)

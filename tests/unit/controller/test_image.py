@@ -1,0 +1,118 @@
+"""The metadata image: upserts, removals, its canonical records and its digest."""
+
+from __future__ import annotations
+
+import uuid
+
+from brook_controller.image import TOPIC, MetadataImage, metadata_digest, topic_family_key
+
+from brook.v1 import metadata_pb2
+
+TOPIC_ID = uuid.UUID(int=1).bytes
+
+
+def _records() -> list[metadata_pb2.MetadataRecord]:
+    return [
+        metadata_pb2.MetadataRecord(cluster=metadata_pb2.ClusterRecord(cluster_id="c")),
+        metadata_pb2.MetadataRecord(broker=metadata_pb2.BrokerRecord(node_id=2, broker_epoch=3)),
+        metadata_pb2.MetadataRecord(topic=metadata_pb2.TopicRecord(name="t", topic_id=TOPIC_ID)),
+        metadata_pb2.MetadataRecord(
+            partition=metadata_pb2.PartitionRecord(
+                topic_id=TOPIC_ID, topic="t", partition=0, replicas=[2], isr=[2], leader=2
+            )
+        ),
+        metadata_pb2.MetadataRecord(
+            config=metadata_pb2.ConfigRecord(
+                resource_type=metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC,
+                resource_name="t",
+                name="retention.ms",
+                value="5",
+            )
+        ),
+        metadata_pb2.MetadataRecord(
+            coordinator=metadata_pb2.CoordinatorRecord(offsets_partition=0, coordinator_id=2001)
+        ),
+    ]
+
+
+def _image(records: list[metadata_pb2.MetadataRecord]) -> MetadataImage:
+    image = MetadataImage()
+    for record in records:
+        image.apply(record)
+    return image
+
+
+def test_applying_every_record_twice_gives_the_same_image_except_for_the_offset() -> None:
+    once = _image(_records())
+    twice = _image([record for record in _records() for _ in range(2)])
+
+    assert list(twice.records()) == list(once.records())
+    assert (once.offset, twice.offset) == (5, 11)
+
+
+def test_the_image_rebuilt_from_its_own_records_has_the_same_digest() -> None:
+    image = _image(_records())
+
+    rebuilt = MetadataImage.from_records(image.records(), image.offset)
+
+    assert rebuilt.digest() == image.digest()
+    assert rebuilt.digest() == metadata_digest(list(image.records()), image.offset)
+
+
+def test_any_change_or_a_different_offset_changes_the_digest() -> None:
+    image = _image(_records())
+    digest = image.digest()
+    moved = _image(_records())
+    moved.apply(
+        metadata_pb2.MetadataRecord(broker=metadata_pb2.BrokerRecord(node_id=2, broker_epoch=4))
+    )
+
+    assert moved.digest() != digest
+    assert metadata_digest(list(image.records()), image.offset + 1) != digest
+
+
+def test_removing_a_topic_removes_its_partitions_and_configs_and_later_partitions_are_ignored() -> (
+    None
+):
+    image = _image(_records())
+
+    image.apply(
+        metadata_pb2.MetadataRecord(
+            remove_topic=metadata_pb2.RemoveTopicRecord(topic_id=TOPIC_ID, name="t")
+        )
+    )
+    image.apply(_records()[3])
+
+    assert image.topics == {} and image.partitions == {} and image.topic_ids == {}
+    assert (TOPIC, "t") not in image.configs
+    assert image.offset == 7
+
+
+def test_unsetting_a_config_value_removes_the_override() -> None:
+    image = _image(_records())
+
+    image.apply(
+        metadata_pb2.MetadataRecord(
+            config=metadata_pb2.ConfigRecord(
+                resource_type=metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC,
+                resource_name="t",
+                name="retention.ms",
+            )
+        )
+    )
+
+    assert image.resource_configs(TOPIC, "t") == {}
+
+
+def test_object_versions_tell_absent_from_present_and_names_that_collide() -> None:
+    image = _image(_records())
+
+    assert image.version("topic/t") != image.version("topic/u") == b""
+    assert image.version(topic_family_key("a.b")) == image.version(topic_family_key("a_b"))
+    image.apply(
+        metadata_pb2.MetadataRecord(
+            topic=metadata_pb2.TopicRecord(name="a_b", topic_id=uuid.UUID(int=2).bytes)
+        )
+    )
+    assert image.version(topic_family_key("a.b")) == b"a_b"
+    assert image.topics_colliding_with("a.b") == ["a_b"]
