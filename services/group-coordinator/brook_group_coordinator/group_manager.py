@@ -1,0 +1,489 @@
+"""Every group this coordinator serves: ownership of __consumer_offsets partitions, loading
+them by replay, the groups' state machines, and offsets made durable before they are
+acknowledged.
+
+A group is served only if its partition (``offsets_partition_for``) is owned here and loaded;
+otherwise the answer is NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while the replay
+runs. Losing a partition drops its groups (their waiting members get NOT_COORDINATOR and go
+looking for the new owner).
+
+Writes: offset commits are appended (and acknowledged by the in-sync replicas) before the
+client is answered. A group's metadata is appended whenever its persisted shape changes, in
+order per partition, but the SyncGroup answer does not wait for it (unlike Kafka): if that
+write is lost in a fail-over, the members of the lost generation get UNKNOWN_MEMBER_ID or
+ILLEGAL_GENERATION from the new coordinator and rejoin; no offset is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from brook.errors import BrookError, ErrorCode
+from brook_group_coordinator.group import (
+    Group,
+    GroupLimits,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    Member,
+    SyncResult,
+)
+from brook_group_coordinator.offsets import GroupOffsets, OffsetLimits, check_commit_partition
+from brook_group_coordinator.offsets_log import OffsetsLog
+from brook_group_coordinator.ownership import (
+    OwnedPartition,
+    PartitionLoad,
+    offsets_partition_for,
+)
+from brook_group_coordinator.records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    RecordFormatError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from brook_group_coordinator.timers import Timers
+
+__all__ = ["CommitPartition", "GroupManager", "PartitionResult"]
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+# How much longer than the member's own timeout a JoinGroup/SyncGroup waits for its answer:
+# the state machine's timers answer first; this only guards against a bug leaving it hanging.
+ANSWER_MARGIN_MS = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class CommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str = ""
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str = ""
+
+
+class GroupManager:
+    def __init__(
+        self,
+        *,
+        limits: GroupLimits,
+        offset_limits: OffsetLimits,
+        timers: Timers,
+        log: OffsetsLog,
+        partition_count: int,
+    ) -> None:
+        self._limits = limits
+        self._offset_limits = offset_limits
+        self._timers = timers
+        self._log = log
+        self.partition_count = partition_count
+        self.owned: dict[int, OwnedPartition] = {}
+        self._groups: dict[str, Group] = {}
+        self._offsets: dict[str, GroupOffsets] = {}
+        self._write_locks: dict[int, asyncio.Lock] = {}
+        self._writes: set[asyncio.Task[None]] = set()
+
+    # -- ownership --------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return offsets_partition_for(group_id, self.partition_count)
+
+    def check_coordinator(self, group_id: str) -> tuple[ErrorCode, str]:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, "the group id is empty"
+        partition = self.partition_for(group_id)
+        owned = self.owned.get(partition)
+        if owned is None:
+            return ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} is not owned here"
+        if owned.load is PartitionLoad.LOADING:
+            return (
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                f"__consumer_offsets-{partition} is being loaded",
+            )
+        return ErrorCode.NONE, ""
+
+    async def load_partition(self, partition: int, coordinator_epoch: int) -> None:
+        """Takes ownership of a partition: replays it to rebuild its groups and offsets,
+        answering COORDINATOR_LOAD_IN_PROGRESS for them meanwhile."""
+        current = self.owned.get(partition)
+        if current is not None and current.coordinator_epoch >= coordinator_epoch:
+            return
+        self.owned[partition] = OwnedPartition(partition, coordinator_epoch)
+        latest: dict[bytes, bytes | None] = {}
+        async for record in self._log.read(partition, 0):
+            latest[record.key] = record.value
+        if self.owned.get(partition) is not self._owned_as(partition, coordinator_epoch):
+            return  # lost (or re-assigned) while loading
+        for raw_key, raw_value in latest.items():
+            if raw_value is None:
+                continue
+            try:
+                key = decode_key(raw_key)
+                value = decode_value(key, raw_value)
+            except RecordFormatError as e:
+                # A record we cannot read must not keep every other group of the partition
+                # offline; it is reported and skipped.
+                _log.error(
+                    "skipping unreadable __consumer_offsets record",
+                    extra={"partition": partition, "error": str(e)},
+                )
+                continue
+            if isinstance(key, OffsetCommitKey) and isinstance(value, OffsetCommitValue):
+                self._offsets_of(key.group_id).put(key.topic, key.partition, value)
+                self._group_of(key.group_id)
+            elif isinstance(key, GroupMetadataKey) and isinstance(value, GroupMetadataValue):
+                self._restore_group(key.group_id, value)
+        self.owned[partition].load = PartitionLoad.LOADED
+
+    def _owned_as(self, partition: int, coordinator_epoch: int) -> OwnedPartition | None:
+        owned = self.owned.get(partition)
+        if owned is not None and owned.coordinator_epoch == coordinator_epoch:
+            return owned
+        return None
+
+    def unload_partition(self, partition: int) -> None:
+        if self.owned.pop(partition, None) is None:
+            return
+        for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
+            self._groups.pop(group_id).transition_to_dead(ErrorCode.NOT_COORDINATOR)
+            self._offsets.pop(group_id, None)
+
+    def _restore_group(self, group_id: str, value: GroupMetadataValue) -> None:
+        group = self._group_of(group_id)
+        members = [
+            Member(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                session_timeout_ms=m.session_timeout_ms,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                protocol_type=value.protocol_type,
+                protocols=((value.protocol_name, m.subscription),),
+                assignment=m.assignment,
+            )
+            for m in value.members
+        ]
+        group.restore(
+            generation_id=value.generation_id,
+            protocol_type=value.protocol_type,
+            protocol_name=value.protocol_name,
+            leader_id=value.leader_id,
+            members=members,
+            state_timestamp_ms=value.state_timestamp_ms,
+        )
+
+    def _group_of(self, group_id: str) -> Group:
+        group = self._groups.get(group_id)
+        if group is None:
+            group = Group(group_id, self._limits, self._timers, self._group_changed)
+            self._groups[group_id] = group
+        return group
+
+    def _offsets_of(self, group_id: str) -> GroupOffsets:
+        offsets = self._offsets.get(group_id)
+        if offsets is None:
+            offsets = GroupOffsets()
+            self._offsets[group_id] = offsets
+        return offsets
+
+    # -- persistence ------------------------------------------------------------------------
+
+    async def _append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        lock = self._write_locks.setdefault(partition, asyncio.Lock())
+        async with lock:
+            await self._log.append(partition, records)
+
+    def _group_changed(self, group: Group) -> None:
+        value = GroupMetadataValue(
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            generation_id=group.generation_id,
+            leader_id=group.leader_id,
+            state_timestamp_ms=group.state_timestamp_ms,
+            members=tuple(
+                MemberMetadata(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    session_timeout_ms=m.session_timeout_ms,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    subscription=m.metadata_for(group.protocol_name),
+                    assignment=m.assignment,
+                )
+                for m in group.members.values()
+            ),
+        )
+        record = (encode_key(GroupMetadataKey(group.group_id)), encode_value(value))
+        task = asyncio.get_running_loop().create_task(
+            self._write_group(self.partition_for(group.group_id), record, group.group_id)
+        )
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write_group(
+        self, partition: int, record: tuple[bytes, bytes | None], group_id: str
+    ) -> None:
+        try:
+            await self._append(partition, [record])
+        except BrookError as e:
+            _log.warning("group metadata not stored", extra={"group": group_id, "error": e.message})
+
+    async def close(self) -> None:
+        """Waits for queued group-metadata writes (each bounded by the log's own timeout)."""
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+        for partition in list(self.owned):
+            self.unload_partition(partition)
+
+    # -- the group protocol -----------------------------------------------------------------
+
+    async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
+        error, message = self.check_coordinator(group_id)
+        if error is not ErrorCode.NONE:
+            return JoinResult(error, member_id=request.member_id, message=message)
+        group = self._groups.get(group_id)
+        if group is None:
+            if request.member_id:
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id)
+            group = self._group_of(group_id)
+        answer: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        group.join(request, lambda result: _settle(answer, result))
+        bound_s = (request.rebalance_timeout_ms + ANSWER_MARGIN_MS) / 1000
+        try:
+            return await asyncio.wait_for(answer, bound_s)
+        except TimeoutError:
+            return JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=request.member_id)
+
+    async def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        protocol_type: str,
+        protocol_name: str,
+        assignments: Mapping[str, bytes],
+    ) -> SyncResult:
+        error, message = self.check_coordinator(group_id)
+        if error is not ErrorCode.NONE:
+            return SyncResult(error, message=message)
+        group = self._groups.get(group_id)
+        if group is None:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        member = group.members.get(member_id)
+        answer: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        group.sync(
+            member_id,
+            group_instance_id,
+            generation_id,
+            protocol_type,
+            protocol_name,
+            assignments,
+            lambda result: _settle(answer, result),
+        )
+        wait_ms = max(member.session_timeout_ms, member.rebalance_timeout_ms) if member else 0
+        try:
+            return await asyncio.wait_for(answer, (wait_ms + ANSWER_MARGIN_MS) / 1000)
+        except TimeoutError:
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+
+    def heartbeat(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> tuple[ErrorCode, str]:
+        error, message = self.check_coordinator(group_id)
+        if error is not ErrorCode.NONE:
+            return error, message
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, ""
+        return group.heartbeat(member_id, group_instance_id, generation_id), ""
+
+    def leave(
+        self, group_id: str, members: Iterable[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, str, list[ErrorCode]]:
+        error, message = self.check_coordinator(group_id)
+        if error is not ErrorCode.NONE:
+            return error, message, []
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.NONE, "", [ErrorCode.UNKNOWN_MEMBER_ID for _ in members]
+        return ErrorCode.NONE, "", [group.leave(m, i) for m, i in members]
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    async def commit(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        partitions: Sequence[CommitPartition],
+    ) -> list[PartitionResult]:
+        error, message = self.check_coordinator(group_id)
+        if error is ErrorCode.NONE:
+            group = self._groups.get(group_id)
+            if group is None:
+                if generation_id >= 0 or member_id:
+                    error = ErrorCode.ILLEGAL_GENERATION
+                else:
+                    group = self._group_of(group_id)
+            if group is not None:
+                error = group.check_commit(member_id, group_instance_id, generation_id)
+        if error is not ErrorCode.NONE:
+            return [PartitionResult(p.topic, p.partition, error, message) for p in partitions]
+        now_ms = self._timers.now_ms()
+        results: list[PartitionResult] = []
+        accepted: list[tuple[CommitPartition, OffsetCommitValue]] = []
+        for p in partitions:
+            code, why = check_commit_partition(
+                self._offset_limits, p.topic, p.partition, p.offset, p.metadata
+            )
+            results.append(PartitionResult(p.topic, p.partition, code, why))
+            if code is ErrorCode.NONE:
+                accepted.append(
+                    (p, OffsetCommitValue(p.offset, p.leader_epoch, p.metadata, now_ms))
+                )
+        if not accepted:
+            return results
+        records = [
+            (encode_key(OffsetCommitKey(group_id, p.topic, p.partition)), encode_value(v))
+            for p, v in accepted
+        ]
+        partition = self.partition_for(group_id)
+        try:
+            await self._append(partition, records)
+        except BrookError as e:
+            failed = {(p.topic, p.partition) for p, _ in accepted}
+            return [
+                PartitionResult(r.topic, r.partition, e.code, e.message)
+                if (r.topic, r.partition) in failed
+                else r
+                for r in results
+            ]
+        if self.partition_for(group_id) not in self.owned:
+            # Lost the partition while writing: the new owner replays this commit.
+            return results
+        offsets = self._offsets_of(group_id)
+        for p, v in accepted:
+            offsets.put(p.topic, p.partition, v)
+        return results
+
+    def fetch(
+        self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+    ) -> tuple[ErrorCode, str, list[PartitionResult]]:
+        error, message = self.check_coordinator(group_id)
+        if error is not ErrorCode.NONE:
+            return error, message, []
+        offsets = self._offsets.get(group_id) or GroupOffsets()
+        wanted = sorted(offsets.by_partition) if partitions is None else list(partitions)
+        results = []
+        for topic, partition in wanted:
+            value = offsets.get(topic, partition)
+            if value is None:
+                results.append(PartitionResult(topic, partition, ErrorCode.NONE))
+            else:
+                results.append(
+                    PartitionResult(
+                        topic,
+                        partition,
+                        ErrorCode.NONE,
+                        offset=value.offset,
+                        leader_epoch=value.leader_epoch,
+                        metadata=value.metadata,
+                    )
+                )
+        return ErrorCode.NONE, "", results
+
+    # -- administration ---------------------------------------------------------------------
+
+    def group(self, group_id: str) -> Group | None:
+        return self._groups.get(group_id)
+
+    def groups(self) -> list[Group]:
+        loaded = {p for p, o in self.owned.items() if o.load is PartitionLoad.LOADED}
+        return [g for g in self._groups.values() if self.partition_for(g.group_id) in loaded]
+
+    async def delete(self, group_id: str) -> tuple[ErrorCode, str]:
+        error, message = self.check_coordinator(group_id)
+        if error is not ErrorCode.NONE:
+            return error, message
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"
+        if group.state is not GroupState.EMPTY:
+            return ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} still has members"
+        await self._remove_offsets(group_id, list(self._offsets_of(group_id).by_partition), True)
+        return ErrorCode.NONE, ""
+
+    async def _remove_offsets(
+        self, group_id: str, keys: list[tuple[str, int]], remove_group: bool
+    ) -> None:
+        tombstones: list[tuple[bytes, bytes | None]] = [
+            (encode_key(OffsetCommitKey(group_id, t, p)), None) for t, p in keys
+        ]
+        if remove_group:
+            tombstones.append((encode_key(GroupMetadataKey(group_id)), None))
+        await self._append(self.partition_for(group_id), tombstones)
+        offsets = self._offsets_of(group_id)
+        for topic, partition in keys:
+            offsets.remove(topic, partition)
+        if remove_group:
+            group = self._groups.pop(group_id, None)
+            if group is not None:
+                group.transition_to_dead(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            self._offsets.pop(group_id, None)
+
+    async def expire_offsets(self) -> int:
+        """Deletes the offsets past offsets.retention.minutes of groups that have no members,
+        and the groups left with nothing; returns how many offsets were removed."""
+        now_ms = self._timers.now_ms()
+        removed = 0
+        for group in self.groups():
+            empty_since = group.state_timestamp_ms if group.state is GroupState.EMPTY else None
+            offsets = self._offsets.get(group.group_id)
+            expired = (
+                list(offsets.expired(now_ms, self._offset_limits.retention_ms, empty_since))
+                if offsets
+                else []
+            )
+            drop_group = group.state is GroupState.EMPTY and len(expired) == len(offsets or ())
+            if not expired and not drop_group:
+                continue
+            try:
+                await self._remove_offsets(group.group_id, expired, drop_group)
+            except BrookError as e:
+                _log.warning(
+                    "expired offsets not removed",
+                    extra={"group": group.group_id, "error": e.message},
+                )
+                continue
+            removed += len(expired)
+        return removed
+
+
+def _settle(future: asyncio.Future[_T], result: _T) -> None:
+    if not future.done():
+        future.set_result(result)

@@ -1,0 +1,214 @@
+"""The records the coordinator writes to __consumer_offsets, and their encoding.
+
+Kafka's idea, Brook's bytes. Every record is keyed so that log compaction keeps exactly the
+latest state of each thing: an offset commit is keyed by (group, topic, partition), a group's
+metadata by the group id; a record with no value (a tombstone) deletes the key.
+
+Key:   u16 kind (1 = offset commit, 2 = group metadata: Kafka's key versions 1 and 2), then
+       each field as u16 length + UTF-8 bytes, and for an offset commit the partition as a
+       big-endian i32.
+Value: UTF-8 JSON object with "v": 1 (so a later version can add fields and still read old
+       ones). Offsets: offset, leader_epoch, metadata, commit_timestamp_ms. Group: the
+       protocol type and name, generation, leader, when the state last changed, and every
+       member with its timeouts, subscription and assignment (base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "GroupMetadataKey",
+    "GroupMetadataValue",
+    "MemberMetadata",
+    "OffsetCommitKey",
+    "OffsetCommitValue",
+    "RecordFormatError",
+    "decode_key",
+    "decode_value",
+    "encode_key",
+    "encode_value",
+]
+
+KIND_OFFSET_COMMIT = 1
+KIND_GROUP_METADATA = 2
+VALUE_VERSION = 1
+_U16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")
+
+
+class RecordFormatError(ValueError):
+    """A __consumer_offsets record this coordinator cannot read."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    group_id: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadata:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    protocol_type: str
+    protocol_name: str
+    generation_id: int
+    leader_id: str
+    state_timestamp_ms: int
+    members: tuple[MemberMetadata, ...]
+
+
+Key = OffsetCommitKey | GroupMetadataKey
+Value = OffsetCommitValue | GroupMetadataValue
+
+
+def _string(value: str) -> bytes:
+    data = value.encode("utf-8")
+    return _U16.pack(len(data)) + data
+
+
+def encode_key(key: Key) -> bytes:
+    if isinstance(key, OffsetCommitKey):
+        return (
+            _U16.pack(KIND_OFFSET_COMMIT)
+            + _string(key.group_id)
+            + _string(key.topic)
+            + _I32.pack(key.partition)
+        )
+    return _U16.pack(KIND_GROUP_METADATA) + _string(key.group_id)
+
+
+def decode_key(data: bytes) -> Key:
+    try:
+        (kind,) = _U16.unpack_from(data, 0)
+        position = 2
+        fields: list[str] = []
+        for _ in range(2 if kind == KIND_OFFSET_COMMIT else 1):
+            (length,) = _U16.unpack_from(data, position)
+            position += 2
+            raw = data[position : position + length]
+            if len(raw) != length:
+                raise RecordFormatError("key truncated")
+            fields.append(raw.decode("utf-8"))
+            position += length
+        if kind == KIND_OFFSET_COMMIT:
+            (partition,) = _I32.unpack_from(data, position)
+            position += 4
+            key: Key = OffsetCommitKey(fields[0], fields[1], partition)
+        elif kind == KIND_GROUP_METADATA:
+            key = GroupMetadataKey(fields[0])
+        else:
+            raise RecordFormatError(f"unknown key kind {kind}")
+    except (struct.error, UnicodeDecodeError) as e:
+        raise RecordFormatError(f"malformed key: {e}") from e
+    if position != len(data):
+        raise RecordFormatError("trailing bytes after the key")
+    return key
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def encode_value(value: Value) -> bytes:
+    body: dict[str, Any]
+    if isinstance(value, OffsetCommitValue):
+        body = {
+            "v": VALUE_VERSION,
+            "offset": value.offset,
+            "leader_epoch": value.leader_epoch,
+            "metadata": value.metadata,
+            "commit_timestamp_ms": value.commit_timestamp_ms,
+        }
+    else:
+        body = {
+            "v": VALUE_VERSION,
+            "protocol_type": value.protocol_type,
+            "protocol_name": value.protocol_name,
+            "generation_id": value.generation_id,
+            "leader_id": value.leader_id,
+            "state_timestamp_ms": value.state_timestamp_ms,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "session_timeout_ms": m.session_timeout_ms,
+                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                    "subscription": _b64(m.subscription),
+                    "assignment": _b64(m.assignment),
+                }
+                for m in value.members
+            ],
+        }
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+def decode_value(key: Key, data: bytes) -> Value:
+    try:
+        body = json.loads(data.decode("utf-8"))
+        if not isinstance(body, dict) or body.get("v") != VALUE_VERSION:
+            raise RecordFormatError("unknown value version")
+        if isinstance(key, OffsetCommitKey):
+            return OffsetCommitValue(
+                offset=int(body["offset"]),
+                leader_epoch=int(body["leader_epoch"]),
+                metadata=str(body["metadata"]),
+                commit_timestamp_ms=int(body["commit_timestamp_ms"]),
+            )
+        return GroupMetadataValue(
+            protocol_type=str(body["protocol_type"]),
+            protocol_name=str(body["protocol_name"]),
+            generation_id=int(body["generation_id"]),
+            leader_id=str(body["leader_id"]),
+            state_timestamp_ms=int(body["state_timestamp_ms"]),
+            members=tuple(
+                MemberMetadata(
+                    member_id=str(m["member_id"]),
+                    group_instance_id=(
+                        None if m["group_instance_id"] is None else str(m["group_instance_id"])
+                    ),
+                    client_id=str(m["client_id"]),
+                    client_host=str(m["client_host"]),
+                    session_timeout_ms=int(m["session_timeout_ms"]),
+                    rebalance_timeout_ms=int(m["rebalance_timeout_ms"]),
+                    subscription=base64.b64decode(m["subscription"], validate=True),
+                    assignment=base64.b64decode(m["assignment"], validate=True),
+                )
+                for m in body["members"]
+            ),
+        )
+    except RecordFormatError:
+        raise
+    except (ValueError, KeyError, TypeError) as e:
+        raise RecordFormatError(f"malformed value: {e}") from e
