@@ -45,6 +45,16 @@ CONFIG_DEF: Final = service_config_def(
             Importance.MEDIUM,
             Range(1),
         ),
+        ConfigKey(
+            "max.in.flight.requests.per.connection",
+            ConfigType.INT,
+            100,
+            "The most requests of one Kafka client connection handled at once (clients "
+            "pipeline them); the connection is not read further until one is answered, so a "
+            "client cannot make the gateway buffer without bound.",
+            Importance.LOW,
+            Range(1),
+        ),
         REQUEST_TIMEOUT_MS,
     ),
 )

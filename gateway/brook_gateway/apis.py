@@ -1,0 +1,138 @@
+"""Which Kafka APIs the gateway answers, at which versions, and by which handler.
+
+`RECOMMENDED_VERSIONS` is the one place the advertised ranges are defined (from
+../shared/kafka-protocol/CLIENTS.md, section 7: the highest version every current client
+implements, with minimums low enough for older librdkafka's feature detection). Only APIs
+with a registered handler are advertised, so the gateway can never announce an API it cannot
+answer. A handler may serve fewer versions than are advertised (Produce is advertised from 0
+but served from 3); requests for the rest are answered with UNSUPPORTED_VERSION, as Kafka 4.0
+does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from brook_gateway.protocol.codec import Message, codec_for
+from brook_gateway.protocol.frames import RequestHeader
+from brook_gateway.protocol.kafka_messages import RESPONSES, ApiKey
+from brook_gateway.protocol.schema import VersionRange, in_range
+
+__all__ = [
+    "RECOMMENDED_VERSIONS",
+    "ApiHandler",
+    "Dispatcher",
+    "ErrorResponse",
+    "Handle",
+    "RequestContext",
+    "top_level_error_response",
+]
+
+RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
+    {
+        ApiKey.PRODUCE: (0, 8),
+        ApiKey.FETCH: (4, 11),
+        ApiKey.LIST_OFFSETS: (1, 3),
+        ApiKey.METADATA: (0, 5),
+        ApiKey.OFFSET_COMMIT: (2, 3),
+        ApiKey.OFFSET_FETCH: (1, 3),
+        ApiKey.FIND_COORDINATOR: (0, 1),
+        ApiKey.JOIN_GROUP: (0, 5),
+        ApiKey.HEARTBEAT: (0, 1),
+        ApiKey.LEAVE_GROUP: (0, 1),
+        ApiKey.SYNC_GROUP: (0, 3),
+        ApiKey.DESCRIBE_GROUPS: (0, 3),
+        ApiKey.LIST_GROUPS: (0, 2),
+        ApiKey.SASL_HANDSHAKE: (0, 1),
+        ApiKey.API_VERSIONS: (0, 3),
+        ApiKey.CREATE_TOPICS: (2, 4),
+        ApiKey.DELETE_TOPICS: (0, 3),
+        ApiKey.INIT_PRODUCER_ID: (0, 1),
+        ApiKey.DESCRIBE_CONFIGS: (0, 1),
+        ApiKey.ALTER_CONFIGS: (0, 1),
+        ApiKey.SASL_AUTHENTICATE: (0, 1),
+        ApiKey.CREATE_PARTITIONS: (0, 1),
+        ApiKey.DELETE_GROUPS: (0, 1),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    header: RequestHeader
+    peer: str
+    """host:port of the client."""
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+
+Handle = Callable[[Message, RequestContext], Awaitable[Message | None]]
+"""`async def handle(request, context) -> response`; None sends no response (Produce with
+acks=0)."""
+ErrorResponse = Callable[[Message, RequestContext, int], Message]
+"""Builds the response that reports `error_code` for every part of `request`."""
+
+
+def top_level_error_response(request: Message, context: RequestContext, error_code: int) -> Message:
+    """The response of APIs whose body has a top-level error_code: every other field at its
+    default. Raises LookupError for an API without one (its handler must say how to fail)."""
+    del request
+    spec = RESPONSES[context.header.api_key]
+    codec = codec_for(spec, context.api_version)
+    response = codec.default()
+    if "error_code" not in response or not any(
+        f.name == "error_code" and in_range(context.api_version, f.versions) for f in spec.fields
+    ):
+        raise LookupError(f"{spec.name} v{context.api_version} has no top-level error code")
+    response["error_code"] = error_code
+    return response
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler:
+    api_key: ApiKey
+    handle: Handle
+    versions: VersionRange
+    """The versions `handle` serves; the rest of the advertised range gets
+    UNSUPPORTED_VERSION."""
+    error_response: ErrorResponse = top_level_error_response
+
+
+class Dispatcher:
+    """The registry of handlers, one per API key."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, ApiHandler] = {}
+
+    def register(self, handler: ApiHandler) -> None:
+        advertised = RECOMMENDED_VERSIONS.get(handler.api_key)
+        if advertised is None:
+            raise ValueError(f"{handler.api_key.name} has no advertised range")
+        low, high = handler.versions
+        if not (advertised[0] <= low <= high <= advertised[1]):
+            raise ValueError(
+                f"{handler.api_key.name}: served versions {handler.versions} are not within "
+                f"the advertised {advertised}"
+            )
+        if handler.api_key in self._handlers:
+            raise ValueError(f"{handler.api_key.name} already has a handler")
+        self._handlers[handler.api_key] = handler
+
+    def handler(self, api_key: int) -> ApiHandler | None:
+        return self._handlers.get(api_key)
+
+    def advertised_range(self, api_key: int) -> VersionRange | None:
+        if api_key not in self._handlers:
+            return None
+        return RECOMMENDED_VERSIONS[ApiKey(api_key)]
+
+    def advertised(self) -> list[tuple[int, int, int]]:
+        """(api_key, min_version, max_version) of every API answered, by key."""
+        return [(key, *RECOMMENDED_VERSIONS[ApiKey(key)]) for key in sorted(self._handlers)]

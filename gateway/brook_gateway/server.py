@@ -1,0 +1,309 @@
+"""The Kafka-protocol TCP server: one reader and one writer per connection, requests handled
+concurrently (pipelined) and answered in the order they arrived.
+
+Limits, each from configuration:
+- `socket.request.max.bytes`: a larger frame closes the connection before its body is read;
+- `max.connections`: connections beyond it are closed as they arrive;
+- `max.in.flight.requests.per.connection`: with that many requests unanswered the connection
+  is not read any further until one is answered (back-pressure on the client, bounded memory);
+- `connections.max.idle.ms`: a connection with nothing in flight and nothing received for that
+  long is closed, as is one that stalls that long in the middle of a frame;
+- `request.timeout.ms`: a handler running longer is answered with REQUEST_TIMED_OUT.
+
+Bad input closes only the connection that sent it, with the reason logged: a malformed frame,
+an unknown API key or a version without a schema (as Kafka does). A known API at a version the
+gateway does not serve is answered with UNSUPPORTED_VERSION, and an ApiVersions request newer
+than the gateway's gets the v0-layout fallback answer from which the client picks its retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from brook.errors import ErrorCode
+from brook_gateway.api_versions import unsupported_version_response
+from brook_gateway.apis import ApiHandler, Dispatcher, RequestContext
+from brook_gateway.protocol.codec import Message
+from brook_gateway.protocol.frames import (
+    FRAME_SIZE_BYTES,
+    REQUEST_PREFIX_BYTES,
+    UnknownApiError,
+    decode_request,
+    encode_response,
+    peek_request,
+)
+from brook_gateway.protocol.kafka_messages import REQUESTS, ApiKey
+from brook_gateway.protocol.primitives import ProtocolError
+from brook_gateway.protocol.schema import in_range
+
+__all__ = ["KafkaServer", "ServerLimits"]
+
+_logger = logging.getLogger(__name__)
+
+# How long a closing connection may take to flush what the kernel has not yet sent.
+_CLOSE_TIMEOUT_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    request_bytes_max: int
+    connections_max: int
+    in_flight_per_connection_max: int
+    idle_timeout_ms: int
+    request_timeout_ms: int
+
+    def __post_init__(self) -> None:
+        assert self.request_bytes_max >= REQUEST_PREFIX_BYTES
+        assert self.connections_max >= 1
+        assert self.in_flight_per_connection_max >= 1
+        assert self.idle_timeout_ms >= 1
+        assert self.request_timeout_ms >= 1
+
+
+class _CloseConnection(Exception):
+    """The connection must be closed; the message is the reason logged."""
+
+
+class KafkaServer:
+    """Serves `dispatcher`'s APIs on host:port (port 0 picks a free one: see `port`)."""
+
+    def __init__(self, dispatcher: Dispatcher, limits: ServerLimits, host: str, port: int):
+        self._dispatcher = dispatcher
+        self._limits = limits
+        self._host = host
+        self._port = port
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the server is not started")
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self._host, self._port)
+
+    async def stop(self) -> None:
+        """Stops accepting, closes every connection and waits for their tasks to end."""
+        if self._server is not None:
+            self._server.close()
+        tasks = set(self._connections)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if peername else "unknown"
+        if len(self._connections) >= self._limits.connections_max:
+            _logger.warning(
+                "connection refused: max.connections reached",
+                extra={"peer": peer, "max_connections": self._limits.connections_max},
+            )
+            await _close(writer)
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await _Connection(self, reader, writer, peer).run()
+        except asyncio.CancelledError:
+            # stop() cancels connections and awaits them; asyncio's stream callback (3.11)
+            # would log a cancelled connection task as an error, so it ends normally instead.
+            pass
+        finally:
+            self._connections.discard(task)
+            await _close(writer)
+
+    async def respond(self, frame: bytes, peer: str) -> bytes | None:
+        """The response frame to one request frame, None if none is due (acks=0). Raises
+        _CloseConnection when the request cannot be answered."""
+        api_key, api_version, correlation_id = peek_request(frame)
+        if api_key == ApiKey.API_VERSIONS:
+            served = self._dispatcher.advertised_range(api_key)
+            if served is not None and api_version > served[1]:
+                # The body of a newer version may not parse: answer without reading it.
+                fallback = unsupported_version_response(self._dispatcher)
+                return encode_response(api_key, 0, correlation_id, fallback)
+        try:
+            header, request = decode_request(frame)
+        except UnknownApiError as e:
+            raise _CloseConnection(str(e)) from None
+        except ProtocolError as e:
+            name = REQUESTS[api_key].name
+            raise _CloseConnection(f"malformed {name} v{api_version}: {e}") from None
+        context = RequestContext(header, peer)
+        handler = self._dispatcher.handler(api_key)
+        response = await self._handle(handler, request, context)
+        if response is None:
+            return None
+        try:
+            return encode_response(api_key, api_version, correlation_id, response)
+        except ProtocolError as e:
+            # A handler bug, not the client's fault; but there is no answer to send.
+            _logger.error(
+                "unencodable response",
+                extra={
+                    "peer": peer,
+                    "api_key": api_key,
+                    "api_version": api_version,
+                    "reason": str(e),
+                },
+            )
+            raise _CloseConnection(f"unencodable response: {e}") from None
+
+    async def _handle(
+        self, handler: ApiHandler | None, request: Message, context: RequestContext
+    ) -> Message | None:
+        if handler is None or not in_range(context.api_version, handler.versions):
+            return _error_response(handler, request, context, ErrorCode.UNSUPPORTED_VERSION)
+        try:
+            async with asyncio.timeout(self._limits.request_timeout_ms / 1000):
+                return await handler.handle(request, context)
+        except TimeoutError:
+            return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)
+        except Exception:
+            _logger.exception(
+                "request handler failed",
+                extra={"peer": context.peer, "api_key": context.header.api_key},
+            )
+            return _error_response(handler, request, context, ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+def _error_response(
+    handler: ApiHandler | None, request: Message, context: RequestContext, error: ErrorCode
+) -> Message:
+    api_key = context.header.api_key
+    try:
+        if handler is not None:
+            return handler.error_response(request, context, int(error))
+        from brook_gateway.apis import top_level_error_response
+
+        return top_level_error_response(request, context, int(error))
+    except LookupError as e:
+        raise _CloseConnection(
+            f"cannot answer API {api_key} v{context.api_version} with {error.name}: {e}"
+        ) from None
+
+
+class _Connection:
+    def __init__(
+        self,
+        server: KafkaServer,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: str,
+    ) -> None:
+        self._server = server
+        self._limits = server._limits
+        self._reader = reader
+        self._writer = writer
+        self._peer = peer
+        self._slots = asyncio.Semaphore(self._limits.in_flight_per_connection_max)
+        self._in_flight = 0
+        # Responses in request order: a task per request, None once the client has finished.
+        self._pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue()
+
+    async def run(self) -> None:
+        read_task = asyncio.create_task(self._read_requests(), name=f"kafka-read {self._peer}")
+        write_task = asyncio.create_task(self._write_responses(), name=f"kafka-write {self._peer}")
+        try:
+            done, _ = await asyncio.wait(
+                (read_task, write_task), return_when=asyncio.FIRST_EXCEPTION
+            )
+            for task in done:
+                error = task.exception()
+                if isinstance(error, _CloseConnection):
+                    _logger.warning(
+                        "closing connection", extra={"peer": self._peer, "reason": str(error)}
+                    )
+                elif isinstance(error, ConnectionError | asyncio.IncompleteReadError):
+                    _logger.debug("connection lost", extra={"peer": self._peer})
+                elif error is not None:
+                    raise error
+        finally:
+            for task in (read_task, write_task):
+                task.cancel()
+            await asyncio.gather(read_task, write_task, return_exceptions=True)
+            while not self._pending.empty():
+                pending = self._pending.get_nowait()
+                if pending is not None:
+                    pending.cancel()
+                    await asyncio.gather(pending, return_exceptions=True)
+
+    async def _read_requests(self) -> None:
+        idle_s = self._limits.idle_timeout_ms / 1000
+        while True:
+            await self._slots.acquire()
+            size_bytes = await self._read_size(idle_s)
+            if size_bytes is None:
+                self._slots.release()
+                # The client finished sending: answer what it asked, then close.
+                await self._pending.put(None)
+                return
+            size = int.from_bytes(size_bytes, "big", signed=True)
+            if size < REQUEST_PREFIX_BYTES:
+                raise _CloseConnection(f"frame of {size} bytes is shorter than a request header")
+            if size > self._limits.request_bytes_max:
+                raise _CloseConnection(
+                    f"frame of {size} bytes exceeds socket.request.max.bytes "
+                    f"({self._limits.request_bytes_max})"
+                )
+            try:
+                async with asyncio.timeout(idle_s):
+                    frame = await self._reader.readexactly(size)
+            except TimeoutError:
+                raise _CloseConnection(f"stalled mid-frame for {idle_s} s") from None
+            except asyncio.IncompleteReadError:
+                raise _CloseConnection("closed mid-frame") from None
+            self._in_flight += 1
+            task = asyncio.create_task(self._server.respond(frame, self._peer))
+            await self._pending.put(task)
+
+    async def _read_size(self, idle_s: float) -> bytes | None:
+        """The next frame's size prefix; None at a clean end of stream."""
+        while True:
+            try:
+                async with asyncio.timeout(idle_s):
+                    return await self._reader.readexactly(FRAME_SIZE_BYTES)
+            except asyncio.IncompleteReadError as e:
+                if e.partial:
+                    raise _CloseConnection("closed mid-frame") from None
+                return None
+            except TimeoutError:
+                if self._in_flight == 0:
+                    raise _CloseConnection(
+                        f"idle for connections.max.idle.ms ({self._limits.idle_timeout_ms})"
+                    ) from None
+
+    async def _write_responses(self) -> None:
+        while True:
+            task = await self._pending.get()
+            if task is None:
+                return
+            response = await task
+            if response is not None:
+                self._writer.write(response)
+                await self._writer.drain()
+            self._in_flight -= 1
+            self._slots.release()
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+            await writer.wait_closed()

@@ -1,0 +1,82 @@
+"""A Kafka-protocol server on a free loopback port, and a raw client for it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from brook_gateway.api_versions import api_versions_handler
+from brook_gateway.apis import Dispatcher
+from brook_gateway.protocol.codec import Message
+from brook_gateway.protocol.frames import decode_response, encode_request
+from brook_gateway.server import KafkaServer, ServerLimits
+
+READ_TIMEOUT_S = 5.0
+LIMITS = ServerLimits(
+    request_bytes_max=64 * 1024,
+    connections_max=20,
+    in_flight_per_connection_max=8,
+    idle_timeout_ms=10_000,
+    request_timeout_ms=5_000,
+)
+
+
+def dispatcher_with_api_versions() -> Dispatcher:
+    dispatcher = Dispatcher()
+    dispatcher.register(api_versions_handler(dispatcher))
+    return dispatcher
+
+
+@asynccontextmanager
+async def running_server(
+    dispatcher: Dispatcher | None = None, **limits: Any
+) -> AsyncIterator[KafkaServer]:
+    settings = {name: getattr(LIMITS, name) for name in LIMITS.__slots__}
+    settings.update(limits)
+    server = KafkaServer(
+        dispatcher or dispatcher_with_api_versions(), ServerLimits(**settings), "127.0.0.1", 0
+    )
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+class RawClient:
+    """Writes frames and reads response frames, nothing more."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, port: int) -> RawClient:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def send(self, api_key: int, version: int, correlation_id: int, body: Message) -> None:
+        self.writer.write(encode_request(api_key, version, correlation_id, "raw-test", body))
+        await self.writer.drain()
+
+    async def read_frame(self) -> bytes:
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            size = int.from_bytes(await self.reader.readexactly(4), "big")
+            return await self.reader.readexactly(size)
+
+    async def receive(self, api_key: int, version: int) -> tuple[int, Message]:
+        return decode_response(api_key, version, await self.read_frame())
+
+    async def closed_by_server(self) -> bool:
+        """True once the server closes the connection (EOF), False if it sends anything."""
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            return await self.reader.read(1) == b""
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except OSError:
+            pass

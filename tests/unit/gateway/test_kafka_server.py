@@ -1,0 +1,297 @@
+"""The Kafka-protocol server against raw sockets and a real client (kafka-python)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.protocol.codec import Message
+from brook_gateway.protocol.kafka_messages import ApiKey
+from gateway_support import RawClient, dispatcher_with_api_versions, running_server
+from kafka.net.compat import KafkaNetClient
+
+from brook.errors import ErrorCode
+
+API_VERSIONS_ONLY = [{"api_key": ApiKey.API_VERSIONS, "min_version": 0, "max_version": 3}]
+SOFTWARE = {"client_software_name": "brook-test", "client_software_version": "1.0"}
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
+
+
+def test_api_versions_advertises_only_implemented_apis_at_every_version() -> None:
+    async def scenario() -> None:
+        async with running_server() as server:
+            client = await RawClient.connect(server.port)
+            for version in range(4):
+                await client.send(ApiKey.API_VERSIONS, version, 100 + version, SOFTWARE)
+                correlation_id, body = await client.receive(ApiKey.API_VERSIONS, version)
+                assert correlation_id == 100 + version
+                assert body["error_code"] == ErrorCode.NONE
+                assert body["api_keys"] == API_VERSIONS_ONLY
+            await client.close()
+
+    run(scenario())
+
+
+def test_too_new_api_versions_gets_the_v0_fallback_with_unsupported_version() -> None:
+    async def scenario() -> None:
+        async with running_server() as server:
+            client = await RawClient.connect(server.port)
+            await client.send(ApiKey.API_VERSIONS, 4, 7, SOFTWARE)
+            # Header v0 and a v0 body, whatever version was asked.
+            correlation_id, body = await client.receive(ApiKey.API_VERSIONS, 0)
+            assert correlation_id == 7
+            assert body["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+            assert body["api_keys"] == API_VERSIONS_ONLY
+            # The connection stays usable for the retry.
+            await client.send(ApiKey.API_VERSIONS, 3, 8, SOFTWARE)
+            assert (await client.receive(ApiKey.API_VERSIONS, 3))[1]["error_code"] == 0
+            await client.close()
+
+    run(scenario())
+
+
+def test_api_versions_rejects_invalid_client_software_name() -> None:
+    async def scenario() -> None:
+        async with running_server() as server:
+            client = await RawClient.connect(server.port)
+            bad = {"client_software_name": "-bad name", "client_software_version": "1"}
+            await client.send(ApiKey.API_VERSIONS, 3, 1, bad)
+            _, body = await client.receive(ApiKey.API_VERSIONS, 3)
+            assert body["error_code"] == ErrorCode.INVALID_REQUEST
+            await client.close()
+
+    run(scenario())
+
+
+def test_kafka_python_negotiates_api_versions() -> None:
+    async def scenario() -> None:
+        async with running_server() as server:
+
+            def negotiate() -> dict[int, tuple[int, int]]:
+                client = KafkaNetClient(bootstrap_servers=f"127.0.0.1:{server.port}")
+                try:
+                    manager = client._manager
+                    node = manager.cluster.bootstrap_brokers()[0]
+
+                    async def connect() -> dict[int, tuple[int, int]]:
+                        connection = manager.get_connection(node.node_id, timeout_ms=5000)
+                        await connection
+                        versions: dict[int, tuple[int, int]] = (
+                            connection.broker_version_data.api_versions
+                        )
+                        return versions
+
+                    result: dict[int, tuple[int, int]] = client._net.run(connect)
+                    return result
+                finally:
+                    client.close()
+
+            # kafka-python first asks for v4 and retries with v3 after our fallback answer.
+            assert await asyncio.to_thread(negotiate) == {ApiKey.API_VERSIONS: (0, 3)}
+
+    run(scenario())
+
+
+def _heartbeat_handler(
+    delays_s: dict[str, float], versions: tuple[int, int] = (0, 1)
+) -> tuple[ApiHandler, list[int]]:
+    """Heartbeat that sleeps per group id and records its peak concurrency."""
+    running = [0]
+    peak = [0]
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        try:
+            await asyncio.sleep(delays_s.get(request["group_id"], 0.0))
+        finally:
+            running[0] -= 1
+        return {"error_code": 0, "throttle_time_ms": 0}
+
+    return ApiHandler(ApiKey.HEARTBEAT, handle, versions=versions), peak
+
+
+def _heartbeat(group_id: str) -> Message:
+    return {"group_id": group_id, "generation_id": 1, "member_id": "m"}
+
+
+def test_pipelined_requests_are_answered_in_request_order() -> None:
+    async def scenario() -> None:
+        dispatcher = dispatcher_with_api_versions()
+        handler, peak = _heartbeat_handler({"slow": 0.3, "medium": 0.1})
+        dispatcher.register(handler)
+        async with running_server(dispatcher) as server:
+            client = await RawClient.connect(server.port)
+            for correlation_id, group in enumerate(("slow", "medium", "fast")):
+                await client.send(ApiKey.HEARTBEAT, 1, correlation_id, _heartbeat(group))
+            answered = [(await client.receive(ApiKey.HEARTBEAT, 1))[0] for _ in range(3)]
+            assert answered == [0, 1, 2]
+            assert peak[0] == 3, "pipelined requests were handled one at a time"
+            await client.close()
+
+    run(scenario())
+
+
+def test_in_flight_requests_per_connection_are_bounded() -> None:
+    async def scenario() -> None:
+        dispatcher = dispatcher_with_api_versions()
+        handler, peak = _heartbeat_handler({"slow": 0.05})
+        dispatcher.register(handler)
+        async with running_server(dispatcher, in_flight_per_connection_max=2) as server:
+            client = await RawClient.connect(server.port)
+            for correlation_id in range(6):
+                await client.send(ApiKey.HEARTBEAT, 1, correlation_id, _heartbeat("slow"))
+            answered = [(await client.receive(ApiKey.HEARTBEAT, 1))[0] for _ in range(6)]
+            assert answered == list(range(6))
+            assert peak[0] == 2
+            await client.close()
+
+    run(scenario())
+
+
+def test_advertised_but_unserved_version_is_answered_with_unsupported_version() -> None:
+    async def scenario() -> None:
+        dispatcher = dispatcher_with_api_versions()
+        handler, _ = _heartbeat_handler({}, versions=(1, 1))
+        dispatcher.register(handler)
+        async with running_server(dispatcher) as server:
+            client = await RawClient.connect(server.port)
+            await client.send(ApiKey.HEARTBEAT, 0, 5, _heartbeat("g"))
+            correlation_id, body = await client.receive(ApiKey.HEARTBEAT, 0)
+            assert (correlation_id, body["error_code"]) == (5, ErrorCode.UNSUPPORTED_VERSION)
+            await client.close()
+
+    run(scenario())
+
+
+def test_unregistered_api_with_top_level_error_is_answered_unsupported_version() -> None:
+    async def scenario() -> None:
+        async with running_server() as server:
+            client = await RawClient.connect(server.port)
+            await client.send(ApiKey.HEARTBEAT, 1, 9, _heartbeat("g"))
+            correlation_id, body = await client.receive(ApiKey.HEARTBEAT, 1)
+            assert (correlation_id, body["error_code"]) == (9, ErrorCode.UNSUPPORTED_VERSION)
+            await client.close()
+
+    run(scenario())
+
+
+def test_slow_handler_is_answered_with_request_timed_out() -> None:
+    async def scenario() -> None:
+        dispatcher = dispatcher_with_api_versions()
+        handler, _ = _heartbeat_handler({"stuck": 10.0})
+        dispatcher.register(handler)
+        async with running_server(dispatcher, request_timeout_ms=100) as server:
+            client = await RawClient.connect(server.port)
+            await client.send(ApiKey.HEARTBEAT, 1, 3, _heartbeat("stuck"))
+            _, body = await client.receive(ApiKey.HEARTBEAT, 1)
+            assert body["error_code"] == ErrorCode.REQUEST_TIMED_OUT
+            await client.close()
+
+    run(scenario())
+
+
+async def _still_serves(port: int) -> None:
+    client = await RawClient.connect(port)
+    await client.send(ApiKey.API_VERSIONS, 3, 1, SOFTWARE)
+    assert (await client.receive(ApiKey.API_VERSIONS, 3))[0] == 1
+    await client.close()
+
+
+def _frame(payload_hex: str) -> bytes:
+    payload = bytes.fromhex(payload_hex)
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def test_bad_frames_close_only_their_own_connection() -> None:
+    bad_frames = {
+        "unknown api key": _frame("7fff 0000 00000001 0000"),
+        "version without a schema": _frame("0003 0064 00000001 0000"),
+        "shorter than a header": _frame("616263"),
+        "negative size": (-5).to_bytes(4, "big", signed=True),
+        "oversized": (10**6).to_bytes(4, "big") + b"x" * 100,
+        # ApiVersions v3 (header v2) whose compact string claims 15 bytes and has 2.
+        "malformed body": _frame("0012 0003 00000001 0000 00 10 6162"),
+        "trailing bytes": _frame("0012 0000 00000001 0000 ff"),
+    }
+
+    async def scenario() -> None:
+        async with running_server(request_bytes_max=1024) as server:
+            bystander = await RawClient.connect(server.port)
+            for reason, frame in bad_frames.items():
+                client = await RawClient.connect(server.port)
+                client.writer.write(frame)
+                assert await client.closed_by_server(), reason
+                await client.close()
+                await _still_serves(server.port)
+            await bystander.send(ApiKey.API_VERSIONS, 0, 2, {})
+            assert (await bystander.receive(ApiKey.API_VERSIONS, 0))[0] == 2
+            await bystander.close()
+
+    run(scenario())
+
+
+def test_connections_beyond_max_connections_are_closed() -> None:
+    async def scenario() -> None:
+        async with running_server(connections_max=2) as server:
+            first = await RawClient.connect(server.port)
+            second = await RawClient.connect(server.port)
+            await first.send(ApiKey.API_VERSIONS, 0, 1, {})
+            await second.send(ApiKey.API_VERSIONS, 0, 1, {})
+            await first.receive(ApiKey.API_VERSIONS, 0)
+            await second.receive(ApiKey.API_VERSIONS, 0)
+            third = await RawClient.connect(server.port)
+            assert await third.closed_by_server()
+            await third.close()
+            await first.close()
+            await asyncio.sleep(0.1)
+            await _still_serves(server.port)
+            await second.close()
+
+    run(scenario())
+
+
+def test_idle_connection_is_closed_after_connections_max_idle_ms() -> None:
+    async def scenario() -> None:
+        async with running_server(idle_timeout_ms=200) as server:
+            client = await RawClient.connect(server.port)
+            await client.send(ApiKey.API_VERSIONS, 0, 1, {})
+            await client.receive(ApiKey.API_VERSIONS, 0)
+            started = asyncio.get_running_loop().time()
+            assert await client.closed_by_server()
+            assert asyncio.get_running_loop().time() - started >= 0.15
+            await client.close()
+
+    run(scenario())
+
+
+def test_long_running_request_does_not_count_as_idle() -> None:
+    async def scenario() -> None:
+        dispatcher = dispatcher_with_api_versions()
+        handler, _ = _heartbeat_handler({"slow": 0.5})
+        dispatcher.register(handler)
+        async with running_server(dispatcher, idle_timeout_ms=150) as server:
+            client = await RawClient.connect(server.port)
+            await client.send(ApiKey.HEARTBEAT, 1, 4, _heartbeat("slow"))
+            assert (await client.receive(ApiKey.HEARTBEAT, 1))[0] == 4
+            await client.close()
+
+    run(scenario())
+
+
+def test_stop_closes_open_connections() -> None:
+    async def scenario() -> None:
+        async with running_server() as server:
+            client = await RawClient.connect(server.port)
+            await client.send(ApiKey.API_VERSIONS, 0, 1, {})
+            await client.receive(ApiKey.API_VERSIONS, 0)
+        assert server.connection_count == 0
+        assert await client.closed_by_server()
+        await client.close()
+
+    run(scenario())
