@@ -85,6 +85,10 @@ def _settings(service: ServiceUnderTest) -> dict[str, str]:
     }
     if "RAFT" in ports:
         settings["controller.quorum.voters"] = f"1@127.0.0.1:{ports['RAFT']}"
+    if service.package == "brook_storage_node":
+        # Stand-alone: without static.topics a storage node waits for the controllers before it
+        # reports SERVING (as Kafka's broker does), and this test starts no controller.
+        settings["static.topics"] = "entrypoint:1"
     return settings
 
 

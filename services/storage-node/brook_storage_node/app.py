@@ -1,15 +1,25 @@
 """The storage node service: partition replicas on local disk, served over gRPC.
 
-Start-up: read the first metadata snapshot (from static.topics until the controller's
-WatchMetadata replaces it, see metadata_source.py), open every log in log.dirs with the
-topics' settings (recovering after a crash), take up leadership of the partitions the
-metadata gives this node, then register brook.v1.StorageService. Only then does the runtime
-report SERVING. Further metadata updates are applied by a background task.
+Start-up: read the first metadata snapshot, open every log in log.dirs with the topics'
+settings (recovering after a crash), take up the partitions the metadata gives this node, then
+register brook.v1.StorageService. Further metadata updates are applied by a background task.
+
+The metadata comes from the controllers unless static.topics lists topics (see
+metadata_source.py). With the controllers, start-up also joins the cluster
+(brook.membership): the data directories' meta.properties must name this node and the
+controllers' cluster; the node registers, heartbeats, and is SERVING only once the controllers
+have unfenced it and it has caught up with the metadata, all within
+initial.broker.registration.timeout.ms. It leads partitions only while it holds its lease.
+Having caught up, a node that rejoins its cluster deletes the logs the metadata no longer
+gives it (topics deleted while it was down).
 
 Shutdown (after the runtime has stopped the gRPC server): long polls and subscriptions are
-woken the moment shutdown begins, so they answer instead of holding the grace period; then
-the metadata task and queued acks=0 appends are cancelled, and the log manager flushes and
-closes every log and writes its checkpoints and clean-shutdown marker.
+woken the moment shutdown begins, so they answer instead of holding the grace period. At the
+same moment a node in a cluster starts its controlled shutdown: it asks the controllers to
+move its leaderships to other replicas and waits (up to half of shutdown.timeout.ms) until
+they have, so clients find new leaders before this node is gone. Then the metadata task and
+queued acks=0 appends are cancelled, and the log manager flushes and closes every log and
+writes its checkpoints and clean-shutdown marker.
 
 ReplicaService (follower fetches) arrives with issue #6 and answers UNIMPLEMENTED until then.
 """
@@ -20,14 +30,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from brook.config import Config
+from brook.membership import AppliedMetadataOffset, ClusterMembership
 from brook.server import ServiceContext, ServiceSpec, make_directories
-from brook.v1 import storage_pb2_grpc
+from brook.v1 import common_pb2, storage_pb2_grpc
 from brook_storage_node.config import CONFIG_DEF
 from brook_storage_node.limits import StorageLimits
 from brook_storage_node.log import LogManager, node_log_manager_config
-from brook_storage_node.metadata_source import MetadataSource, StaticMetadataSource
+from brook_storage_node.metadata_source import (
+    ControllerMetadataSource,
+    MetadataSource,
+    StaticMetadataSource,
+)
 from brook_storage_node.metadata_view import MetadataUpdate, MetadataView
 from brook_storage_node.replica_manager import ReplicaManager, topic_log_configs
 from brook_storage_node.storage_service import StorageServicer
@@ -40,42 +56,82 @@ _log = logging.getLogger(__name__)
 
 class StorageNode:
     def __init__(self, config: Config, source: MetadataSource | None = None) -> None:
+        """``source`` replaces where metadata comes from (tests); without one, static.topics
+        decides between the static source and joining the cluster through the controllers."""
         self._config = config
-        self._source = source or StaticMetadataSource.from_config(config)
+        self._membership: ClusterMembership | None = None
+        if source is None:
+            if config.get_list("static.topics"):
+                source = StaticMetadataSource.from_config(config)
+            else:
+                self._membership = ClusterMembership(
+                    config,
+                    common_pb2.NODE_ROLE_STORAGE_NODE,
+                    [Path(d) for d in config.get_list("log.dirs")],
+                )
+                source = ControllerMetadataSource(self._membership.watcher)
+        self._source = source
+        self.applied = (
+            self._membership.applied if self._membership is not None else AppliedMetadataOffset()
+        )
         self._log_manager: LogManager | None = None
         self._servicer: StorageServicer | None = None
         self._replicas: ReplicaManager | None = None
         self._follower: asyncio.Task[None] | None = None
+        self._leaving: asyncio.Task[None] | None = None
 
     @property
     def replicas(self) -> ReplicaManager | None:
         return self._replicas
 
+    @property
+    def membership(self) -> ClusterMembership | None:
+        return self._membership
+
     async def start(self, context: ServiceContext) -> None:
         config = self._config
+        membership = self._membership
+        loop = asyncio.get_running_loop()
+        join_deadline = loop.time() + (
+            membership.join_timeout_s
+            if membership is not None
+            else config.get_int("request.timeout.ms") / 1000
+        )
         await make_directories(config.get_list("log.dirs"))
+        rejoining = False
+        if membership is not None:
+            rejoining = await membership.lifecycle.load_cluster_id() is not None
         updates = self._source.updates()
         # A source must open with a snapshot; the bound keeps a silent one from hanging
         # start-up forever (the static source answers at once).
         try:
-            first = await asyncio.wait_for(
-                anext(updates), timeout=config.get_int("request.timeout.ms") / 1000
-            )
+            first = await asyncio.wait_for(anext(updates), max(0.0, join_deadline - loop.time()))
         except StopAsyncIteration:
             raise RuntimeError("the metadata source ended before its first snapshot") from None
+        except TimeoutError:
+            raise RuntimeError("no metadata snapshot arrived in time") from None
         if not first.snapshot:
             raise RuntimeError("the metadata source did not start with a snapshot")
         view = MetadataView()
         view.apply(first)
+        if membership is not None:
+            membership.check_cluster(view.cluster_id)
         defaults = TopicDefaults.from_config(config)
         self._log_manager = await LogManager.open(
             node_log_manager_config(config),
             default_log_config=defaults.settings.log_config,
             topic_configs=topic_log_configs(view, defaults),
         )
-        replicas = ReplicaManager(config.get_int("node.id"), self._log_manager, defaults, view)
+        replicas = ReplicaManager(
+            config.get_int("node.id"),
+            self._log_manager,
+            defaults,
+            view,
+            lease=membership.lease if membership is not None else None,
+        )
         self._replicas = replicas
         await replicas.initialize()
+        self.applied.advance(first.offset)
         self._log_manager.start()
         self._servicer = StorageServicer(
             replicas, StorageLimits.from_config(config), context.shutdown_requested
@@ -87,11 +143,21 @@ class StorageNode:
         context.tasks.spawn(
             self._wake_waiters_on_shutdown(context.shutdown_requested), name="shutdown-waker"
         )
+        if membership is not None:
+            membership.lifecycle.set_listener(replicas)
+            self._leaving = context.tasks.spawn(
+                self._leave_on_shutdown(membership, context.shutdown_requested),
+                name="controlled-shutdown",
+            )
+            await membership.join(context.tasks, max(0.0, join_deadline - loop.time()))
+            if rejoining:
+                await replicas.delete_stray_logs()
         _log.info(
             "storage node started",
             extra={
                 "partitions_led": sum(p.is_leader for p in replicas.hosted()),
                 "metadata_offset": view.offset,
+                "cluster_id": view.cluster_id or None,
             },
         )
 
@@ -99,13 +165,24 @@ class StorageNode:
         assert self._replicas is not None
         async for update in updates:
             await self._replicas.apply(update)
+            self.applied.advance(update.offset)
 
     async def _wake_waiters_on_shutdown(self, shutdown: asyncio.Event) -> None:
         await shutdown.wait()
         if self._replicas is not None:
             self._replicas.wake_all()
 
+    @staticmethod
+    async def _leave_on_shutdown(membership: ClusterMembership, shutdown: asyncio.Event) -> None:
+        await shutdown.wait()
+        await membership.leave()
+
     async def stop(self) -> None:
+        if self._leaving is not None:
+            # Bounded by the membership's own timeout; the metadata task keeps applying the
+            # leadership moves meanwhile.
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._leaving
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -116,6 +193,8 @@ class StorageNode:
             await self._servicer.close()
         if self._log_manager is not None:
             await self._log_manager.close()
+        if self._membership is not None:
+            await self._membership.close()
 
 
 SPEC = ServiceSpec(

@@ -4,7 +4,8 @@ Names and defaults are Kafka's wherever Kafka has the concept (seed 000/002 conf
 tables, current Kafka for replica.lag.time.max.ms). Listener: GRPC, default
 GRPC://127.0.0.1:9101 (StorageService, ReplicaService and health). Data: log.dirs, by default
 ./.brook/storage-<node.id> relative to the working directory, so several nodes started from one
-directory never share a log dir.
+directory never share a log dir. Joining the cluster (registration, heartbeats, the lease) takes
+the shared settings of brook.membership, unless static.topics makes the node stand alone.
 
 Time settings with several units follow Kafka's hierarchy; read them through `log_retention_ms`,
 `log_roll_ms` and `log_roll_jitter_ms`, never the raw keys.
@@ -33,6 +34,7 @@ from brook.config import (
     service_config_def,
     service_data_dir_default,
 )
+from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 from brook.record import BATCH_OVERHEAD
 
 __all__ = ["CONFIG_DEF", "log_retention_ms", "log_roll_jitter_ms", "log_roll_ms"]
@@ -397,15 +399,7 @@ CONFIG_DEF: Final = service_config_def(
             _M,
             Range(1024),
         ),
-        ConfigKey(
-            "broker.heartbeat.interval.ms",
-            _INT,
-            2000,
-            "How often this node renews its lease with the controller; it must stay well "
-            "below the controller's broker.session.timeout.ms.",
-            _M,
-            Range(1),
-        ),
+        *MEMBERSHIP_KEYS,
         REQUEST_TIMEOUT_MS,
         ConfigKey(
             "queued.max.request.bytes",
@@ -421,13 +415,16 @@ CONFIG_DEF: Final = service_config_def(
             "static.topics",
             ConfigType.LIST,
             (),
-            "A bridge until this node follows the controller's metadata: the topics it serves, "
-            "as topic:partitions[:config=value...] entries, comma-separated (e.g. "
-            "orders:6,events:3:retention.ms=3600000). The node leads every listed partition "
-            "(leader epoch 0, replicas and ISR just itself). Topic configs are the topic-level "
-            "names (retention.ms, segment.bytes, max.message.bytes, compression.type, "
-            "min.insync.replicas, ...); their values cannot contain commas. Removing a topic "
-            "from the list stops serving it but keeps its data on disk.",
+            "For development and tests without controllers. Empty (the default): the node "
+            "joins the cluster through the controllers (controller.quorum.bootstrap.servers) "
+            "and serves what their metadata gives it. Not empty: the node contacts no "
+            "controller and serves exactly these topics, as topic:partitions[:config=value...] "
+            "entries, comma-separated (e.g. orders:6,events:3:retention.ms=3600000), leading "
+            "every listed partition (leader epoch 0, replicas and ISR just itself). Topic "
+            "configs are the topic-level names (retention.ms, segment.bytes, "
+            "max.message.bytes, compression.type, min.insync.replicas, ...); their values "
+            "cannot contain commas. Removing a topic from the list stops serving it but keeps "
+            "its data on disk.",
             _H,
             StaticTopics(),
         ),
@@ -449,6 +446,7 @@ CONFIG_DEF: Final = service_config_def(
             "socket.request.max.bytes",
             "a batch of message.max.bytes must fit in one request",
         ),
+        *MEMBERSHIP_CHECKS,
     ),
 )
 

@@ -1,10 +1,12 @@
 """Where the node's metadata comes from: a stream of ``MetadataUpdate``s.
 
-The controller (issue #5) will stream the metadata log through ``WatchMetadata``: a snapshot,
-then deltas. Until then ``StaticMetadataSource`` is the bridge: it turns the ``static.topics``
-setting into the same kind of snapshot, one that makes this node the leader (leader epoch 0,
-replicas and ISR just itself) of every listed partition. The node consumes either source the
-same way, so replacing the static one with a ``WatchMetadata`` client changes no other code.
+``ControllerMetadataSource`` follows the controllers' metadata log through ``WatchMetadata``
+(brook.membership.MetadataWatcher: a snapshot, then deltas, resumed after reconnections, stale
+controller epochs ignored). ``StaticMetadataSource`` is the bridge for development and tests
+without controllers: it turns the ``static.topics`` setting into the same kind of snapshot,
+one that makes this node the leader (leader epoch 0, replicas and ISR just itself) of every
+listed partition. The node consumes either source the same way; it uses the static one when
+static.topics lists topics, the controllers otherwise.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from brook.config import Config, Listener
+from brook.membership import MetadataWatcher
 from brook.v1 import common_pb2, metadata_pb2
 from brook_storage_node.log.topic_partition import check_topic_name
 from brook_storage_node.metadata_view import MetadataUpdate
@@ -22,6 +25,7 @@ from brook_storage_node.topic_settings import check_topic_configs
 
 __all__ = [
     "STATIC_PARTITIONS_MAX",
+    "ControllerMetadataSource",
     "MetadataSource",
     "StaticMetadataSource",
     "StaticTopic",
@@ -171,3 +175,16 @@ class StaticMetadataSource:
 
     async def updates(self) -> AsyncIterator[MetadataUpdate]:
         yield self.snapshot()
+
+
+class ControllerMetadataSource:
+    """The controllers' metadata log, as the watcher delivers it; runs until cancelled."""
+
+    def __init__(self, watcher: MetadataWatcher) -> None:
+        self._watcher = watcher
+
+    async def updates(self) -> AsyncIterator[MetadataUpdate]:
+        async for message in self._watcher.updates():
+            yield MetadataUpdate(
+                snapshot=message.snapshot, offset=message.offset, records=tuple(message.records)
+            )

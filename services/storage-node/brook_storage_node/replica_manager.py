@@ -1,24 +1,35 @@
 """The partitions this node hosts, kept in line with the metadata (Kafka's ReplicaManager).
 
 The metadata says, for every partition, who leads it in which epoch and which nodes hold
-replicas. ``apply`` takes one metadata update (from whatever source: static configuration
-now, the controller's WatchMetadata stream later), and for each partition that changed:
+replicas. ``apply`` takes one metadata update (from whatever source: the controllers'
+WatchMetadata stream, or static configuration), and for each partition that changed:
 
 - this node is the leader: open (or create) the log and lead it;
-- this node holds a replica but does not lead: follow (replication arrives with issue #6;
-  until then a follower only answers NOT_LEADER_OR_FOLLOWER with a hint);
+- this node holds a replica but does not lead: follow. Replication arrives with issue #6 and
+  plugs in through ``FollowerFetchers`` (told which partitions to fetch from which leader);
+  until then a follower only answers NOT_LEADER_OR_FOLLOWER with a hint;
 - this node holds no replica any more, or the topic is gone: stop serving it and delete it.
+
+Leading also takes a lease (``LeadershipLease``) when the metadata comes from the controllers:
+a node that has lost its lease (no successful heartbeat within broker.session.timeout.ms, or
+fenced) cannot act as leader, because the controllers will have moved its leaderships to
+other nodes. Its led partitions go offline at once (``on_lease_lost``) and answer
+NOT_LEADER_OR_FOLLOWER, whatever the metadata image still says, until the lease is back
+(``on_lease_acquired``), when the image, by then caught up, says again what to lead.
 
 Partitions whose directory is on disk but which the metadata does not mention are left
 alone (and unserved): with static.topics a line removed from the configuration must not
-delete data. Request handlers find partitions through ``leader_partition``, which explains a
-miss with Kafka's error and, where it can, a hint naming the leader.
+delete data. With the controllers, a node that rejoins its cluster deletes them once it has
+caught up (``delete_stray_logs``): their topic was deleted, or moved away, while it was down.
+Request handlers find partitions through ``leader_partition``, which explains a miss with
+Kafka's error and, where it can, a hint naming the leader.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
+from typing import Protocol
 
 from brook.errors import ErrorCode
 from brook_storage_node.errors import LeaderHint, PartitionError
@@ -33,9 +44,46 @@ from brook_storage_node.metadata_view import (
 from brook_storage_node.partition import NO_EPOCH, Partition
 from brook_storage_node.topic_settings import TopicDefaults, TopicSettings, resolve_topic_settings
 
-__all__ = ["ReplicaManager", "topic_log_configs"]
+__all__ = [
+    "FollowerFetchers",
+    "LeadershipLease",
+    "NoFollowerFetchers",
+    "ReplicaManager",
+    "topic_log_configs",
+]
 
 _log = logging.getLogger(__name__)
+
+
+class LeadershipLease(Protocol):
+    """Whether this node may lead now (brook.membership.BrokerLease)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    @property
+    def inactive_reason(self) -> str: ...
+
+
+class FollowerFetchers(Protocol):
+    """The seam for replication (issue #6, Kafka's ReplicaFetcherManager): told which
+    partitions this node follows, and stops following. Called on the event loop."""
+
+    def follow(self, partition: Partition, leader_id: int, leader_epoch: int) -> None:
+        """Fetch ``partition`` from ``leader_id`` (NO_LEADER: none now) in ``leader_epoch``."""
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        """Stop fetching ``tp``: this node leads it now, or no longer hosts it."""
+
+
+class NoFollowerFetchers:
+    """Until replication exists: followers do not fetch."""
+
+    def follow(self, partition: Partition, leader_id: int, leader_epoch: int) -> None:
+        pass
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        pass
 
 
 def topic_log_configs(view: MetadataView, defaults: TopicDefaults) -> dict[str, LogConfig]:
@@ -54,11 +102,17 @@ class ReplicaManager:
         log_manager: LogManager,
         defaults: TopicDefaults,
         view: MetadataView,
+        *,
+        lease: LeadershipLease | None = None,
+        fetchers: FollowerFetchers | None = None,
     ) -> None:
         self.node_id = node_id
         self.view = view
         self._log_manager = log_manager
         self._defaults = defaults
+        # None: the metadata is static and this node leads whatever it lists.
+        self._lease = lease
+        self._fetchers = fetchers or NoFollowerFetchers()
         self._partitions: dict[TopicPartition, Partition] = {}
         self._settings: dict[str, TopicSettings] = {}
         # Partitions this node should serve but could not open: reported as storage errors.
@@ -112,27 +166,72 @@ class ReplicaManager:
             partition = Partition(log, self.node_id, settings)
             self._partitions[tp] = partition
             self._failed.pop(tp, None)
-        if info.leader == self.node_id:
-            partition.make_leader(info, settings)
-            _log.info(
-                "leading %s in epoch %d (isr %s, high watermark %d)",
-                tp,
-                info.leader_epoch,
-                list(info.isr),
-                partition.high_watermark,
-            )
-        else:
+        if info.leader != self.node_id:
             partition.make_follower(info, settings)
+            self._fetchers.follow(partition, info.leader, info.leader_epoch)
             _log.info("following %s: leader %d epoch %d", tp, info.leader, info.leader_epoch)
+            return
+        self._fetchers.unfollow(tp)
+        if not self.may_lead():
+            # The image names this node, but it holds no lease: what it would lead has been
+            # (or is being) moved away. It leads once the lease is back (on_lease_acquired).
+            partition.make_offline(self._lease_reason())
+            _log.info("not leading %s in epoch %d: no lease", tp, info.leader_epoch)
+            return
+        self._lead(partition, info, settings)
+
+    def _lead(self, partition: Partition, info: PartitionInfo, settings: TopicSettings) -> None:
+        partition.make_leader(info, settings)
+        _log.info(
+            "leading %s in epoch %d (isr %s, high watermark %d)",
+            partition.topic_partition,
+            info.leader_epoch,
+            list(info.isr),
+            partition.high_watermark,
+        )
 
     async def _stop_replica(self, tp: TopicPartition, reason: str) -> None:
         self._failed.pop(tp, None)
         partition = self._partitions.pop(tp, None)
         if partition is None:
             return
+        self._fetchers.unfollow(tp)
         partition.make_offline(reason)
         _log.info("stopped serving %s (%s); deleting its log", tp, reason)
         await self._log_manager.delete_log(tp)
+
+    async def delete_stray_logs(self) -> list[TopicPartition]:
+        """Delete the logs on disk that the metadata does not give this node (call once the
+        image is caught up with the controllers); returns them."""
+        strays = [tp for tp in self._log_manager.logs if tp not in self._partitions]
+        for tp in strays:
+            _log.info("deleting %s: the metadata does not place a replica on this node", tp)
+            await self._log_manager.delete_log(tp)
+        return strays
+
+    # -- the lease ----------------------------------------------------------------------------
+
+    def may_lead(self) -> bool:
+        return self._lease is None or self._lease.active
+
+    def _lease_reason(self, reason: str = "") -> str:
+        if not reason and self._lease is not None:
+            reason = self._lease.inactive_reason
+        return f"this node cannot lead partitions now: {reason or 'it has no lease'}"
+
+    def on_lease_lost(self, reason: str) -> None:
+        """Stop leading at once (pending acks=all produces fail, long polls wake)."""
+        led = [p for p in self.hosted() if p.is_leader]
+        for partition in led:
+            partition.make_offline(self._lease_reason(reason))
+        _log.info("stopped leading %d partitions: %s", len(led), reason)
+
+    def on_lease_acquired(self) -> None:
+        """Lead whatever the (caught-up) image says this node leads."""
+        for tp, partition in list(self._partitions.items()):
+            info = self.view.partition(tp.topic, tp.partition)
+            if info is not None and info.leader == self.node_id and not partition.is_leader:
+                self._lead(partition, info, self.topic_settings(tp.topic))
 
     def topic_settings(self, topic: str) -> TopicSettings:
         """The node's defaults with ``topic``'s overrides (cached until they change)."""
@@ -157,7 +256,9 @@ class ReplicaManager:
         """The partition if this node leads it (in ``current_leader_epoch``, unless -1), else
         PartitionError with Kafka's code for why not and a hint naming the leader."""
         partition = self._partitions.get(TopicPartition(topic, partition_index))
-        if partition is not None and partition.is_leader:
+        # The lease is read here as well as acted on when it is lost: it lapses at an
+        # instant, before any timer on the loop can take leadership away.
+        if partition is not None and partition.is_leader and self.may_lead():
             if current_leader_epoch != NO_EPOCH:
                 partition.check_leader(current_leader_epoch)
             return partition
@@ -182,6 +283,10 @@ class ReplicaManager:
         hint = self.leader_hint(info)
         if info.leader == NO_LEADER:
             message = f"{tp} has no leader at the moment"
+        elif info.leader == self.node_id and not self.may_lead():
+            # The image still names this node; pointing the client back here would not help.
+            message = f"{self._lease_reason()}; its leaderships move to other nodes"
+            hint = LeaderHint(NO_LEADER, info.leader_epoch, ())
         elif info.leader == self.node_id:
             message = f"this node is becoming the leader of {tp}; retry"
         else:
