@@ -22,6 +22,7 @@ from brook.admin_cli import add_admin_commands
 from brook.health import add_health_command
 from brook.launcher import add_cluster_command
 from brook.server import ServiceSpec, add_service_arguments, run_service
+from brook.tools import add_tool_commands
 
 __all__ = ["COMMANDS", "SERVICE_PACKAGES", "load_service_spec", "main"]
 
@@ -88,6 +89,7 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
     add_cluster_command,
     add_health_command,
     add_admin_commands,
+    add_tool_commands,
 )
 
 

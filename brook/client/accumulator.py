@@ -7,11 +7,9 @@ loop) drains whole batches: a partition is ready when its batch is full, has lin
 ``linger.ms``, is being retried, or when a flush, a close or a caller blocked on memory needs
 everything out now.
 
-Why the record encoder lives here rather than in ``brook.record.BatchBuilder``: the builder
-validates and encodes each record through several general varint calls (about 6 us a record);
-this path is the producer's throughput ceiling, so it encodes with precomputed varints and
-appends to the batch's buffer directly (a fraction of that). The bytes are the same: the tests
-compare them with BatchBuilder's and decode them with ``iter_records``.
+Records are encoded by the codec's record encoder (``brook.record.records``), the one
+BatchBuilder uses too: ``encode_record_tail`` (key, value, headers; validated) runs before the
+lock, ``frame_record`` (length and the deltas that depend on the batch) under it.
 
 Ordering: a partition has at most one produce request in flight (its queue is *muted* until
 the answer), and a retried batch goes back to the front of its queue, so retries never reorder
@@ -24,13 +22,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import struct
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final, Protocol
-
-import crc32c
 
 from brook.client.errors import (
     BrookClientError,
@@ -42,9 +37,14 @@ from brook.client.metadata import ClusterView
 from brook.client.partitioner import StickyPartitioner, murmur2
 from brook.client.runtime import Notifier, Wakeup, resolve_future
 from brook.client.types import Header, RecordMetadata
-from brook.record import BATCH_OVERHEAD, LOG_OVERHEAD, Compression
-from brook.record.batch import MAGIC
-from brook.record.compression import compress
+from brook.record import BATCH_OVERHEAD, Compression
+from brook.record.records import (
+    RECORD_FRAMING_BYTES_MAX,
+    encode_batch,
+    encode_record_tail,
+    frame_record,
+)
+from brook.record.varint import encode_varint
 
 __all__ = [
     "ClusterSource",
@@ -60,80 +60,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-# Largest a record's framing can be besides its key, value and headers: length (varint, 5),
-# attributes (1), timestampDelta (varlong, 10), offsetDelta (varint, 5).
-RECORD_FRAMING_BYTES_MAX: Final = 21
-# Precomputed zig-zag varints for 0..VARINT_TABLE_SIZE-1: every length, delta and count of a
-# typical record is below it, and a tuple lookup is ~10x cheaper than encoding.
-VARINT_TABLE_SIZE: Final = 4096
 # Keys whose murmur2 is remembered; ~1 MB with 16-byte keys.
 KEY_HASH_MEMO_ENTRIES_MAX: Final = 16384
-_NULL: Final = b"\x01"  # zig-zag varint -1: a null key, value or header value
-_NO_HEADERS: Final = b"\x00"
-_ATTRIBUTES: Final = b"\x00"  # record attributes: unused by the format
-# The batch header after the CRC (attributes .. recordsCount), then the part before it.
-_HEADER_TAIL = struct.Struct(">HiqqqhiI")
-_HEADER_HEAD = struct.Struct(">qiibI")
-_NO_PRODUCER_ID: Final = -1
-_NO_PRODUCER_EPOCH: Final = -1
-_NO_SEQUENCE: Final = -1
-_NO_PARTITION_LEADER_EPOCH: Final = -1
-_INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
-
-
-def encode_varint(value: int) -> bytes:
-    """``value`` (int64 range) as a zig-zag varint/varlong, the record format's encoding."""
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"{value} does not fit in int64")
-    unsigned = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while unsigned > 0x7F:
-        out.append((unsigned & 0x7F) | 0x80)
-        unsigned >>= 7
-    out.append(unsigned)
-    return bytes(out)
-
-
-_VARINTS: Final = tuple(encode_varint(n) for n in range(VARINT_TABLE_SIZE))
-
-
-def _varint(value: int) -> bytes:
-    return _VARINTS[value] if 0 <= value < VARINT_TABLE_SIZE else encode_varint(value)
-
-
-def _as_bytes(data: object, what: str) -> bytes:
-    if isinstance(data, bytes | bytearray | memoryview):
-        return bytes(data)
-    hint = " (encode it first, e.g. text.encode())" if isinstance(data, str) else ""
-    raise TypeError(f"record {what} must be bytes or None, got {type(data).__name__}{hint}")
-
-
-def _encode_headers(headers: Iterable[Header]) -> bytes:
-    parts: list[bytes] = []
-    count = 0
-    for header in headers:
-        try:
-            name, value = header
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"record headers must be (str, bytes | None) pairs, got {header!r}"
-            ) from None
-        if type(name) is not str:
-            raise TypeError(f"record header keys must be str, got {type(name).__name__}")
-        name_bytes = name.encode("utf-8")
-        parts.append(_varint(len(name_bytes)))
-        parts.append(name_bytes)
-        if value is None:
-            parts.append(_NULL)
-        else:
-            if type(value) is not bytes:
-                value = _as_bytes(value, f"header {name!r} value")
-            parts.append(_varint(len(value)))
-            parts.append(value)
-        count += 1
-    parts.insert(0, _varint(count))
-    return b"".join(parts)
 
 
 class ClusterSource(Protocol):
@@ -212,7 +141,7 @@ class ProducerBatch:
         self.done = False
         self._event: threading.Event | None = None
         self._waiters: list[asyncio.Future[None]] | None = None
-        self._callbacks: list[Callable[[], None]] | None = None
+        self._callbacks: list[tuple[Callable[[Any], object], object]] | None = None
 
     @classmethod
     def failed(cls, topic: str, partition: int, error: BaseException) -> ProducerBatch:
@@ -233,22 +162,9 @@ class ProducerBatch:
         """The batch's wire bytes, built once (after it stopped taking records)."""
         payload = self.payload
         if payload is None:
-            body = self.body
-            records = body if compression is Compression.NONE else compress(compression, body)
-            tail = _HEADER_TAIL.pack(
-                int(compression),
-                self.count - 1,
-                self.base_timestamp,
-                self.max_timestamp,
-                _NO_PRODUCER_ID,
-                _NO_PRODUCER_EPOCH,
-                _NO_SEQUENCE,
-                self.count,
+            payload = encode_batch(
+                self.body, self.count, self.base_timestamp, self.max_timestamp, int(compression)
             )
-            crc = crc32c.crc32c(records, crc32c.crc32c(tail))
-            length = BATCH_OVERHEAD - LOG_OVERHEAD + len(records)
-            head = _HEADER_HEAD.pack(0, length, _NO_PARTITION_LEADER_EPOCH, MAGIC, crc)
-            payload = b"".join((head, tail, records))
             self.payload = payload
             self.body = bytearray()
         return payload
@@ -278,9 +194,9 @@ class ProducerBatch:
             for future in waiters:
                 resolve_future(future)
         if callbacks:
-            for callback in callbacks:
+            for callback, argument in callbacks:
                 try:
-                    callback()
+                    callback(argument)
                 except Exception:  # a user callback must not stop the sender
                     _log.exception("a producer send callback raised")
 
@@ -306,14 +222,17 @@ class ProducerBatch:
             self._waiters.append(future)
         await future
 
-    def add_callback(self, callback: Callable[[], None]) -> None:
+    def add_callback(self, callback: Callable[[Any], object], argument: object) -> None:
+        """Call ``callback(argument)`` once completed (at once, in this thread, if it is)."""
+        # A (function, argument) pair rather than a closure: RecordFuture.add_done_callback
+        # is on the send path of applications that watch every record.
         with _COMPLETION_LOCK:
             if not self.done:
                 if self._callbacks is None:
                     self._callbacks = []
-                self._callbacks.append(callback)
+                self._callbacks.append((callback, argument))
                 return
-        callback()
+        callback(argument)
 
 
 class RecordFuture:
@@ -363,11 +282,7 @@ class RecordFuture:
 
     def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
         """Call ``callback(self)`` once done (at once, in this thread, if it already is)."""
-
-        def call() -> None:
-            callback(self)
-
-        self._batch.add_callback(call)
+        self._batch.add_callback(callback, self)
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         batch = self._batch
@@ -479,24 +394,10 @@ class RecordAccumulator:
         """
         if self.closed:
             raise ClientClosedError("the producer is closed")
-        # Everything that does not depend on the batch is encoded before taking the lock.
-        if value is None:
-            value = b""
-            value_head = _NULL
-        else:
-            if type(value) is not bytes:
-                value = _as_bytes(value, "value")
-            size = len(value)
-            value_head = _VARINTS[size] if size < VARINT_TABLE_SIZE else encode_varint(size)
-        if key is None:
-            key_part = _NULL
-        else:
-            if type(key) is not bytes:
-                key = _as_bytes(key, "key")
-            size = len(key)
-            key_part = (_VARINTS[size] if size < VARINT_TABLE_SIZE else encode_varint(size)) + key
-        headers_part = _encode_headers(headers) if headers else _NO_HEADERS
-        tail_bytes = len(key_part) + len(value_head) + len(value) + len(headers_part)
+        # Everything that does not depend on the batch is encoded (and checked) before the
+        # lock is taken.
+        tail = encode_record_tail(key, value, headers)
+        tail_bytes = len(tail)
         if tail_bytes > self._record_bytes_max:
             raise RecordTooLargeError(
                 f"a record of about {tail_bytes + RECORD_FRAMING_BYTES_MAX} bytes for {topic} is "
@@ -518,6 +419,8 @@ class RecordAccumulator:
             if key is None or self._ignore_keys:
                 sticky = True
             else:
+                if type(key) is not bytes:
+                    key = bytes(key)  # a bytearray or memoryview (checked above): hashable now
                 key_hash = self._key_hashes.get(key)
                 if key_hash is None:
                     key_hash = self._hash_key(key)
@@ -539,41 +442,22 @@ class RecordAccumulator:
                     queue = self._queues[(topic, partition)] = PartitionQueue(topic, partition)
                 batch = queue.open
                 if batch is not None:
-                    body = batch.body
-                    delta = timestamp - batch.base_timestamp
                     count = batch.count
-                    delta_part = (
-                        _VARINTS[delta] if 0 <= delta < VARINT_TABLE_SIZE else encode_varint(delta)
-                    )
-                    offset_part = _VARINTS[count] if count < VARINT_TABLE_SIZE else _varint(count)
-                    length = 1 + len(delta_part) + len(offset_part) + tail_bytes
-                    length_part = (
-                        _VARINTS[length] if length < VARINT_TABLE_SIZE else _varint(length)
-                    )
-                    if (
-                        BATCH_OVERHEAD + len(body) + len(length_part) + length <= self._batch_size
-                        or count == 0
-                    ):
-                        body += b"".join(
-                            (
-                                length_part,
-                                _ATTRIBUTES,
-                                delta_part,
-                                offset_part,
-                                key_part,
-                                value_head,
-                                value,
-                                headers_part,
-                            )
-                        )
+                    record = frame_record(tail, timestamp - batch.base_timestamp, count)
+                    body = batch.body
+                    if BATCH_OVERHEAD + len(body) + len(record) <= self._batch_size or count == 0:
+                        body += record
                         batch.count = count + 1
                         if timestamp > batch.max_timestamp:
                             batch.max_timestamp = timestamp
                         return RecordFuture(batch, count, timestamp)
-                    # Full: it goes out as soon as the sender looks.
+                    # Full: it goes out as soon as the sender looks. While the partition has
+                    # a request in flight the sender could not send it anyway, and the answer
+                    # wakes the sender: waking it now would only cost a GIL hand-over.
                     batch.sealed = True
                     queue.open = None
-                    self._wakeup.set()
+                    if not queue.muted:
+                        self._wakeup.set()
                 if sticky:
                     # KIP-480: a keyless record that would start a new batch moves the topic's
                     # sticky partition on first (once per record).
@@ -586,8 +470,10 @@ class RecordAccumulator:
                         continue
                 queue.open = self._new_batch(queue, tail_bytes, timestamp)
                 queue.batches.append(queue.open)
-                # The sender must start this batch's linger timer.
-                self._wakeup.set()
+                # The sender must start this batch's linger timer (unless an answer in flight
+                # for the partition will wake it first, as above).
+                if not queue.muted:
+                    self._wakeup.set()
         finally:
             lock.release()
 

@@ -28,7 +28,14 @@ from brook.record.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
 )
-from brook.record.records import BatchBuilder, Record, build_batch, iter_records
+from brook.record.records import (
+    BatchBuilder,
+    Record,
+    RecordFields,
+    build_batch,
+    decode_records,
+    iter_records,
+)
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -42,6 +49,7 @@ __all__ = [
     "InvalidRecordError",
     "Record",
     "RecordError",
+    "RecordFields",
     "RecordTooLargeError",
     "TimestampType",
     "UnsupportedCompressionError",
@@ -49,6 +57,7 @@ __all__ = [
     "build_batch",
     "build_control_batch",
     "decode_control_record",
+    "decode_records",
     "iter_records",
     "read_header",
     "scan_batches",

@@ -1,0 +1,259 @@
+"""What the tools share: exit statuses, ``KEY=VALUE`` options, the console formats' settings,
+and the look-up of a topic's partitions.
+
+Kept free of gRPC imports at module level (``brook`` imports this file when it starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "CONSUMER_PRINT_PROPERTIES",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "LINE_READER_PROPERTIES",
+    "TIMEOUT_MS_DEFAULT",
+    "LineFormat",
+    "PrintFormat",
+    "ToolError",
+    "UsageError",
+    "client_settings",
+    "non_negative_int",
+    "parse_key_values",
+    "positive_int",
+    "report_error",
+    "topic_partition_count",
+]
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+TIMEOUT_MS_DEFAULT: Final = 30_000
+# Between GetMetadata attempts while a topic is not known yet (a node still starting).
+_METADATA_RETRY_S: Final = 0.2
+
+# Kafka's LineMessageReader settings and defaults.
+LINE_READER_PROPERTIES: Final[Mapping[str, str]] = {
+    "parse.key": "false",
+    "key.separator": "\t",
+    "parse.headers": "false",
+    "headers.delimiter": "\t",
+    "headers.separator": ",",
+    "headers.key.separator": ":",
+    "ignore.error": "false",
+    "null.marker": "",
+}
+# Kafka's DefaultMessageFormatter settings and defaults.
+CONSUMER_PRINT_PROPERTIES: Final[Mapping[str, str]] = {
+    "print.timestamp": "false",
+    "print.partition": "false",
+    "print.offset": "false",
+    "print.headers": "false",
+    "print.key": "false",
+    "print.value": "true",
+    "key.separator": "\t",
+    "line.separator": "\n",
+    "headers.separator": ",",
+    "headers.key.separator": ":",
+    "null.literal": "null",
+}
+
+
+class UsageError(Exception):
+    """Bad arguments, properties or client settings: exit status 2, nothing was sent."""
+
+
+class ToolError(Exception):
+    """The cluster refused or did not answer in time: exit status 1."""
+
+
+def report_error(command: str, error: Exception) -> int:
+    """Print ``error`` the way argparse prints usage errors; returns the exit status."""
+    status = EXIT_USAGE if isinstance(error, UsageError) else EXIT_FAILED
+    sys.stderr.write(f"brook {command}: error: {error}\n")
+    return status
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def parse_key_values(items: Sequence[str], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` items as a dict; the value may contain ``=`` and may be empty."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{option} expects KEY=VALUE, got {item!r}")
+        key = key.strip()
+        if key in result:
+            raise UsageError(f"{option} {key} is given twice")
+        result[key] = value
+    return result
+
+
+def _properties(items: Sequence[str], known: Mapping[str, str]) -> dict[str, str]:
+    given = parse_key_values(items, "--property")
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise UsageError(
+            f"unknown --property {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    return {**known, **given}
+
+
+def _flag(properties: Mapping[str, str], name: str) -> bool:
+    value = properties[name].strip().lower()
+    if value not in ("true", "false"):
+        raise UsageError(f"--property {name} must be true or false, got {properties[name]!r}")
+    return value == "true"
+
+
+def _separator(properties: Mapping[str, str], name: str) -> bytes:
+    value = properties[name].encode("utf-8")
+    if not value:
+        raise UsageError(f"--property {name} must not be empty")
+    return value
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """How the console producer splits a line: ``[headers<delim>][key<sep>]value``."""
+
+    parse_key: bool
+    key_separator: bytes
+    parse_headers: bool
+    headers_delimiter: bytes
+    headers_separator: bytes
+    headers_key_separator: bytes
+    ignore_error: bool
+    # A key, value or header value equal to this is sent as null; None: no marker.
+    null_marker: bytes | None
+
+    @classmethod
+    def from_properties(cls, items: Sequence[str]) -> LineFormat:
+        properties = _properties(items, LINE_READER_PROPERTIES)
+        marker = properties["null.marker"].encode("utf-8")
+        return cls(
+            parse_key=_flag(properties, "parse.key"),
+            key_separator=_separator(properties, "key.separator"),
+            parse_headers=_flag(properties, "parse.headers"),
+            headers_delimiter=_separator(properties, "headers.delimiter"),
+            headers_separator=_separator(properties, "headers.separator"),
+            headers_key_separator=_separator(properties, "headers.key.separator"),
+            ignore_error=_flag(properties, "ignore.error"),
+            null_marker=marker or None,
+        )
+
+
+@dataclass(frozen=True)
+class PrintFormat:
+    """What the console consumer prints for a record, in Kafka's field order:
+    timestamp, partition, offset, headers, key, value, each followed by key.separator."""
+
+    print_timestamp: bool
+    print_partition: bool
+    print_offset: bool
+    print_headers: bool
+    print_key: bool
+    print_value: bool
+    key_separator: bytes
+    line_separator: bytes
+    headers_separator: bytes
+    headers_key_separator: bytes
+    null_literal: bytes
+
+    @classmethod
+    def from_properties(cls, items: Sequence[str]) -> PrintFormat:
+        properties = _properties(items, CONSUMER_PRINT_PROPERTIES)
+        return cls(
+            print_timestamp=_flag(properties, "print.timestamp"),
+            print_partition=_flag(properties, "print.partition"),
+            print_offset=_flag(properties, "print.offset"),
+            print_headers=_flag(properties, "print.headers"),
+            print_key=_flag(properties, "print.key"),
+            print_value=_flag(properties, "print.value"),
+            key_separator=properties["key.separator"].encode("utf-8"),
+            line_separator=properties["line.separator"].encode("utf-8"),
+            headers_separator=properties["headers.separator"].encode("utf-8"),
+            headers_key_separator=properties["headers.key.separator"].encode("utf-8"),
+            null_literal=properties["null.literal"].encode("utf-8"),
+        )
+
+
+def client_settings(
+    bootstrap_server: str | None, properties: Mapping[str, str], **defaults: str
+) -> dict[str, object]:
+    """Client settings: ``defaults`` < ``properties`` < ``--bootstrap-server`` (as in Kafka's
+    tools, the dedicated option wins)."""
+    settings: dict[str, object] = {**defaults, **properties}
+    if bootstrap_server is not None:
+        settings["bootstrap.servers"] = bootstrap_server
+    return settings
+
+
+def topic_partition_count(bootstrap_servers: Sequence[str], topic: str, timeout_ms: int) -> int:
+    """How many partitions ``topic`` has, asking the storage nodes' GetMetadata.
+
+    Retries while no node answers or the topic's partitions are not all known yet (a node
+    still starting); raises ToolError when the topic does not exist or ``timeout_ms`` passes.
+    """
+    import grpc
+
+    from brook.client.metadata import EMPTY_CLUSTER, parse_metadata
+    from brook.v1 import storage_pb2, storage_pb2_grpc
+
+    deadline = time.monotonic() + timeout_ms / 1000
+    problem = "no answer yet"
+    while True:
+        for address in bootstrap_servers:
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                break
+            with grpc.insecure_channel(address) as channel:
+                stub = storage_pb2_grpc.StorageServiceStub(channel)  # type: ignore[no-untyped-call]
+                try:
+                    response = stub.GetMetadata(
+                        storage_pb2.GetMetadataRequest(topics=[topic]), timeout=remaining_s
+                    )
+                except grpc.RpcError as error:
+                    assert isinstance(error, grpc.Call)
+                    problem = f"{address}: {error.code().name}: {error.details()}"
+                    continue
+            view, _ = parse_metadata(response, EMPTY_CLUSTER, [topic])
+            if topic in view.missing:
+                raise ToolError(f"unknown topic {topic!r}: {view.missing[topic]}")
+            info = view.topics.get(topic)
+            if info is not None:
+                return info.num_partitions
+            problem = f"{address} does not know all partitions of {topic!r} yet"
+        if time.monotonic() + _METADATA_RETRY_S >= deadline:
+            raise ToolError(
+                f"the partitions of topic {topic!r} were not found within {timeout_ms} ms "
+                f"(last problem: {problem})"
+            )
+        time.sleep(_METADATA_RETRY_S)
