@@ -1,30 +1,48 @@
 """The gateway service: speaks the Kafka binary protocol to Kafka clients, gRPC to Brook.
 
-It serves health on its GRPC listener and the Kafka protocol on its PLAINTEXT listener. So far
-the Kafka front end answers ApiVersions only (the APIs that reach the rest of Brook come next);
-ApiVersions advertises exactly the APIs with a handler, so clients see a small but truthful
-broker. The gateway has no gRPC service of its own, so health reports only the overall
-status "".
+It serves health on its GRPC listener and the Kafka protocol on its PLAINTEXT listener.
+The Kafka server starts at once; in the background the gateway joins the cluster as a GATEWAY
+(brook.membership: registration, heartbeats, the WatchMetadata stream that feeds the metadata
+cache). Until it has, clients see no brokers and retry. ApiVersions advertises
+exactly the APIs with a handler. The gateway has no gRPC service of its own, so health
+reports only the overall status "".
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+
 from brook.config import Config
+from brook.membership import ClusterMembership, MembershipError
 from brook.server import ServiceContext, ServiceSpec
+from brook.v1 import common_pb2
+from brook_gateway.admin_apis import admin_handlers
 from brook_gateway.api_versions import api_versions_handler
 from brook_gateway.apis import Dispatcher
+from brook_gateway.backend import Backend
+from brook_gateway.cluster_view import ClusterImage
 from brook_gateway.config import CONFIG_DEF
+from brook_gateway.data_apis import data_handlers
 from brook_gateway.server import KafkaServer, ServerLimits
+from brook_gateway.upstream import Upstreams
 
 __all__ = ["SPEC", "Gateway", "kafka_server"]
 
 KAFKA_LISTENER = "PLAINTEXT"
 
+_log = logging.getLogger(__name__)
 
-def kafka_server(config: Config) -> KafkaServer:
-    """The Kafka-protocol server the configuration describes, with every handler registered."""
+
+def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
+    """The Kafka-protocol server the configuration describes: ApiVersions, plus every API
+    that reaches Brook when a ``backend`` is given."""
     dispatcher = Dispatcher()
     dispatcher.register(api_versions_handler(dispatcher))
+    if backend is not None:
+        for handler in (*data_handlers(backend), *admin_handlers(backend)):
+            dispatcher.register(handler)
     listener = config.listener(KAFKA_LISTENER)
     limits = ServerLimits(
         request_bytes_max=config.get_int("socket.request.max.bytes"),
@@ -40,15 +58,62 @@ class Gateway:
     def __init__(self, config: Config) -> None:
         self._config = config
         self._kafka: KafkaServer | None = None
+        self._membership = ClusterMembership(config, common_pb2.NODE_ROLE_GATEWAY)
+        self.image = ClusterImage()
+        self._upstreams = Upstreams(
+            message_bytes_max=config.get_int("socket.request.max.bytes"),
+            request_timeout_ms=config.get_int("request.timeout.ms"),
+        )
+        self._follower: asyncio.Task[None] | None = None
+        self._first_snapshot = asyncio.Event()
 
     async def start(self, context: ServiceContext) -> None:
-        del context  # no servicers; the Kafka server owns its connection tasks
-        self._kafka = kafka_server(self._config)
+        config = self._config
+        self._follower = context.tasks.spawn(self._follow(), name="metadata-follower")
+        context.tasks.spawn(self._join(context), name="cluster-join")
+        backend = Backend(
+            node_id=config.get_int("node.id"),
+            image=self.image,
+            upstreams=self._upstreams,
+            controllers=tuple(config.get_list("controller.quorum.bootstrap.servers")),
+        )
+        # Served at once: the gateway stores nothing, and until the first snapshot arrives
+        # clients see a cluster without brokers or topics and retry, as with a starting Kafka.
+        self._kafka = kafka_server(config, backend)
         await self._kafka.start()
+
+    async def _join(self, context: ServiceContext) -> None:
+        membership = self._membership
+        node_id = self._config.get_int("node.id")
+        try:
+            await asyncio.wait_for(self._first_snapshot.wait(), membership.join_timeout_s)
+            await membership.join(context.tasks, membership.join_timeout_s)
+            # Unfenced is known from the heartbeat a moment before the metadata says so.
+            if not await self.image.wait_until(
+                lambda: any(b.node_id == node_id for b in self.image.kafka_brokers()),
+                membership.join_timeout_s,
+            ):
+                raise RuntimeError("this gateway never appeared unfenced in the metadata")
+        except (TimeoutError, RuntimeError, MembershipError) as e:
+            _log.error("the gateway could not join the cluster: %s", e or "no metadata in time")
+            return
+        _log.info("gateway joined the cluster", extra={"metadata_offset": self.image.offset})
+
+    async def _follow(self) -> None:
+        async for message in self._membership.watcher.updates():
+            self.image.apply(message.snapshot, message.offset, message.records)
+            self._membership.applied.advance(message.offset)
+            self._first_snapshot.set()
 
     async def stop(self) -> None:
         if self._kafka is not None:
             await self._kafka.stop()
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+        await self._upstreams.close()
+        await self._membership.close()
 
 
 SPEC = ServiceSpec(

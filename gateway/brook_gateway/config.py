@@ -19,6 +19,7 @@ from brook.config import (
     Range,
     service_config_def,
 )
+from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 
 __all__ = ["CONFIG_DEF"]
 
@@ -56,5 +57,7 @@ CONFIG_DEF: Final = service_config_def(
             Range(1),
         ),
         REQUEST_TIMEOUT_MS,
+        *MEMBERSHIP_KEYS,
     ),
+    checks=MEMBERSHIP_CHECKS,
 )

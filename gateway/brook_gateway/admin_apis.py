@@ -1,0 +1,364 @@
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and AlterConfigs: forwarded to
+the active controller's AdminService, whose answers already carry Kafka's error codes.
+
+After a successful topic change the gateway waits (within the request's timeout) until its
+own metadata cache shows it, so a client that sends Metadata right after CreateTopics sees
+the topic, as with Kafka.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from brook.v1 import admin_pb2, metadata_pb2
+from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.backend import Backend
+from brook_gateway.protocol.codec import Message
+from brook_gateway.protocol.kafka_messages import ApiKey
+from brook_gateway.upstream import UpstreamError
+
+__all__ = ["admin_handlers"]
+
+# Kafka's legacy AlterConfigs replaces a resource's whole set of overrides.
+_DYNAMIC_TOPIC_SOURCE: Final = admin_pb2.CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG
+
+
+def _timeout_s(backend: Backend, timeout_ms: int) -> float:
+    limit_s = backend.upstreams.request_timeout_s
+    return limit_s if timeout_ms <= 0 else min(timeout_ms / 1000, limit_s)
+
+
+def _per_item_error(list_field: str, name_field: str, source: str) -> Any:
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del context
+        return {list_field: [{name_field: item, "error_code": code} for item in source_of(request)]}
+
+    def source_of(request: Message) -> list[Any]:
+        if source == "topic_names":
+            return list(request["topic_names"] or [])
+        return [t["name"] for t in request["topics"]]
+
+    return error
+
+
+def _create_topics(backend: Backend) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        topics = [
+            admin_pb2.CreatableTopic(
+                name=t["name"],
+                num_partitions=t["num_partitions"],
+                replication_factor=t["replication_factor"],
+                assignments=[
+                    admin_pb2.ReplicaAssignment(
+                        partition=a["partition_index"], broker_ids=a["broker_ids"]
+                    )
+                    for a in t["assignments"]
+                ],
+                configs={c["name"]: c["value"] for c in t["configs"] if c["value"] is not None},
+            )
+            for t in request["topics"]
+        ]
+        try:
+            response = await backend.upstreams.admin(
+                backend.controllers,
+                "CreateTopics",
+                admin_pb2.CreateTopicsRequest(
+                    topics=topics,
+                    timeout_ms=request["timeout_ms"],
+                    validate_only=request["validate_only"],
+                ),
+                lambda r: [t.error_code for t in r.topics],
+            )
+        except UpstreamError as e:
+            return {
+                "topics": [
+                    {"name": t["name"], "error_code": int(e.code), "error_message": str(e)}
+                    for t in request["topics"]
+                ]
+            }
+        created = [t.name for t in response.topics if t.error_code == 0]
+        if created and not request["validate_only"]:
+            image = backend.image
+            await backend.image.wait_until(
+                lambda: all(n in image.topics and image.topics[n].partitions for n in created),
+                _timeout_s(backend, request["timeout_ms"]),
+            )
+        return {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "name": t.name,
+                    "error_code": int(t.error_code),
+                    "error_message": t.error_message or None,
+                    "topic_id": t.topic_id or None,
+                    "num_partitions": t.num_partitions or -1,
+                    "replication_factor": t.replication_factor or -1,
+                }
+                for t in response.topics
+            ],
+        }
+
+    error = _per_item_error("topics", "name", "topics")
+    return ApiHandler(ApiKey.CREATE_TOPICS, handle, versions=(2, 4), error_response=error)
+
+
+def _delete_topics(backend: Backend) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        names = list(request["topic_names"] or [])
+        try:
+            response = await backend.upstreams.admin(
+                backend.controllers,
+                "DeleteTopics",
+                admin_pb2.DeleteTopicsRequest(names=names, timeout_ms=request["timeout_ms"]),
+                lambda r: [t.error_code for t in r.topics],
+            )
+        except UpstreamError as e:
+            return {"responses": [{"name": n, "error_code": int(e.code)} for n in names]}
+        deleted = [t.name for t in response.topics if t.error_code == 0]
+        await backend.image.wait_until(
+            lambda: not any(n in backend.image.topics for n in deleted),
+            _timeout_s(backend, request["timeout_ms"]),
+        )
+        return {
+            "throttle_time_ms": 0,
+            "responses": [
+                {"name": t.name, "error_code": int(t.error_code)} for t in response.topics
+            ],
+        }
+
+    error = _per_item_error("responses", "name", "topic_names")
+    return ApiHandler(ApiKey.DELETE_TOPICS, handle, versions=(0, 3), error_response=error)
+
+
+def _create_partitions(backend: Backend) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        topics = []
+        for t in request["topics"]:
+            state = backend.image.topics.get(t["name"])
+            first_new = len(state.partitions) if state is not None else 0
+            topics.append(
+                admin_pb2.CreatePartitionsTopic(
+                    name=t["name"],
+                    count=t["count"],
+                    assignments=[
+                        admin_pb2.ReplicaAssignment(
+                            partition=first_new + i, broker_ids=a["broker_ids"]
+                        )
+                        for i, a in enumerate(t["assignments"] or [])
+                    ],
+                )
+            )
+        try:
+            response = await backend.upstreams.admin(
+                backend.controllers,
+                "CreatePartitions",
+                admin_pb2.CreatePartitionsRequest(
+                    topics=topics,
+                    timeout_ms=request["timeout_ms"],
+                    validate_only=request["validate_only"],
+                ),
+                lambda r: [t.error_code for t in r.topics],
+            )
+        except UpstreamError as e:
+            return {
+                "results": [
+                    {"name": t["name"], "error_code": int(e.code), "error_message": str(e)}
+                    for t in request["topics"]
+                ]
+            }
+        return {
+            "throttle_time_ms": 0,
+            "results": [
+                {
+                    "name": t.name,
+                    "error_code": int(t.error_code),
+                    "error_message": t.error_message or None,
+                }
+                for t in response.topics
+            ],
+        }
+
+    error = _per_item_error("results", "name", "topics")
+    return ApiHandler(ApiKey.CREATE_PARTITIONS, handle, versions=(0, 1), error_response=error)
+
+
+def _resource(resource_type: int, name: str) -> admin_pb2.ConfigResource:
+    return admin_pb2.ConfigResource(type=resource_type, name=name)  # type: ignore[arg-type]
+
+
+def _resources_error(list_field: str) -> Any:
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del context
+        return {
+            list_field: [
+                {
+                    "error_code": code,
+                    "resource_type": r["resource_type"],
+                    "resource_name": r["resource_name"],
+                }
+                for r in request["resources"]
+            ]
+        }
+
+    return error
+
+
+def _describe_configs(backend: Backend) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        try:
+            response = await backend.upstreams.admin(
+                backend.controllers,
+                "DescribeConfigs",
+                admin_pb2.DescribeConfigsRequest(
+                    resources=[
+                        admin_pb2.DescribeConfigsResource(
+                            resource=_resource(r["resource_type"], r["resource_name"]),
+                            names=r["configuration_keys"] or [],
+                        )
+                        for r in request["resources"]
+                    ],
+                    include_synonyms=request["include_synonyms"],
+                ),
+                lambda r: [x.error_code for x in r.results],
+            )
+        except UpstreamError as e:
+            response_error: Message = _resources_error("results")(request, context, int(e.code))
+            return response_error
+        return {
+            "throttle_time_ms": 0,
+            "results": [
+                {
+                    "error_code": int(r.error_code),
+                    "error_message": r.error_message or None,
+                    "resource_type": int(r.resource.type),
+                    "resource_name": r.resource.name,
+                    "configs": [
+                        {
+                            "name": c.name,
+                            "value": c.value if c.HasField("value") else None,
+                            "read_only": c.read_only,
+                            "is_default": c.source == admin_pb2.CONFIG_SOURCE_DEFAULT_CONFIG,
+                            "config_source": int(c.source) or -1,
+                            "is_sensitive": c.sensitive,
+                            "synonyms": [
+                                {
+                                    "name": s.name,
+                                    "value": s.value if s.HasField("value") else None,
+                                    "source": int(s.source),
+                                }
+                                for s in c.synonyms
+                            ],
+                        }
+                        for c in r.configs
+                    ],
+                }
+                for r in response.results
+            ],
+        }
+
+    return ApiHandler(
+        ApiKey.DESCRIBE_CONFIGS,
+        handle,
+        versions=(0, 1),
+        error_response=_resources_error("results"),
+    )
+
+
+async def _current_overrides(backend: Backend, resources: list[Message]) -> dict[str, set[str]]:
+    """The dynamic overrides each topic resource has now (legacy AlterConfigs resets those it
+    does not name)."""
+    topics = [
+        r["resource_name"]
+        for r in resources
+        if r["resource_type"] == metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC
+    ]
+    if not topics:
+        return {}
+    response = await backend.upstreams.admin(
+        backend.controllers,
+        "DescribeConfigs",
+        admin_pb2.DescribeConfigsRequest(
+            resources=[
+                admin_pb2.DescribeConfigsResource(
+                    resource=_resource(metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC, name)
+                )
+                for name in topics
+            ]
+        ),
+        lambda r: [x.error_code for x in r.results],
+    )
+    return {
+        r.resource.name: {c.name for c in r.configs if c.source == _DYNAMIC_TOPIC_SOURCE}
+        for r in response.results
+    }
+
+
+def _alter_configs(backend: Backend) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        try:
+            current = await _current_overrides(backend, request["resources"])
+            resources = []
+            for r in request["resources"]:
+                named = {c["name"] for c in r["configs"]}
+                ops = [
+                    admin_pb2.AlterableConfig(
+                        name=c["name"], op=admin_pb2.ALTER_CONFIG_OP_SET, value=c["value"]
+                    )
+                    if c["value"] is not None
+                    else admin_pb2.AlterableConfig(
+                        name=c["name"], op=admin_pb2.ALTER_CONFIG_OP_DELETE
+                    )
+                    for c in r["configs"]
+                ]
+                ops.extend(
+                    admin_pb2.AlterableConfig(name=name, op=admin_pb2.ALTER_CONFIG_OP_DELETE)
+                    for name in sorted(current.get(r["resource_name"], set()) - named)
+                )
+                resources.append(
+                    admin_pb2.AlterConfigsResource(
+                        resource=_resource(r["resource_type"], r["resource_name"]), configs=ops
+                    )
+                )
+            response = await backend.upstreams.admin(
+                backend.controllers,
+                "AlterConfigs",
+                admin_pb2.AlterConfigsRequest(
+                    resources=resources, validate_only=request["validate_only"]
+                ),
+                lambda r: [x.error_code for x in r.results],
+            )
+        except UpstreamError as e:
+            alter_error: Message = _resources_error("responses")(request, context, int(e.code))
+            return alter_error
+        return {
+            "throttle_time_ms": 0,
+            "responses": [
+                {
+                    "error_code": int(r.error_code),
+                    "error_message": r.error_message or None,
+                    "resource_type": int(r.resource.type),
+                    "resource_name": r.resource.name,
+                }
+                for r in response.results
+            ],
+        }
+
+    return ApiHandler(
+        ApiKey.ALTER_CONFIGS,
+        handle,
+        versions=(0, 1),
+        error_response=_resources_error("responses"),
+    )
+
+
+def admin_handlers(backend: Backend) -> list[ApiHandler]:
+    return [
+        _create_topics(backend),
+        _delete_topics(backend),
+        _create_partitions(backend),
+        _describe_configs(backend),
+        _alter_configs(backend),
+    ]

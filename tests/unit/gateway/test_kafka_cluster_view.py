@@ -1,0 +1,186 @@
+"""The gateway's Kafka view of the cluster, and the answers that need no storage node: built
+from real metadata records and a real Kafka server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from brook_gateway.api_versions import api_versions_handler
+from brook_gateway.apis import Dispatcher
+from brook_gateway.backend import Backend
+from brook_gateway.cluster_view import NO_NODE, ClusterImage
+from brook_gateway.data_apis import data_handlers
+from brook_gateway.protocol.kafka_messages import ApiKey
+from brook_gateway.upstream import Upstreams
+from gateway_support import RawClient, running_server
+
+from brook.errors import ErrorCode
+from brook.v1 import common_pb2, metadata_pb2
+
+TIMEOUT_S = 10.0
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(asyncio.wait_for(coro, TIMEOUT_S))
+
+
+def _node(node_id: int, role: int, port: int, fenced: bool = False) -> metadata_pb2.MetadataRecord:
+    listener = "PLAINTEXT" if role == common_pb2.NODE_ROLE_GATEWAY else "GRPC"
+    return metadata_pb2.MetadataRecord(
+        broker=metadata_pb2.BrokerRecord(
+            node_id=node_id,
+            role=role,  # type: ignore[arg-type]
+            endpoints=[common_pb2.Endpoint(listener=listener, host="127.0.0.1", port=port)],
+            fenced=fenced,
+        )
+    )
+
+
+def _partition(topic: str, index: int, leader: int) -> metadata_pb2.MetadataRecord:
+    return metadata_pb2.MetadataRecord(
+        partition=metadata_pb2.PartitionRecord(
+            topic=topic, partition=index, replicas=[leader], isr=[leader], leader=leader
+        )
+    )
+
+
+def _image(gateways: list[int]) -> ClusterImage:
+    image = ClusterImage()
+    records = [_node(g, common_pb2.NODE_ROLE_GATEWAY, 9000 + g) for g in gateways]
+    records += [_node(n, common_pb2.NODE_ROLE_STORAGE_NODE, 7000 + n) for n in (1, 2, 3)]
+    records.append(metadata_pb2.MetadataRecord(topic=metadata_pb2.TopicRecord(name="t")))
+    records += [_partition("t", i, leader=1 + i % 3) for i in range(6)]
+    records.append(_partition("t", 6, leader=-1))
+    image.apply(True, 5, records)
+    return image
+
+
+def test_every_gateway_maps_each_partition_to_the_same_gateway_whatever_the_record_order() -> None:
+    one = _image([3001, 3002])
+    other = ClusterImage()
+    records = [_node(3002, common_pb2.NODE_ROLE_GATEWAY, 9002)]
+    records.append(_node(3001, common_pb2.NODE_ROLE_GATEWAY, 9001))
+    records += [_node(n, common_pb2.NODE_ROLE_STORAGE_NODE, 7000 + n) for n in (3, 2, 1)]
+    other.apply(True, 5, records)
+    for leader in (1, 2, 3):
+        assert one.gateway_for(leader) == other.gateway_for(leader)
+    assert {one.gateway_for(leader) for leader in (1, 2, 3)} == {3001, 3002}
+    assert one.gateway_for(-1) == NO_NODE
+
+
+def test_fenced_gateways_are_not_brokers_and_lead_nothing() -> None:
+    image = _image([3001])
+    image.apply(False, 6, [_node(3002, common_pb2.NODE_ROLE_GATEWAY, 9002, fenced=True)])
+    assert [b.node_id for b in image.kafka_brokers()] == [3001]
+    assert {image.gateway_for(leader) for leader in (1, 2, 3)} == {3001}
+
+
+def _server_backend(image: ClusterImage) -> tuple[Dispatcher, Upstreams]:
+    upstreams = Upstreams(message_bytes_max=1 << 20, request_timeout_ms=2000)
+    backend = Backend(node_id=3001, image=image, upstreams=upstreams, controllers=())
+    dispatcher = Dispatcher()
+    dispatcher.register(api_versions_handler(dispatcher))
+    for handler in data_handlers(backend):
+        dispatcher.register(handler)
+    return dispatcher, upstreams
+
+
+def test_metadata_shows_gateways_as_brokers_and_a_leaderless_partition_as_unavailable() -> None:
+    async def scenario() -> None:
+        dispatcher, upstreams = _server_backend(_image([3001, 3002]))
+        async with running_server(dispatcher) as server:
+            client = await RawClient.connect(server.port)
+            await client.send(ApiKey.METADATA, 5, 1, {"topics": None})
+            _, response = await client.receive(ApiKey.METADATA, 5)
+            await client.close()
+        await upstreams.close()
+        assert [(b["node_id"], b["port"]) for b in response["brokers"]] == [
+            (3001, 12001),
+            (3002, 12002),
+        ]
+        assert response["controller_id"] == 3001
+        (topic,) = response["topics"]
+        by_index = {p["partition_index"]: p for p in topic["partitions"]}
+        assert by_index[6]["error_code"] == ErrorCode.LEADER_NOT_AVAILABLE
+        assert by_index[6]["leader_id"] == NO_NODE
+        assert {by_index[i]["leader_id"] for i in range(6)} <= {3001, 3002}
+
+    run(scenario())
+
+
+def test_produce_to_an_unknown_topic_is_answered_retriably_and_acks_0_gets_no_answer() -> None:
+    async def scenario() -> None:
+        dispatcher, upstreams = _server_backend(_image([3001]))
+        async with running_server(dispatcher) as server:
+            client = await RawClient.connect(server.port)
+            body = {
+                "acks": -1,
+                "timeout_ms": 1000,
+                "topic_data": [{"name": "nope", "partition_data": [{"index": 0, "records": b""}]}],
+            }
+            await client.send(ApiKey.PRODUCE, 8, 1, body)
+            _, response = await client.receive(ApiKey.PRODUCE, 8)
+            (partition,) = response["responses"][0]["partition_responses"]
+            assert partition["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            # acks=0: nothing comes back, so the next answer is the Metadata one.
+            await client.send(ApiKey.PRODUCE, 8, 2, {**body, "acks": 0})
+            await client.send(ApiKey.METADATA, 5, 3, {"topics": []})
+            correlation_id, _ = await client.receive(ApiKey.METADATA, 5)
+            assert correlation_id == 3
+            await client.send(ApiKey.PRODUCE, 8, 4, {**body, "acks": 2})
+            _, response = await client.receive(ApiKey.PRODUCE, 8)
+            (partition,) = response["responses"][0]["partition_responses"]
+            assert partition["error_code"] == ErrorCode.INVALID_REQUIRED_ACKS
+            await client.close()
+        await upstreams.close()
+
+    run(scenario())
+
+
+def test_produce_in_the_old_message_set_versions_is_unsupported_not_dropped() -> None:
+    async def scenario() -> None:
+        dispatcher, upstreams = _server_backend(_image([3001]))
+        async with running_server(dispatcher) as server:
+            client = await RawClient.connect(server.port)
+            body = {
+                "acks": 1,
+                "timeout_ms": 1000,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b""}]}],
+            }
+            await client.send(ApiKey.PRODUCE, 2, 1, body)
+            _, response = await client.receive(ApiKey.PRODUCE, 2)
+            (partition,) = response["responses"][0]["partition_responses"]
+            assert partition["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+            await client.close()
+        await upstreams.close()
+
+    run(scenario())
+
+
+def test_a_storage_node_that_does_not_answer_gives_a_retriable_error() -> None:
+    async def scenario() -> None:
+        # The image says storage node 1 leads partition 0 at a port where nothing listens.
+        dispatcher, upstreams = _server_backend(_image([3001]))
+        async with running_server(dispatcher) as server:
+            client = await RawClient.connect(server.port)
+            await client.send(
+                ApiKey.LIST_OFFSETS,
+                3,
+                1,
+                {
+                    "replica_id": -1,
+                    "topics": [
+                        {"name": "t", "partitions": [{"partition_index": 0, "timestamp": -1}]}
+                    ],
+                },
+            )
+            _, response = await client.receive(ApiKey.LIST_OFFSETS, 3)
+            (partition,) = response["topics"][0]["partitions"]
+            assert ErrorCode(partition["error_code"]).retriable
+            assert partition["offset"] == -1
+            await client.close()
+        await upstreams.close()
+
+    run(scenario())
