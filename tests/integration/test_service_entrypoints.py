@@ -181,6 +181,14 @@ def test_service_serves_health_then_exits_0_within_5_s_of_sigterm(
 ) -> None:
     service = SERVICES[name]
     settings = _settings(service)
+    if name == "group-coordinator":
+        # A coordinator is SERVING only once it has joined the cluster, so it gets a
+        # controller (a quorum of one) to join.
+        controller_settings = _settings(SERVICES["controller"])
+        controller = launch(_python_module("brook_controller", *_overrides(controller_settings)))
+        with grpc.insecure_channel(_grpc_address(controller_settings)) as channel:
+            _wait_serving(controller, health_pb2_grpc.HealthStub(channel))
+        settings["controller.quorum.bootstrap.servers"] = _grpc_address(controller_settings)
     properties = workdir / "server.properties"
     properties.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
     process = launch(_python_module(service.package, "--config", str(properties)))

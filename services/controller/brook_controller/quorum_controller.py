@@ -330,6 +330,12 @@ class QuorumController:
         should_shut_down = broker.in_controlled_shutdown and all(
             p.leader != request.node_id for p in image.all_partitions()
         )
+        if should_shut_down:
+            # The node stops once told: its lease is released now, so its next incarnation
+            # registers at once instead of waiting out broker.session.timeout.ms for
+            # DUPLICATE_BROKER_REGISTRATION. (The lease check then fences it; it leads
+            # nothing and is in no ISR by now.)
+            self.leases.forget(request.node_id)
         return controller_pb2.BrokerHeartbeatResponse(
             is_caught_up=caught_up,
             is_fenced=broker.fenced,

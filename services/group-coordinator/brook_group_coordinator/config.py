@@ -27,6 +27,7 @@ from brook.config import (
     service_config_def,
     service_data_dir_default,
 )
+from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 
 __all__ = ["CONFIG_DEF"]
 
@@ -127,7 +128,11 @@ CONFIG_DEF: Final = service_config_def(
             _H,
             Range(1),
         ),
+        *MEMBERSHIP_KEYS,
         REQUEST_TIMEOUT_MS,
     ),
-    checks=(check_not_greater("group.min.session.timeout.ms", "group.max.session.timeout.ms"),),
+    checks=(
+        check_not_greater("group.min.session.timeout.ms", "group.max.session.timeout.ms"),
+        *MEMBERSHIP_CHECKS,
+    ),
 )

@@ -13,7 +13,7 @@ from brook.v1 import errors_pb2, group_pb2, group_pb2_grpc
 from brook_group_coordinator.directory import CoordinatorDirectory
 from brook_group_coordinator.group import GroupState, JoinRequest
 from brook_group_coordinator.group_manager import CommitPartition, GroupManager
-from brook_group_coordinator.ownership import offsets_partition_for
+from brook_group_coordinator.ownership import OFFSETS_TOPIC, offsets_partition_for
 
 __all__ = ["GroupCoordinatorServicer"]
 
@@ -34,6 +34,15 @@ def _wire(code: ErrorCode) -> errors_pb2.ErrorCode:
 
 def _optional(message: Any, field: str) -> str | None:
     return cast(str, getattr(message, field)) if message.HasField(field) else None
+
+
+def _unavailable(key: str, message: str) -> group_pb2.Coordinator:
+    return group_pb2.Coordinator(
+        key=key,
+        error_code=_wire(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        error_message=message,
+        node_id=-1,
+    )
 
 
 class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
@@ -68,16 +77,14 @@ class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
                     )
                 )
                 continue
+            if self._manager.partition_count <= 0:
+                coordinators.append(_unavailable(key, f"{OFFSETS_TOPIC} does not exist yet"))
+                continue
             partition = offsets_partition_for(key, self._manager.partition_count)
             hint = self._directory.hint(partition)
             if hint.node_id < 0:
                 coordinators.append(
-                    group_pb2.Coordinator(
-                        key=key,
-                        error_code=_wire(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                        error_message=f"__consumer_offsets-{partition} has no coordinator",
-                        node_id=-1,
-                    )
+                    _unavailable(key, f"{OFFSETS_TOPIC}-{partition} has no coordinator")
                 )
                 continue
             coordinators.append(

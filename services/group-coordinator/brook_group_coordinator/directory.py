@@ -3,8 +3,8 @@
 NOT_COORDINATOR answer hints at.
 
 ``CoordinatorDirectory`` is the one place the coordinator depends on the metadata feed; the
-feed (brook.membership's WatchMetadata follower) calls ``assign``/``remove_node`` as records
-arrive.
+feed (``ClusterMetadata``, applying WatchMetadata) calls ``set_endpoints``/``assign`` as records
+arrive and ``reset`` when a snapshot replaces the image.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ class CoordinatorDirectory:
     def __init__(self) -> None:
         self._owners: dict[int, Owner] = {}
         self._endpoints: dict[int, tuple[common_pb2.Endpoint, ...]] = {}
+
+    def reset(self) -> None:
+        self._owners.clear()
+        self._endpoints.clear()
 
     def set_endpoints(self, node_id: int, endpoints: tuple[common_pb2.Endpoint, ...]) -> None:
         self._endpoints[node_id] = endpoints

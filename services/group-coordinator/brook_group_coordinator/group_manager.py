@@ -53,7 +53,7 @@ from brook_group_coordinator.records import (
 )
 from brook_group_coordinator.timers import Timers
 
-__all__ = ["CommitPartition", "GroupManager", "PartitionResult"]
+__all__ = ["CommitPartition", "GroupManager", "PartitionResult", "commit_error"]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -112,6 +112,8 @@ class GroupManager:
     def check_coordinator(self, group_id: str) -> tuple[ErrorCode, str]:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, "the group id is empty"
+        if self.partition_count <= 0:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "__consumer_offsets does not exist yet"
         partition = self.partition_for(group_id)
         owned = self.owned.get(partition)
         if owned is None:
@@ -131,8 +133,14 @@ class GroupManager:
             return
         self.owned[partition] = OwnedPartition(partition, coordinator_epoch)
         latest: dict[bytes, bytes | None] = {}
-        async for record in self._log.read(partition, 0):
-            latest[record.key] = record.value
+        try:
+            async for record in self._log.read(partition, 0):
+                latest[record.key] = record.value
+        except BaseException:
+            # Not owned rather than loading forever: the caller may start the load again.
+            if self._owned_as(partition, coordinator_epoch) is not None:
+                del self.owned[partition]
+            raise
         if self.owned.get(partition) is not self._owned_as(partition, coordinator_epoch):
             return  # lost (or re-assigned) while loading
         for raw_key, raw_value in latest.items():
@@ -377,8 +385,9 @@ class GroupManager:
             await self._append(partition, records)
         except BrookError as e:
             failed = {(p.topic, p.partition) for p, _ in accepted}
+            code = commit_error(e.code)
             return [
-                PartitionResult(r.topic, r.partition, e.code, e.message)
+                PartitionResult(r.topic, r.partition, code, e.message)
                 if (r.topic, r.partition) in failed
                 else r
                 for r in results
@@ -482,6 +491,27 @@ class GroupManager:
                 continue
             removed += len(expired)
         return removed
+
+
+# What a client is told when the write of its commit failed: Kafka's translation of storage
+# errors into coordinator errors, so clients re-find or retry as they would with Kafka.
+_COMMIT_ERRORS: dict[ErrorCode, ErrorCode] = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.LEADER_NOT_AVAILABLE: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NETWORK_EXCEPTION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def commit_error(code: ErrorCode) -> ErrorCode:
+    return _COMMIT_ERRORS.get(code, code)
 
 
 def _settle(future: asyncio.Future[_T], result: _T) -> None:

@@ -21,7 +21,10 @@ they have, so clients find new leaders before this node is gone. Then the metada
 queued acks=0 appends are cancelled, and the log manager flushes and closes every log and
 writes its checkpoints and clean-shutdown marker.
 
-ReplicaService (follower fetches) arrives with issue #6 and answers UNIMPLEMENTED until then.
+Replication: the node serves brook.v1.ReplicaService to its followers (replica_service.py),
+runs one replica fetcher per leader node it follows (replica_fetcher.py), and, as leader,
+keeps the ISR in line with its followers' progress through the controllers (isr.py). On
+shutdown the fetchers stop before the logs close.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from pathlib import Path
 from brook.config import Config
 from brook.membership import AppliedMetadataOffset, ClusterMembership
 from brook.server import ServiceContext, ServiceSpec, make_directories
-from brook.v1 import common_pb2, storage_pb2_grpc
+from brook.v1 import common_pb2, replica_pb2_grpc, storage_pb2_grpc
 from brook_storage_node.config import CONFIG_DEF
+from brook_storage_node.isr import IsrManager
 from brook_storage_node.limits import StorageLimits
 from brook_storage_node.log import LogManager, node_log_manager_config
 from brook_storage_node.metadata_source import (
@@ -45,7 +49,9 @@ from brook_storage_node.metadata_source import (
     StaticMetadataSource,
 )
 from brook_storage_node.metadata_view import MetadataUpdate, MetadataView
+from brook_storage_node.replica_fetcher import FetcherSettings, ReplicaFetchers
 from brook_storage_node.replica_manager import ReplicaManager, topic_log_configs
+from brook_storage_node.replica_service import ReplicaServiceLimits, ReplicaServicer
 from brook_storage_node.storage_service import StorageServicer
 from brook_storage_node.topic_settings import TopicDefaults
 
@@ -77,6 +83,8 @@ class StorageNode:
         self._log_manager: LogManager | None = None
         self._servicer: StorageServicer | None = None
         self._replicas: ReplicaManager | None = None
+        self._fetchers: ReplicaFetchers | None = None
+        self._isr: IsrManager | None = None
         self._follower: asyncio.Task[None] | None = None
         self._leaving: asyncio.Task[None] | None = None
 
@@ -87,6 +95,15 @@ class StorageNode:
     @property
     def membership(self) -> ClusterMembership | None:
         return self._membership
+
+    @property
+    def isr(self) -> IsrManager | None:
+        return self._isr
+
+    def broker_epoch(self) -> int:
+        """This incarnation's broker epoch; -1 without controllers."""
+        membership = self._membership
+        return membership.lifecycle.broker_epoch if membership is not None else -1
 
     async def start(self, context: ServiceContext) -> None:
         config = self._config
@@ -122,14 +139,24 @@ class StorageNode:
             default_log_config=defaults.settings.log_config,
             topic_configs=topic_log_configs(view, defaults),
         )
+        self._fetchers = ReplicaFetchers(
+            FetcherSettings.from_config(config), view, self.broker_epoch
+        )
         replicas = ReplicaManager(
             config.get_int("node.id"),
             self._log_manager,
             defaults,
             view,
             lease=membership.lease if membership is not None else None,
+            fetchers=self._fetchers,
         )
         self._replicas = replicas
+        self._isr = IsrManager(
+            replicas,
+            membership.client if membership is not None else None,
+            self.broker_epoch,
+            lag_time_max_ms=config.get_int("replica.lag.time.max.ms"),
+        )
         await replicas.initialize()
         self.applied.advance(first.offset)
         self._log_manager.start()
@@ -139,6 +166,16 @@ class StorageNode:
         storage_pb2_grpc.add_StorageServiceServicer_to_server(  # type: ignore[no-untyped-call]
             self._servicer, context.server
         )
+        replica_pb2_grpc.add_ReplicaServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            ReplicaServicer(
+                replicas,
+                ReplicaServiceLimits.from_config(config),
+                context.shutdown_requested,
+                self._isr.on_caught_up,
+            ),
+            context.server,
+        )
+        context.tasks.spawn(self._isr.run(), name="isr-lag-check")
         self._follower = context.tasks.spawn(self._follow(updates), name="metadata-follower")
         context.tasks.spawn(
             self._wake_waiters_on_shutdown(context.shutdown_requested), name="shutdown-waker"
@@ -187,6 +224,10 @@ class StorageNode:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
+        if self._fetchers is not None:
+            await self._fetchers.close()
+        if self._isr is not None:
+            await self._isr.close()
         if self._replicas is not None:
             self._replicas.wake_all()
         if self._servicer is not None:

@@ -6,6 +6,9 @@ append that moves a high watermark tells it how many bytes became visible; it co
 owner once the fetch's ``min_bytes`` are there. A change of leadership, a deletion or
 shutdown wakes it at once, so the owner re-reads and reports what changed. The wake-up is a
 future resolved on the event loop in the append's own call: nothing sleeps and polls.
+
+A follower's replica fetch reads past the HW, so its waiter (``replica=True``) counts bytes
+appended rather than bytes committed.
 """
 
 from __future__ import annotations
@@ -23,10 +26,16 @@ class DataWaiter:
     """Use as a context manager (it unregisters on exit, cancellation included)."""
 
     def __init__(
-        self, partitions: Iterable[tuple[Partition, int | None]], needed_bytes: int
+        self,
+        partitions: Iterable[tuple[Partition, int | None]],
+        needed_bytes: int,
+        *,
+        replica: bool = False,
     ) -> None:
         """``partitions``: each with the most bytes a read of it would return (None: no
-        limit of its own); ``needed_bytes``: how many newly visible bytes wake the waiter."""
+        limit of its own); ``needed_bytes``: how many newly visible bytes wake the waiter;
+        ``replica``: count appended bytes instead of committed ones."""
+        self._replica = replica
         self._limits: dict[Partition, int | None] = dict(partitions)
         self._counted: dict[Partition, int] = {}
         self._needed_bytes = needed_bytes
@@ -36,8 +45,20 @@ class DataWaiter:
 
     def __enter__(self) -> DataWaiter:
         for partition in self._limits:
-            partition.add_listener(self)
+            self._add(partition)
         return self
+
+    def _add(self, partition: Partition) -> None:
+        if self._replica:
+            partition.add_replica_listener(self)
+        else:
+            partition.add_listener(self)
+
+    def _remove(self, partition: Partition) -> None:
+        if self._replica:
+            partition.remove_replica_listener(self)
+        else:
+            partition.remove_listener(self)
 
     def __exit__(
         self,
@@ -46,7 +67,7 @@ class DataWaiter:
         traceback: TracebackType | None,
     ) -> None:
         for partition in self._limits:
-            partition.remove_listener(self)
+            self._remove(partition)
 
     def rearm(self, needed_bytes: int) -> None:
         """Start counting afresh (a subscription after it has read what woke it)."""
@@ -59,13 +80,13 @@ class DataWaiter:
         """Also listen to ``partition`` (a subscription's partition re-created meanwhile)."""
         if partition not in self._limits:
             self._limits[partition] = limit_bytes
-            partition.add_listener(self)
+            self._add(partition)
 
     def forget(self, partition: Partition) -> None:
         """Stop listening to one partition (a subscription dropped it)."""
         self._limits.pop(partition, None)
         self._counted.pop(partition, None)
-        partition.remove_listener(self)
+        self._remove(partition)
 
     @property
     def woken(self) -> bool:

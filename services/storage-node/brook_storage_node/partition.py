@@ -3,13 +3,19 @@
 The log knows offsets; this knows who leads, in which epoch, with which ISR, and it owns the
 two things that turn an append into answers elsewhere:
 
-- the high watermark rule: HW = the smallest log end offset among the ISR members. With the
-  ISR just this node (no replication until issue #6) that is this node's log end offset after
-  every append; followers in the ISR whose position is not yet known hold it back, as in
-  Kafka. acks=all produces wait for it (``wait_for_high_watermark``).
-- the "data arrived" notification: when the HW moves, every registered ``PartitionListener``
-  (a long-polling fetch, a subscription) hears how many bytes became visible, at once, on the
-  event loop. Nothing polls.
+- the high watermark rule: HW = the smallest log end offset among the ISR members, learnt
+  from the followers' replica fetches (``update_follower_end_offset``); followers in the ISR
+  whose position is not yet known hold it back, as in Kafka. While an ISR change is pending
+  at the controllers, the HW counts the larger of the two sets (Kafka's "maximal ISR"), so a
+  replica being added never enters the ISR without what is already committed. acks=all
+  produces wait for it (``wait_for_high_watermark``).
+- the "data arrived" notifications: when the HW moves, every registered ``PartitionListener``
+  (a long-polling fetch, a subscription) hears how many bytes became visible; when the leader
+  appends, every replica listener (a follower's parked replica fetch) hears how many bytes
+  were appended. Both at once, on the event loop. Nothing polls.
+- what ISR membership is decided on: each follower's last caught-up time (Kafka's rule: a
+  fetch at the leader's log end offset, or at the end the leader had at the follower's
+  previous fetch), read by the ISR manager (isr.py).
 
 Where the disk work runs. A hop to a worker thread and back costs about 90 µs here, measured
 by bench/bench_storage_dispatch.py on this 2-core machine (Python 3.11, page cache):
@@ -30,8 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 from brook.errors import ErrorCode
@@ -45,6 +53,7 @@ __all__ = [
     "INLINE_BYTES_MAX",
     "NO_EPOCH",
     "NO_OFFSET",
+    "FollowerState",
     "Partition",
     "PartitionListener",
     "runs_inline",
@@ -71,8 +80,25 @@ class PartitionListener(Protocol):
         """Leadership, visibility or existence changed: a waiter should look again."""
 
 
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower, from its replica fetches (monotonic seconds)."""
+
+    log_end_offset: int
+    last_caught_up_s: float
+    last_fetch_s: float
+    leader_end_offset_at_last_fetch: int
+
+
 class Partition:
-    def __init__(self, log: PartitionLog, local_node_id: int, settings: TopicSettings) -> None:
+    def __init__(
+        self,
+        log: PartitionLog,
+        local_node_id: int,
+        settings: TopicSettings,
+        *,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.log = log
         self.topic_partition: TopicPartition = log.topic_partition
         self.settings = settings
@@ -83,14 +109,20 @@ class Partition:
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
         self.online = True
-        # Log end offsets of followers, learnt from their fetches (issue #6).
-        self._follower_end_offsets: dict[int, int] = {}
+        self._clock_s = clock_s
+        # Followers' positions and caught-up times, learnt from their fetches; reset when
+        # the leader epoch changes (a new leader knows nothing of the followers yet).
+        self._followers: dict[int, FollowerState] = {}
+        # The ISR this leader asked the controllers for and has not seen in the metadata yet.
+        self.pending_isr: tuple[int, ...] | None = None
         # (end offset, bytes) of appended batches still above the HW, oldest first: what a
         # HW move makes visible, so listeners learn sizes without reading the log. One small
         # entry per append while followers lag; replication's ISR shrink (issue #6) bounds
         # how long they can.
         self._uncommitted: deque[tuple[int, int]] = deque()
         self._listeners: set[PartitionListener] = set()
+        # Told about appends (not commits): followers' parked replica fetches.
+        self._replica_listeners: set[PartitionListener] = set()
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
         # FIFO, so appends that go to a thread keep their arrival order.
         self._append_lock = asyncio.Lock()
@@ -119,11 +151,30 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
+    @property
+    def followers(self) -> dict[int, FollowerState]:
+        return self._followers
+
     def make_leader(self, info: PartitionInfo, settings: TopicSettings) -> None:
         """Lead in ``info.leader_epoch``: the HW is recomputed from the new ISR."""
-        if info.leader_epoch != self.leader_epoch:
-            self._follower_end_offsets.clear()
+        new_term = info.leader_epoch != self.leader_epoch or not self.is_leader
         self._adopt(info, settings)
+        self.pending_isr = None
+        if new_term:
+            # Every follower gets a full lag period from now before it can be dropped.
+            now_s = self._clock_s()
+            end = self.log.log_end_offset
+            self._followers = {
+                replica: FollowerState(NO_OFFSET, now_s, now_s, end)
+                for replica in info.replicas
+                if replica != self._local_node_id
+            }
+            # Kafka's rule: the new epoch starts at the current end, so a follower that
+            # asks where its (older) epoch ends learns where this leader's history departs
+            # from it even before anything is appended in the new epoch.
+            latest = self.log.latest_epoch
+            if info.leader_epoch >= 0 and (latest is None or info.leader_epoch > latest):
+                self.log.leader_epoch_cache.assign(info.leader_epoch, end)
         self.online = True
         self.maybe_increment_high_watermark()
         self._state_changed()
@@ -132,7 +183,10 @@ class Partition:
         """Follow ``info.leader``; pending acks=all produces fail with NOT_LEADER_OR_FOLLOWER."""
         self._adopt(info, settings)
         self.online = True
-        self._follower_end_offsets.clear()
+        self._followers.clear()
+        self.pending_isr = None
+        # Sizes of appends above the HW mean nothing once another node decides the HW.
+        self._uncommitted.clear()
         self._fail_hw_waiters(f"this node is no longer the leader of {self.topic_partition}")
         self._state_changed()
 
@@ -199,28 +253,116 @@ class Partition:
                 # their high watermark.
                 info = await asyncio.to_thread(log.append, records, leader_epoch=epoch)
             self._uncommitted.append((info.last_offset + 1, info.size_bytes))
+        for listener in list(self._replica_listeners):
+            listener.on_committed(self, info.size_bytes)
         self.maybe_increment_high_watermark()
         return info
 
+    async def append_as_follower(self, records: bytes) -> LogAppendInfo | None:
+        """Append the leader's batches as they are; None (nothing appended) if this node has
+        become the leader or stopped serving meanwhile."""
+        async with self._append_lock:
+            if self.is_leader or not self.online:
+                return None
+            log = self.log
+            if runs_inline(len(records)) and log.config.flush_messages == LONG_MAX:
+                return log.append_as_follower(records)
+            return await asyncio.to_thread(log.append_as_follower, records)
+
+    async def truncate_as_follower(self, offset: int) -> bool:
+        """Remove this follower's records from ``offset`` on (where its log departs from the
+        leader's); False if nothing was removed or this node leads now."""
+        async with self._append_lock:
+            if self.is_leader or not self.online:
+                return False
+            return await asyncio.to_thread(self.log.truncate_to, offset)
+
+    async def restart_as_follower_at(self, offset: int) -> None:
+        """Empty this follower's log and start it at ``offset`` (the leader's log start)."""
+        async with self._append_lock:
+            if self.is_leader or not self.online:
+                return
+            await asyncio.to_thread(self.log.truncate_fully_and_start_at, offset)
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """A follower's HW: the leader's, as far as this log reaches."""
+        if self.is_leader:
+            return
+        self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+
     # -- high watermark ---------------------------------------------------------------------
 
-    def update_follower_end_offset(self, replica_id: int, log_end_offset: int) -> None:
-        """Record a follower's position (from its fetch) and move the HW if it can."""
-        self._follower_end_offsets[replica_id] = log_end_offset
+    def update_follower_end_offset(self, replica_id: int, log_end_offset: int) -> bool:
+        """Record a follower's position (from its fetch) and move the HW if it can. True if
+        the follower is outside the ISR and has caught up enough to join it."""
+        now_s = self._clock_s()
+        leader_end = self.log.log_end_offset
+        state = self._followers.get(replica_id)
+        if state is None:
+            state = FollowerState(NO_OFFSET, now_s, now_s, leader_end)
+            # A follower never seen before (a reassignment) starts out of sync.
+            state.last_caught_up_s = float("-inf")
+            self._followers[replica_id] = state
+        if log_end_offset >= leader_end:
+            state.last_caught_up_s = now_s
+        elif log_end_offset >= state.leader_end_offset_at_last_fetch:
+            state.last_caught_up_s = max(state.last_caught_up_s, state.last_fetch_s)
+        state.log_end_offset = log_end_offset
+        state.last_fetch_s = now_s
+        state.leader_end_offset_at_last_fetch = leader_end
         self.maybe_increment_high_watermark()
+        return self.may_join_isr(replica_id)
+
+    def may_join_isr(self, replica_id: int) -> bool:
+        """Kafka's rule for adding a follower back: it has everything up to the HW and at
+        least the start of this leader's epoch."""
+        state = self._followers.get(replica_id)
+        if not self.is_leader or state is None or replica_id in self.isr:
+            return False
+        if self.pending_isr is not None or replica_id not in self.replicas:
+            return False
+        epoch_start = self._current_epoch_start()
+        return state.log_end_offset >= max(self.high_watermark, epoch_start)
+
+    def _current_epoch_start(self) -> int:
+        entry = self.log.leader_epoch_cache.latest_entry
+        if entry is None or entry.epoch != self.leader_epoch:
+            return self.log.log_end_offset
+        return entry.start_offset
+
+    def out_of_sync_replicas(self, lag_time_max_s: float) -> tuple[int, ...]:
+        """ISR members (not this node) that have not caught up within ``lag_time_max_s``."""
+        if not self.is_leader:
+            return ()
+        now_s = self._clock_s()
+        lagging = []
+        for replica in self.isr:
+            if replica == self._local_node_id:
+                continue
+            state = self._followers.get(replica)
+            if state is None or now_s - state.last_caught_up_s > lag_time_max_s:
+                lagging.append(replica)
+        return tuple(lagging)
+
+    @property
+    def under_replicated(self) -> bool:
+        return self.is_leader and len(self.isr) < len(self.replicas)
 
     def maybe_increment_high_watermark(self) -> bool:
         """Move the HW to the smallest log end offset in the ISR; True if it moved."""
         if not self.is_leader:
             return False
         candidate = self.log.log_end_offset
-        for replica in self.isr:
+        members = set(self.isr)
+        if self.pending_isr is not None:
+            members.update(self.pending_isr)
+        for replica in members:
             if replica == self._local_node_id:
                 continue
-            follower_end = self._follower_end_offsets.get(replica)
-            if follower_end is None:
+            state = self._followers.get(replica)
+            if state is None or state.log_end_offset < 0:
                 return False
-            candidate = min(candidate, follower_end)
+            candidate = min(candidate, state.log_end_offset)
         if not self.log.maybe_increment_high_watermark(candidate):
             return False
         high_watermark = self.log.high_watermark
@@ -240,9 +382,19 @@ class Partition:
 
     async def wait_for_high_watermark(self, offset: int, timeout_s: float) -> None:
         """Return once the HW reaches ``offset``; PartitionError REQUEST_TIMED_OUT after
-        ``timeout_s``, NOT_LEADER_OR_FOLLOWER if leadership is lost meanwhile."""
-        if self.high_watermark >= offset:
-            return
+        ``timeout_s``, NOT_LEADER_OR_FOLLOWER if leadership is lost meanwhile,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR that committed it is smaller than
+        min.insync.replicas (it shrank while the produce waited)."""
+        if self.high_watermark < offset:
+            await self._wait_for_high_watermark(offset, timeout_s)
+        if len(self.isr) < self.settings.min_insync_replicas:
+            raise PartitionError(
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                f"{self.topic_partition}: the batch is committed by {len(self.isr)} in-sync "
+                f"replicas, fewer than min.insync.replicas={self.settings.min_insync_replicas}",
+            )
+
+    async def _wait_for_high_watermark(self, offset: int, timeout_s: float) -> None:
         self.check_leader()
         waiter = (offset, asyncio.get_running_loop().create_future())
         self._hw_waiters.append(waiter)
@@ -283,6 +435,13 @@ class Partition:
     def remove_listener(self, listener: PartitionListener) -> None:
         self._listeners.discard(listener)
 
+    def add_replica_listener(self, listener: PartitionListener) -> None:
+        """``listener.on_committed`` hears of appends (not commits): followers read past the HW."""
+        self._replica_listeners.add(listener)
+
+    def remove_replica_listener(self, listener: PartitionListener) -> None:
+        self._replica_listeners.discard(listener)
+
     @property
     def listeners(self) -> Iterator[PartitionListener]:
         return iter(tuple(self._listeners))
@@ -292,5 +451,5 @@ class Partition:
         self._state_changed()
 
     def _state_changed(self) -> None:
-        for listener in list(self._listeners):
+        for listener in (*self._listeners, *self._replica_listeners):
             listener.on_state_change(self)

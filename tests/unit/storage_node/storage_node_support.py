@@ -187,12 +187,14 @@ async def running_node(
     *,
     source_for: Callable[[int], QueueMetadataSource] | None = None,
     settings: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> AsyncIterator[Node]:
     """The storage node serving on a free port; stopped (and checked to exit 0) on exit.
 
     ``source_for(port)`` builds the metadata source (it may need the node's own port for
-    its broker record); without one the node uses static.topics from ``settings``."""
-    port = free_port()
+    its broker record); without one the node uses static.topics from ``settings``. ``port``:
+    where to listen (default: a free one), for nodes that must know each other's addresses."""
+    port = port if port is not None else free_port()
     config = node_config(data_dir, port, **(settings or {}))
     source = source_for(port) if source_for is not None else None
     created: list[StorageNode] = []

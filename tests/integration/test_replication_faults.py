@@ -1,0 +1,195 @@
+"""Replication under failures: no acknowledged record is lost (issue #6, done-when).
+
+Three controllers and three storage nodes as processes; one topic with RF 3 and
+min.insync.replicas=2. A producer sends numbered records (acks=all) to every partition while
+the test kills -9 the leader of each partition in turn and restarts it, waiting each time
+until the restarted node is back in every ISR, for several rounds. Then a consumer reads every
+partition from offset 0: every acknowledged number is there exactly once, the numbers are in
+send order, and none was invented.
+
+The producer does not retry (retries=0): without idempotent producers a retried send whose
+first attempt was appended would be a legitimate duplicate, and this test asserts none exist.
+A send that fails is simply not acknowledged; its record may or may not be in the log.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from cluster_fixture import ClusterFactory
+
+from brook.client import Consumer, Producer, TopicPartition
+from brook.client.admin import Admin, NewTopic
+from brook.launcher import LocalCluster, Role
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "no-loss"
+PARTITIONS = 3
+ROUNDS = 2
+SESSION_TIMEOUT_MS = 2000
+HEARTBEAT_INTERVAL_MS = 200
+LAG_TIME_MAX_MS = 2000
+WAIT_TIMEOUT_S = 40.0
+SEND_TIMEOUT_S = 15.0
+CONSUME_TIMEOUT_S = 30.0
+POLL_S = 0.05
+PAUSE_BETWEEN_SENDS_S = 0.01
+
+
+def _cluster(cluster_factory: ClusterFactory) -> LocalCluster:
+    return cluster_factory(
+        controllers=3,
+        storage_nodes=3,
+        group_coordinators=0,
+        gateways=0,
+        config_overrides={
+            "controller": {
+                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                "auto.leader.rebalance.enable": "false",
+                "offsets.topic.num.partitions": "1",
+            },
+            "storage-node": {
+                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                "broker.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS),
+                "replica.lag.time.max.ms": str(LAG_TIME_MAX_MS),
+                "replica.fetch.wait.max.ms": "200",
+                "replica.fetch.backoff.ms": "100",
+            },
+        },
+    )
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+class _Sender:
+    """Sends 0, 1, 2, ... to every partition in a thread, one record per partition at a time;
+    remembers what was acknowledged and what was sent at all."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self.sent: dict[int, int] = dict.fromkeys(range(PARTITIONS), 0)
+        self.acked: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="numbered-sender", daemon=True)
+
+    def __enter__(self) -> _Sender:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(SEND_TIMEOUT_S * 2)
+        assert not self._thread.is_alive(), "the sender did not stop"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            futures = []
+            for partition in range(PARTITIONS):
+                number = self.sent[partition]
+                self.sent[partition] = number + 1
+                value = str(number).encode()
+                futures.append(
+                    (partition, number, self._producer.send(TOPIC, value, partition=partition))
+                )
+            for partition, number, future in futures:
+                try:
+                    future.result(SEND_TIMEOUT_S)
+                except Exception:
+                    self.failures += 1
+                else:
+                    self.acked[partition].append(number)
+            time.sleep(PAUSE_BETWEEN_SENDS_S)
+
+
+def _leader_of(admin: Admin, partition: int) -> int | None:
+    return admin.describe_topics([TOPIC])[TOPIC].partitions[partition].leader
+
+
+def _fully_replicated(admin: Admin) -> bool:
+    partitions = admin.describe_topics([TOPIC])[TOPIC].partitions
+    return all(p.leader is not None and len(p.isr) == len(p.replicas) for p in partitions)
+
+
+def test_acks_all_loses_no_acknowledged_record_while_leaders_are_killed_in_turn(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = _cluster(cluster_factory)
+    nodes = {cluster.spec(n).node_id: n for n in cluster.names(Role.STORAGE_NODE)}
+    bootstrap = ",".join(cluster.grpc_address(n) for n in cluster.names(Role.STORAGE_NODE))
+    started = time.monotonic()
+    with Admin(cluster.controller_bootstrap_servers) as admin:
+        created = admin.create_topics(
+            [NewTopic(TOPIC, PARTITIONS, 3, configs={"min.insync.replicas": "2"})]
+        )
+        assert created == {TOPIC: None}
+        _wait(lambda: _fully_replicated(admin), "the topic's leaders and full ISRs")
+        with (
+            Producer(
+                bootstrap_servers=bootstrap,
+                acks="all",
+                retries=0,
+                linger_ms=0,
+                request_timeout_ms=5000,
+                delivery_timeout_ms=10000,
+                retry_backoff_ms=50,
+            ) as producer,
+            _Sender(producer) as sender,
+        ):
+            _wait(lambda: all(sender.acked.values()), "a first acknowledgement per partition")
+            for _ in range(ROUNDS):
+                for partition in range(PARTITIONS):
+                    victim_id = _leader_of(admin, partition)
+                    assert victim_id is not None
+                    acked_before = sum(map(len, sender.acked.values()))
+                    cluster.kill(nodes[victim_id], signal.SIGKILL)
+                    _wait(
+                        lambda p=partition, v=victim_id: _leader_of(admin, p) not in (None, v),  # type: ignore[misc]
+                        f"a new leader for partition {partition}",
+                    )
+                    cluster_factory.start(cluster, nodes[victim_id])
+                    _wait(
+                        lambda: _fully_replicated(admin), "the restarted node to rejoin every ISR"
+                    )
+                    _wait(
+                        lambda b=acked_before: sum(map(len, sender.acked.values())) > b,  # type: ignore[misc]
+                        "acknowledgements after the failover",
+                    )
+        elapsed_s = time.monotonic() - started
+    acked_total = sum(map(len, sender.acked.values()))
+    print(
+        f"\n{ROUNDS * PARTITIONS} leader kills in {elapsed_s:.1f} s: {acked_total} records "
+        f"acknowledged, {sender.failures} sends failed (not acknowledged)"
+    )
+
+    found: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    with Consumer(bootstrap_servers=bootstrap, request_timeout_ms=30_000) as consumer:
+        consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+        for p in range(PARTITIONS):
+            consumer.seek(TopicPartition(TOPIC, p), 0)
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        while any(len(found[p]) < len(sender.acked[p]) for p in range(PARTITIONS)) or (
+            any(found[p] and found[p][-1] < sender.acked[p][-1] for p in range(PARTITIONS))
+        ):
+            assert time.monotonic() < deadline, "the consumer did not reach every acked record"
+            for record in consumer.poll(1.0):
+                assert record.value is not None
+                found[record.partition].append(int(record.value))
+    for p in range(PARTITIONS):
+        numbers = found[p]
+        assert len(numbers) == len(set(numbers)), f"partition {p} holds duplicates"
+        assert numbers == sorted(numbers), f"partition {p} is out of send order"
+        assert all(0 <= n < sender.sent[p] for n in numbers), f"partition {p}: invented records"
+        missing = sorted(set(sender.acked[p]) - set(numbers))
+        assert not missing, f"partition {p} lost acknowledged records {missing[:20]}"
