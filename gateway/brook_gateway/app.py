@@ -1,9 +1,12 @@
 """The gateway service: speaks the Kafka binary protocol to Kafka clients, gRPC to Brook.
 
 It serves health on its GRPC listener and the Kafka protocol on its PLAINTEXT listener.
-The Kafka server starts at once; in the background the gateway joins the cluster as a GATEWAY
-(brook.membership: registration, heartbeats, the WatchMetadata stream that feeds the metadata
-cache). Until it has, clients see no brokers and retry. ApiVersions advertises
+The gateway joins the cluster as a GATEWAY (brook.membership: registration, heartbeats, the
+WatchMetadata stream that feeds the metadata cache) and reports SERVING only once it has, like
+every other Brook process: a gateway that is not yet a broker in its own metadata would hand
+clients an empty cluster. The Kafka listener opens at once (clients that connect early see no
+brokers yet and retry); a gateway that cannot join within
+initial.broker.registration.timeout.ms fails its start-up. ApiVersions advertises
 exactly the APIs with a handler. The gateway has no gRPC service of its own, so health
 reports only the overall status "".
 """
@@ -70,7 +73,6 @@ class Gateway:
     async def start(self, context: ServiceContext) -> None:
         config = self._config
         self._follower = context.tasks.spawn(self._follow(), name="metadata-follower")
-        context.tasks.spawn(self._join(context), name="cluster-join")
         backend = Backend(
             node_id=config.get_int("node.id"),
             image=self.image,
@@ -81,6 +83,7 @@ class Gateway:
         # clients see a cluster without brokers or topics and retry, as with a starting Kafka.
         self._kafka = kafka_server(config, backend)
         await self._kafka.start()
+        await self._join(context)
 
     async def _join(self, context: ServiceContext) -> None:
         membership = self._membership
@@ -95,8 +98,9 @@ class Gateway:
             ):
                 raise RuntimeError("this gateway never appeared unfenced in the metadata")
         except (TimeoutError, RuntimeError, MembershipError) as e:
-            _log.error("the gateway could not join the cluster: %s", e or "no metadata in time")
-            return
+            raise RuntimeError(
+                f"the gateway could not join the cluster: {e or 'no metadata in time'}"
+            ) from e
         _log.info("gateway joined the cluster", extra={"metadata_offset": self.image.offset})
 
     async def _follow(self) -> None:

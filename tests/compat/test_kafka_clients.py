@@ -107,6 +107,25 @@ def test_kafka_python_round_trips_records_keys_headers_and_offsets(bootstrap: st
     _check_round_trip(topic, consumed)
 
 
+def _wait_until_partitions_answer(bootstrap: str, topic: str) -> None:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-probe"})
+    try:
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        pending = set(range(PARTITIONS))
+        while pending:
+            assert time.monotonic() < deadline, f"partitions {sorted(pending)} never answered"
+            for partition in sorted(pending):
+                try:
+                    consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=1.0)
+                except KafkaException:
+                    continue
+                pending.discard(partition)
+    finally:
+        consumer.close()
+
+
 def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: str = "all") -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -114,6 +133,11 @@ def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: st
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
     futures[topic].result(CLIENT_TIMEOUT_MS / 1000)
+    if acks == "0":
+        # acks=0 gets no answer, so a record sent before a just-created partition's leader has
+        # taken up leadership is lost without a word (Kafka's acks=0 contract). Wait until
+        # every partition answers a ListOffsets through the gateway, as a leader does.
+        _wait_until_partitions_answer(bootstrap, topic)
 
     producer = Producer(
         {"bootstrap.servers": bootstrap, "acks": acks, "compression.type": compression}

@@ -181,9 +181,9 @@ def test_service_serves_health_then_exits_0_within_5_s_of_sigterm(
 ) -> None:
     service = SERVICES[name]
     settings = _settings(service)
-    if name == "group-coordinator":
-        # A coordinator is SERVING only once it has joined the cluster, so it gets a
-        # controller (a quorum of one) to join.
+    if name in ("group-coordinator", "gateway"):
+        # A coordinator or gateway is SERVING only once it has joined the cluster, so it gets
+        # a controller (a quorum of one) to join.
         controller_settings = _settings(SERVICES["controller"])
         controller = launch(_python_module("brook_controller", *_overrides(controller_settings)))
         with grpc.insecure_channel(_grpc_address(controller_settings)) as channel:
@@ -224,8 +224,9 @@ def test_service_serves_health_then_exits_0_within_5_s_of_sigterm(
 
 
 def test_sigint_shuts_down_as_gracefully_as_sigterm(launch: Launch) -> None:
-    settings = _settings(SERVICES["gateway"])
-    process = launch(_python_module("brook_gateway", *_overrides(settings)))
+    # A stand-alone storage node (static.topics): it needs no other process to be SERVING.
+    settings = _settings(SERVICES["storage-node"])
+    process = launch(_python_module("brook_storage_node", *_overrides(settings)))
     with grpc.insecure_channel(_grpc_address(settings)) as channel:
         _wait_serving(process, health_pb2_grpc.HealthStub(channel))
     process.popen.send_signal(signal.SIGINT)
