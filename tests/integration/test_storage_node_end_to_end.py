@@ -370,8 +370,11 @@ def test_subscribe_streams_new_data_as_it_arrives(cluster_factory: ClusterFactor
                     storage_pb2.SubscribePartition(
                         topic="orders", partition=0, start=storage_pb2.OFFSET_SPEC_OFFSET, offset=3
                     ),
+                    # Partition 1 is empty: offset 0 is its end. Not OFFSET_SPEC_LATEST, which
+                    # the node resolves when the request arrives, possibly after the producer
+                    # thread below has already written the first round.
                     storage_pb2.SubscribePartition(
-                        topic="orders", partition=1, start=storage_pb2.OFFSET_SPEC_LATEST
+                        topic="orders", partition=1, start=storage_pb2.OFFSET_SPEC_OFFSET, offset=0
                     ),
                 ],
             ),
