@@ -378,8 +378,12 @@ def test_heartbeat_answers_of_a_deposed_controller_are_ignored() -> None:
 
             assert member.listener.events == ["acquired"]
             assert member.lifecycle.state is LifecycleState.ACTIVE
-            # Nor do they renew anything: the lease lapses on its own clock.
+            # Nor do they renew anything: the lease lapses on its own clock. (`active` reads the
+            # clock; the listener hears of it from a timer an instant later: wait for both.)
             await eventually(lambda: not member.lease.active, "the lease to lapse", SESSION_S * 3)
+            await eventually(
+                lambda: member.listener.events[-1] != "acquired", "the listener to hear", SESSION_S
+            )
             assert "no successful heartbeat" in member.listener.events[-1]
 
     run(scenario)
