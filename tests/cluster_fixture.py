@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Generator, Mapping
+import time
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,50 @@ LOG_TAIL_LINES = 60
 
 _FACTORY_KEY = pytest.StashKey["ClusterFactory"]()
 _FAILED_KEY = pytest.StashKey[bool]()
+
+
+def wait_until(
+    condition: Callable[[], bool], what: str, timeout_s: float, poll_s: float = 0.05
+) -> float:
+    """Seconds until ``condition()`` held; fails the test naming ``what`` after ``timeout_s``."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout_s:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(poll_s)
+    return time.monotonic() - started
+
+
+def replication_cluster(
+    factory: ClusterFactory,
+    *,
+    controllers: int,
+    session_timeout_ms: int,
+    heartbeat_interval_ms: int,
+    lag_time_max_ms: int,
+) -> LocalCluster:
+    """Three storage nodes that replicate through ``controllers`` controllers, with the short
+    leases and lag bounds fault tests need (and no leader rebalancing behind their back)."""
+    return factory(
+        controllers=controllers,
+        storage_nodes=3,
+        group_coordinators=0,
+        gateways=0,
+        config_overrides={
+            "controller": {
+                "broker.session.timeout.ms": str(session_timeout_ms),
+                "auto.leader.rebalance.enable": "false",
+                "offsets.topic.num.partitions": "1",
+            },
+            "storage-node": {
+                "broker.session.timeout.ms": str(session_timeout_ms),
+                "broker.heartbeat.interval.ms": str(heartbeat_interval_ms),
+                "replica.lag.time.max.ms": str(lag_time_max_ms),
+                "replica.fetch.wait.max.ms": "200",
+                "replica.fetch.backoff.ms": "100",
+            },
+        },
+    )
 
 
 def pid_alive(pid: int) -> bool:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from brook_storage_node.log import LogConfig, PartitionLog
-from cluster_fixture import ClusterFactory
+from cluster_fixture import ClusterFactory, replication_cluster, wait_until
 
 from brook.client import Consumer, Producer, TopicPartition
 from brook.client.admin import Admin, NewTopic
@@ -45,37 +45,6 @@ CONSUME_TIMEOUT_S = 30.0
 POLL_S = 0.05
 PAUSE_BETWEEN_SENDS_S = 0.01
 READ_BYTES_MAX = 1 << 20
-
-
-def _cluster(cluster_factory: ClusterFactory) -> LocalCluster:
-    return cluster_factory(
-        controllers=3,
-        storage_nodes=3,
-        group_coordinators=0,
-        gateways=0,
-        config_overrides={
-            "controller": {
-                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-                "auto.leader.rebalance.enable": "false",
-                "offsets.topic.num.partitions": "1",
-            },
-            "storage-node": {
-                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-                "broker.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS),
-                "replica.lag.time.max.ms": str(LAG_TIME_MAX_MS),
-                "replica.fetch.wait.max.ms": "200",
-                "replica.fetch.backoff.ms": "100",
-            },
-        },
-    )
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(POLL_S)
 
 
 class _Sender:
@@ -119,6 +88,10 @@ class _Sender:
             time.sleep(PAUSE_BETWEEN_SENDS_S)
 
 
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> float:
+    return wait_until(condition, what, timeout_s, POLL_S)
+
+
 def _leader_of(admin: Admin, partition: int) -> int | None:
     return admin.describe_topics([TOPIC])[TOPIC].partitions[partition].leader
 
@@ -143,7 +116,13 @@ def _kill_leaders_in_turn(cluster_factory: ClusterFactory, acks: str) -> _Outcom
     """Sends numbered records with ``acks`` while killing each partition's leader in turn, then
     reads every partition back from offset 0 up to its high watermark; all storage nodes are
     stopped (cleanly) on return so their logs can be read from disk."""
-    cluster = _cluster(cluster_factory)
+    cluster = replication_cluster(
+        cluster_factory,
+        controllers=3,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+        lag_time_max_ms=LAG_TIME_MAX_MS,
+    )
     nodes = {cluster.spec(n).node_id: n for n in cluster.names(Role.STORAGE_NODE)}
     bootstrap = ",".join(cluster.grpc_address(n) for n in cluster.names(Role.STORAGE_NODE))
     started = time.monotonic()

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from cluster_fixture import ClusterFactory
+from cluster_fixture import ClusterFactory, replication_cluster, wait_until
 
 from brook.client import Producer
 from brook.client.admin import Admin, NewTopic
@@ -38,35 +38,8 @@ RECORDS_PER_BATCH = 200
 VALUE = b"x" * 100
 
 
-def _cluster(cluster_factory: ClusterFactory) -> LocalCluster:
-    return cluster_factory(
-        controllers=1,
-        storage_nodes=3,
-        group_coordinators=0,
-        gateways=0,
-        config_overrides={
-            "controller": {
-                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-                "auto.leader.rebalance.enable": "false",
-                "offsets.topic.num.partitions": "1",
-            },
-            "storage-node": {
-                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-                "broker.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS),
-                "replica.lag.time.max.ms": str(LAG_TIME_MAX_MS),
-                "replica.fetch.wait.max.ms": "200",
-                "replica.fetch.backoff.ms": "100",
-            },
-        },
-    )
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(POLL_S)
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> float:
+    return wait_until(condition, what, timeout_s, POLL_S)
 
 
 def _isr(admin: Admin) -> set[int]:
@@ -84,7 +57,13 @@ def _produce(producer: Producer) -> None:
 
 
 def _setup(cluster_factory: ClusterFactory) -> tuple[LocalCluster, dict[int, str], str]:
-    cluster = _cluster(cluster_factory)
+    cluster = replication_cluster(
+        cluster_factory,
+        controllers=1,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+        lag_time_max_ms=LAG_TIME_MAX_MS,
+    )
     nodes = {cluster.spec(n).node_id: n for n in cluster.names(Role.STORAGE_NODE)}
     bootstrap = ",".join(cluster.grpc_address(n) for n in cluster.names(Role.STORAGE_NODE))
     return cluster, nodes, bootstrap

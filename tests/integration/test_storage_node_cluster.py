@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster_fixture import ClusterFactory
+from cluster_fixture import ClusterFactory, wait_until
 
 from brook.client import Producer
 from brook.client.admin import (
@@ -48,6 +48,10 @@ POLL_S = 0.05
 PARTITIONS = 3
 
 
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> float:
+    return wait_until(condition, what, timeout_s, POLL_S)
+
+
 def _cluster(cluster_factory: ClusterFactory, session_timeout_ms: int) -> LocalCluster:
     session = str(session_timeout_ms)
     return cluster_factory(
@@ -68,17 +72,6 @@ def _cluster(cluster_factory: ClusterFactory, session_timeout_ms: int) -> LocalC
             },
         },
     )
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> float:
-    """Seconds until ``condition()`` held; fails naming ``what`` after ``timeout_s``."""
-    started = time.monotonic()
-    while not condition():
-        elapsed = time.monotonic() - started
-        if elapsed > timeout_s:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(POLL_S)
-    return time.monotonic() - started
 
 
 def _storage(address: str) -> Any:
