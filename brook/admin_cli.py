@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from brook.client.admin import Admin, NodeDescription
     from brook.client.errors import ApiError
 
-__all__ = ["add_admin_commands"]
+__all__ = ["EXIT_OK", "UsageError", "add_admin_commands", "handler", "report"]
 
 DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
 EXIT_OK: Final = 0
@@ -62,7 +62,7 @@ def add_admin_commands(subparsers: Any) -> None:
 
     listing = actions.add_parser("list", help="the names of the topics")
     listing.add_argument("--include-internal", action="store_true")
-    _handler(listing, _list)
+    handler(listing, _list)
 
     create = actions.add_parser("create", help="create a topic")
     create.add_argument("--topic", required=True)
@@ -78,33 +78,33 @@ def add_admin_commands(subparsers: Any) -> None:
     )
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     create.add_argument("--validate-only", action="store_true")
-    _handler(create, _create)
+    handler(create, _create)
 
     describe = actions.add_parser("describe", help="partitions, leaders, replicas and ISRs")
     describe.add_argument("--topic", action="append", default=[], help="(all topics)")
     describe.add_argument("--include-internal", action="store_true")
-    _handler(describe, _describe)
+    handler(describe, _describe)
 
     alter = actions.add_parser("alter", help="raise a topic's partition count")
     alter.add_argument("--topic", required=True)
     alter.add_argument("--partitions", type=int, required=True)
-    _handler(alter, _alter)
+    handler(alter, _alter)
 
     configs = actions.add_parser("configs", help="describe or change a topic's configs")
     configs.add_argument("--topic", required=True)
     configs.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
     configs.add_argument("--delete-config", action="append", default=[], metavar="K[,K]")
-    _handler(configs, _configs)
+    handler(configs, _configs)
 
     elect = actions.add_parser("elect-leaders", help="preferred (or unclean) leader election")
     elect.add_argument("--topic")
     elect.add_argument("--partition", type=int)
     elect.add_argument("--unclean", action="store_true")
-    _handler(elect, _elect)
+    handler(elect, _elect)
 
     delete = actions.add_parser("delete", help="delete a topic (the nodes remove its data)")
     delete.add_argument("--topic", required=True, action="append")
-    _handler(delete, _delete)
+    handler(delete, _delete)
 
     cluster_actions = _subcommands_of(subparsers.choices["cluster"])
     cluster_describe = cluster_actions.add_parser(
@@ -116,7 +116,7 @@ def add_admin_commands(subparsers: Any) -> None:
         help="also ask each controller for its metadata offset and a digest of its metadata "
         "(equal offsets with different digests would mean the replicas diverged)",
     )
-    _handler(cluster_describe, _describe_cluster)
+    handler(cluster_describe, _describe_cluster)
 
 
 def _subcommands_of(parser: argparse.ArgumentParser) -> Any:
@@ -126,7 +126,7 @@ def _subcommands_of(parser: argparse.ArgumentParser) -> Any:
     raise RuntimeError(f"{parser.prog} has no subcommands to extend")
 
 
-def _handler(
+def handler(
     parser: argparse.ArgumentParser, run: Callable[[Admin, argparse.Namespace], int]
 ) -> None:
     _common(parser)
@@ -146,7 +146,7 @@ def _run(run: Callable[[Admin, argparse.Namespace], int], args: argparse.Namespa
     try:
         with admin:
             return run(admin, args)
-    except _UsageError as error:
+    except UsageError as error:
         print(f"brook: {error}", file=sys.stderr)
         return EXIT_USAGE
     except ApiError as error:
@@ -157,7 +157,7 @@ def _run(run: Callable[[Admin, argparse.Namespace], int], args: argparse.Namespa
         return EXIT_FAILED
 
 
-class _UsageError(Exception):
+class UsageError(Exception):
     pass
 
 
@@ -166,12 +166,12 @@ def _key_values(items: Sequence[str]) -> dict[str, str]:
     for item in (part for entry in items for part in entry.split(",") if part):
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise _UsageError(f"{item!r} is not KEY=VALUE")
+            raise UsageError(f"{item!r} is not KEY=VALUE")
         parsed[key.strip()] = value.strip()
     return parsed
 
 
-def _report(results: dict[Any, ApiError | None], done: str) -> int:
+def report(results: dict[Any, ApiError | None], done: str) -> int:
     status = EXIT_OK
     for name, error in results.items():
         if error is None:
@@ -199,7 +199,7 @@ def _create(admin: Admin, args: argparse.Namespace) -> int:
                 for index, entry in enumerate(args.replica_assignment.split(","))
             }
         except ValueError:
-            raise _UsageError("--replica-assignment takes node ids, e.g. 1:2,2:3") from None
+            raise UsageError("--replica-assignment takes node ids, e.g. 1:2,2:3") from None
     topic = NewTopic(
         args.topic,
         num_partitions=args.partitions,
@@ -208,7 +208,7 @@ def _create(admin: Admin, args: argparse.Namespace) -> int:
         configs=_key_values(args.config),
     )
     results = admin.create_topics([topic], validate_only=args.validate_only)
-    return _report(results, "Validated topic" if args.validate_only else "Created topic")
+    return report(results, "Validated topic" if args.validate_only else "Created topic")
 
 
 def _describe(admin: Admin, args: argparse.Namespace) -> int:
@@ -242,7 +242,7 @@ def _ids(ids: Sequence[int]) -> str:
 
 
 def _alter(admin: Admin, args: argparse.Namespace) -> int:
-    return _report(admin.create_partitions({args.topic: args.partitions}), "Altered topic")
+    return report(admin.create_partitions({args.topic: args.partitions}), "Altered topic")
 
 
 def _configs(admin: Admin, args: argparse.Namespace) -> int:
@@ -259,7 +259,7 @@ def _configs(admin: Admin, args: argparse.Namespace) -> int:
         if name.strip()
     ]
     if changes:
-        return _report(admin.alter_configs({resource: changes}), "Altered configs of")
+        return report(admin.alter_configs({resource: changes}), "Altered configs of")
     for entry in admin.describe_configs([resource])[resource].values():
         print(f"{entry.name}={entry.value if entry.value is not None else ''}\t({entry.source})")
     return EXIT_OK
@@ -269,7 +269,7 @@ def _elect(admin: Admin, args: argparse.Namespace) -> int:
     from brook.client.types import TopicPartition
 
     if args.partition is not None and args.topic is None:
-        raise _UsageError("--partition needs --topic")
+        raise UsageError("--partition needs --topic")
     partitions = None
     if args.topic is not None:
         if args.partition is not None:
@@ -291,7 +291,7 @@ def _elect(admin: Admin, args: argparse.Namespace) -> int:
 
 
 def _delete(admin: Admin, args: argparse.Namespace) -> int:
-    return _report(admin.delete_topics(args.topic), "Deleted topic")
+    return report(admin.delete_topics(args.topic), "Deleted topic")
 
 
 def _describe_cluster(admin: Admin, args: argparse.Namespace) -> int:

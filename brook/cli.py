@@ -23,6 +23,7 @@ from brook.health import add_health_command
 from brook.launcher import add_cluster_command
 from brook.server import ServiceSpec, add_service_arguments, run_service
 from brook.tools import add_tool_commands
+from brook.tools.groups import add_groups_command
 
 __all__ = ["COMMANDS", "SERVICE_PACKAGES", "load_service_spec", "main"]
 
@@ -90,6 +91,7 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
     add_health_command,
     add_admin_commands,
     add_tool_commands,
+    add_groups_command,
 )
 
 

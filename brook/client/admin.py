@@ -1,4 +1,5 @@
-"""The admin client: topics, configs, the cluster and leader elections, through the controllers.
+"""The admin client: topics, configs, the cluster and leader elections through the controllers;
+consumer groups, their offsets and lag through the group coordinators and storage nodes.
 
     from brook.client.admin import Admin, NewTopic
 
@@ -14,6 +15,17 @@ changes. Operations on several resources return, per resource, None or the ``Api
 controller answered with (Kafka's error codes), because one bad topic does not fail the others;
 operations that read raise instead. Every call is bounded by ``default_api_timeout_ms``
 (``ClientTimeoutError``), each RPC by ``request_timeout_ms``.
+
+Consumer-group operations (Kafka's AdminClient meanings) go to the group's coordinator: the
+client learns the registered coordinators from the controllers (DescribeCluster), asks any of
+them FindCoordinator, and finds it again after ``retry_backoff_ms`` while the answer is
+NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS. Listing asks every
+coordinator and merges. Log end offsets come from ListOffsets at each partition's leader.
+
+    with Admin("127.0.0.1:9201") as admin:
+        for tp, lag in admin.describe_consumer_group_lag("billing").items():
+            print(tp.topic, tp.partition, lag.committed_offset, lag.log_end_offset, lag.lag)
+        admin.reset_consumer_group_offsets("billing", ["events"], to="earliest")
 """
 
 from __future__ import annotations
@@ -24,11 +36,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Literal, Self, TypeVar
 
 import grpc
 
 from brook.client.errors import ApiError, ClientClosedError, ClientTimeoutError, api_error
+from brook.client.group.protocol import CONSUMER_PROTOCOL_TYPE, decode_assignment
 from brook.client.types import TopicPartition
 from brook.config import ConfigError, parse_host_port
 from brook.errors import ErrorCode, error_code
@@ -38,8 +51,11 @@ from brook.v1 import (
     common_pb2,
     controller_pb2,
     controller_pb2_grpc,
+    group_pb2,
+    group_pb2_grpc,
     metadata_pb2,
     storage_pb2,
+    storage_pb2_grpc,
 )
 
 __all__ = [
@@ -49,9 +65,15 @@ __all__ = [
     "ConfigEntry",
     "ConfigResource",
     "ConfigResourceType",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
+    "ConsumerGroupState",
+    "MemberDescription",
     "NewTopic",
     "NodeDescription",
+    "OffsetAndMetadata",
     "PartitionDescription",
+    "PartitionLag",
     "TopicDescription",
 ]
 
@@ -71,6 +93,15 @@ _CHANNEL_OPTIONS: Final[list[tuple[str, Any]]] = [
 _RETRY_CODES: Final = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 _UNREACHABLE: Final = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+# What makes the client find a group's coordinator again and retry (Kafka's rule): the group
+# moved, its new owner is still replaying __consumer_offsets, or it has no owner yet.
+_COORDINATOR_RETRY_CODES: Final = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
 )
 
 _T = TypeVar("_T")
@@ -165,6 +196,105 @@ class ConfigEntry:
     documentation: str = ""
 
 
+class ConsumerGroupState(enum.StrEnum):
+    """A classic group's state, by Kafka's names."""
+
+    UNKNOWN = "Unknown"
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+_GROUP_STATES: Final[Mapping[int, ConsumerGroupState]] = {
+    group_pb2.GROUP_STATE_EMPTY: ConsumerGroupState.EMPTY,
+    group_pb2.GROUP_STATE_PREPARING_REBALANCE: ConsumerGroupState.PREPARING_REBALANCE,
+    group_pb2.GROUP_STATE_COMPLETING_REBALANCE: ConsumerGroupState.COMPLETING_REBALANCE,
+    group_pb2.GROUP_STATE_STABLE: ConsumerGroupState.STABLE,
+    group_pb2.GROUP_STATE_DEAD: ConsumerGroupState.DEAD,
+}
+
+
+@dataclass(frozen=True)
+class ConsumerGroupListing:
+    group_id: str
+    state: ConsumerGroupState
+    protocol_type: str
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """A member of a group. ``assignment`` is decoded from Kafka's ConsumerProtocolAssignment
+    for consumer groups; it is empty for other protocol types (their bytes are opaque)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    """A group as its coordinator sees it; a group that does not exist is described as Dead
+    with no members, as Kafka does."""
+
+    group_id: str
+    state: ConsumerGroupState
+    protocol_type: str
+    # The assignor the members agreed on ("range", "roundrobin", ...).
+    protocol_name: str
+    coordinator: int
+    members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    """A committed offset: the next offset the group will consume."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """How far a group is behind on one partition: ``lag = log_end_offset - committed_offset``
+    (None where either is unknown: no commit yet, or the topic is gone)."""
+
+    committed_offset: int | None
+    log_end_offset: int | None
+    lag: int | None
+
+
+def _grpc_address(endpoints: Iterable[common_pb2.Endpoint]) -> str | None:
+    for endpoint in endpoints:
+        if endpoint.listener == "GRPC":
+            return f"{endpoint.host}:{endpoint.port}"
+    return None
+
+
+def _unreachable(error: grpc.RpcError, address: str) -> str:
+    """What to report when ``address`` could not be reached (the caller tries again or
+    elsewhere); any other failure of the call is the server's error and is raised."""
+    assert isinstance(error, grpc.Call)
+    if error.code() not in _UNREACHABLE:
+        raise api_error(ErrorCode.UNKNOWN_SERVER_ERROR, str(error.details())) from None
+    return f"{address}: {error.code().name}"
+
+
+def _member_assignment(protocol_type: str, data: bytes) -> tuple[TopicPartition, ...]:
+    # Only consumer groups put ConsumerProtocolAssignment bytes there (Kafka's AdminClient
+    # decodes them under the same condition); an undecodable one says nothing about partitions.
+    if protocol_type not in (CONSUMER_PROTOCOL_TYPE, ""):
+        return ()
+    try:
+        return tuple(decode_assignment(data).partitions)
+    except ValueError:
+        return ()
+
+
 def _source_name(source: int) -> str:
     return admin_pb2.ConfigSource.Name(source).removeprefix("CONFIG_SOURCE_")
 
@@ -248,6 +378,8 @@ class Admin:
         self._backoff_s = retry_backoff_ms / 1000
         self._channels: dict[str, grpc.Channel] = {}
         self._leader_address: str | None = None
+        # group id -> (node id, GRPC address) of its coordinator, as last found.
+        self._coordinators: dict[str, tuple[int, str]] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ plumbing
@@ -290,10 +422,11 @@ class Admin:
             except grpc.RpcError:
                 continue
             for voter in quorum.voters:
-                if voter.node_id == quorum.leader_id:
-                    for endpoint in voter.endpoints:
-                        if endpoint.listener == "GRPC":
-                            return f"{endpoint.host}:{endpoint.port}"
+                leader = (
+                    _grpc_address(voter.endpoints) if voter.node_id == quorum.leader_id else None
+                )
+                if leader is not None:
+                    return leader
         return None
 
     def _rpc_timeout(self, deadline: float) -> float:
@@ -320,11 +453,7 @@ class Admin:
                 try:
                     response = rpc(stub, self._rpc_timeout(deadline))
                 except grpc.RpcError as error:
-                    if error.code() not in _UNREACHABLE:
-                        raise api_error(
-                            ErrorCode.UNKNOWN_SERVER_ERROR, str(error.details())
-                        ) from None
-                    last_problem = f"{address}: {error.code().name}"
+                    last_problem = _unreachable(error, address)
                     self._leader_address = None
                 else:
                     codes = {error_code(code) for code in retry_codes(response)}
@@ -404,23 +533,35 @@ class Admin:
         return self._topic_results("CreatePartitions", request, timeout_ms)
 
     def describe_topics(
-        self, names: Sequence[str] | None = None, *, include_internal: bool = False
+        self,
+        names: Sequence[str] | None = None,
+        *,
+        include_internal: bool = False,
+        timeout_ms: int | None = None,
     ) -> dict[str, TopicDescription]:
         """The named topics (all when None); raises ApiError if one does not exist."""
+        described = {}
+        for name, topic in self._topics(names, include_internal, timeout_ms).items():
+            if isinstance(topic, ApiError):
+                raise topic
+            described[name] = topic
+        return described
+
+    def _topics(
+        self, names: Sequence[str] | None, include_internal: bool, timeout_ms: int | None
+    ) -> dict[str, TopicDescription | ApiError]:
         request = admin_pb2.DescribeTopicsRequest(
             names=list(names or []), include_internal=include_internal
         )
         response = self._call(
             lambda stub, t: stub.DescribeTopics(request, timeout=t),
             lambda r: [t.error_code for t in r.topics],
+            timeout_ms,
         )
-        described = {}
-        for topic in response.topics:
-            error = _error(topic.error_code, topic.error_message)
-            if error is not None:
-                raise error
-            described[topic.name] = _describe_topic(topic)
-        return described
+        return {
+            topic.name: _error(topic.error_code, topic.error_message) or _describe_topic(topic)
+            for topic in response.topics
+        }
 
     def list_topics(self, *, include_internal: bool = False) -> list[str]:
         return sorted(self.describe_topics(include_internal=include_internal))
@@ -497,10 +638,11 @@ class Admin:
 
     # ------------------------------------------------------------------ cluster
 
-    def describe_cluster(self) -> ClusterDescription:
+    def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
         response = self._call(
             lambda stub, t: stub.DescribeCluster(admin_pb2.DescribeClusterRequest(), timeout=t),
             lambda r: [],
+            timeout_ms,
         )
         return ClusterDescription(
             cluster_id=response.cluster_id,
@@ -540,3 +682,446 @@ class Admin:
             TopicPartition(r.topic, r.partition): _error(r.error_code, r.error_message)
             for r in response.results
         }
+
+    # ------------------------------------------------------------------ consumer groups
+
+    def _deadline(self, timeout_ms: int | None) -> float:
+        return time.monotonic() + (timeout_ms or self._api_timeout_ms) / 1000
+
+    def _remaining_ms(self, deadline: float) -> int:
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if remaining_ms <= 0:
+            raise ClientTimeoutError(f"no answer within {self._api_timeout_ms} ms")
+        return remaining_ms
+
+    def _backoff(self, deadline: float, what: str, problem: str) -> None:
+        if time.monotonic() + self._backoff_s >= deadline:
+            raise ClientTimeoutError(f"{what} did not succeed in the time allowed ({problem})")
+        time.sleep(self._backoff_s)
+
+    def _node_addresses(self, role: str, deadline: float) -> dict[int, str]:
+        """node id -> GRPC address of the unfenced nodes of ``role``, as the controllers know
+        them (the admin client's view of what GetMetadata tells other clients)."""
+        cluster = self.describe_cluster(timeout_ms=self._remaining_ms(deadline))
+        return {
+            node.node_id: node.endpoints["GRPC"]
+            for node in cluster.nodes
+            if node.role == role and not node.fenced and "GRPC" in node.endpoints
+        }
+
+    def _coordinator_stub(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
+        return group_pb2_grpc.GroupCoordinatorServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
+
+    def _find_coordinator(self, group_id: str, deadline: float) -> tuple[int, str] | str:
+        """The (node id, address) owning ``group_id``, asking any coordinator; or what went
+        wrong, when none could say. Raises for an error no retry would fix (INVALID_GROUP_ID)."""
+        problem = "no group coordinator is registered"
+        request = group_pb2.FindCoordinatorRequest(
+            key_type=group_pb2.COORDINATOR_TYPE_GROUP, keys=[group_id]
+        )
+        for address in self._node_addresses("group_coordinator", deadline).values():
+            try:
+                answer = self._coordinator_stub(address).FindCoordinator(
+                    request, timeout=self._rpc_timeout(deadline)
+                )
+            except grpc.RpcError as error:
+                problem = f"{address}: {error.code().name}"
+                continue
+            if not answer.coordinators:
+                problem = f"{address} answered FindCoordinator without a coordinator"
+                continue
+            found = answer.coordinators[0]
+            code = error_code(found.error_code)
+            owner = _grpc_address(found.endpoints)
+            if code is ErrorCode.NONE and owner is not None:
+                return found.node_id, owner
+            if code is not ErrorCode.NONE and code not in _COORDINATOR_RETRY_CODES:
+                raise api_error(code, found.error_message or f"group id {group_id!r}")
+            problem = f"{address}: {code.name} {found.error_message}".strip()
+        return problem
+
+    def _group_call(
+        self,
+        group_id: str,
+        rpc: Callable[[group_pb2_grpc.GroupCoordinatorServiceStub, float], _T],
+        codes_of: Callable[[_T], Iterable[int]],
+        deadline: float,
+    ) -> tuple[int, _T]:
+        """(coordinator node id, answer) of ``rpc`` sent to the group's coordinator, finding
+        it again while the answer says it moved, is loading or is not there yet."""
+        problem = ""
+        while True:
+            found = self._coordinators.get(group_id) or self._find_coordinator(group_id, deadline)
+            if isinstance(found, str):
+                problem = found
+            else:
+                node_id, address = found
+                try:
+                    answer = rpc(self._coordinator_stub(address), self._rpc_timeout(deadline))
+                except grpc.RpcError as error:
+                    problem = _unreachable(error, address)
+                    self._coordinators.pop(group_id, None)
+                else:
+                    retry = {error_code(c) for c in codes_of(answer)} & _COORDINATOR_RETRY_CODES
+                    if not retry:
+                        self._coordinators[group_id] = found
+                        return node_id, answer
+                    problem = f"{address}: {', '.join(sorted(c.name for c in retry))}"
+                    self._coordinators.pop(group_id, None)
+            self._backoff(deadline, f"a request to the coordinator of group {group_id!r}", problem)
+
+    def list_consumer_groups(
+        self,
+        *,
+        states: Iterable[ConsumerGroupState] | None = None,
+        timeout_ms: int | None = None,
+    ) -> list[ConsumerGroupListing]:
+        """Every group of every coordinator (in the given states), by group id. Raises when a
+        registered coordinator does not answer in time: a partial list would look complete."""
+        wanted = {state for state in states or ()}
+        deadline = self._deadline(timeout_ms)
+        listed: dict[str, ConsumerGroupListing] = {}
+        answered: set[int] = set()
+        problem = ""
+        while True:
+            coordinators = self._node_addresses("group_coordinator", deadline)
+            for node_id, address in coordinators.items():
+                if node_id in answered:
+                    continue
+                try:
+                    answer = self._coordinator_stub(address).ListGroups(
+                        group_pb2.ListGroupsRequest(), timeout=self._rpc_timeout(deadline)
+                    )
+                except grpc.RpcError as error:
+                    problem = _unreachable(error, address)
+                    continue
+                code = error_code(answer.error_code)
+                if code is not ErrorCode.NONE:
+                    if not code.retriable:
+                        raise api_error(code, answer.error_message)
+                    problem = f"{address}: {code.name}"
+                    continue
+                answered.add(node_id)
+                for group in answer.groups:
+                    state = _GROUP_STATES.get(group.state, ConsumerGroupState.UNKNOWN)
+                    if not wanted or state in wanted:
+                        listed[group.group_id] = ConsumerGroupListing(
+                            group.group_id, state, group.protocol_type
+                        )
+            if answered.issuperset(coordinators):
+                return [listed[group_id] for group_id in sorted(listed)]
+            self._backoff(deadline, "listing the groups of every coordinator", problem)
+
+    def describe_consumer_groups(
+        self, group_ids: Sequence[str], *, timeout_ms: int | None = None
+    ) -> dict[str, ConsumerGroupDescription]:
+        deadline = self._deadline(timeout_ms)
+        described = {}
+        for group_id in group_ids:
+            node_id, answer = self._group_call(
+                group_id,
+                lambda stub, t, g=group_id: stub.DescribeGroups(  # type: ignore[misc]
+                    group_pb2.DescribeGroupsRequest(group_ids=[g]), timeout=t
+                ),
+                lambda r: [g.error_code for g in r.groups],
+                deadline,
+            )
+            group = answer.groups[0]
+            error = _error(group.error_code, group.error_message)
+            if error is not None:
+                raise error
+            described[group_id] = ConsumerGroupDescription(
+                group_id=group_id,
+                state=_GROUP_STATES.get(group.state, ConsumerGroupState.UNKNOWN),
+                protocol_type=group.protocol_type,
+                protocol_name=group.protocol_name,
+                coordinator=node_id,
+                members=tuple(
+                    MemberDescription(
+                        member_id=m.member_id,
+                        group_instance_id=(
+                            m.group_instance_id if m.HasField("group_instance_id") else None
+                        ),
+                        client_id=m.client_id,
+                        host=m.client_host,
+                        assignment=_member_assignment(group.protocol_type, m.assignment),
+                    )
+                    for m in group.members
+                ),
+            )
+        return described
+
+    def delete_consumer_groups(
+        self, group_ids: Sequence[str], *, timeout_ms: int | None = None
+    ) -> dict[str, ApiError | None]:
+        """Deletes each group with its committed offsets; a group that still has members
+        gets NON_EMPTY_GROUP, one that does not exist GROUP_ID_NOT_FOUND."""
+        deadline = self._deadline(timeout_ms)
+        results: dict[str, ApiError | None] = {}
+        for group_id in group_ids:
+            try:
+                _, answer = self._group_call(
+                    group_id,
+                    lambda stub, t, g=group_id: stub.DeleteGroups(  # type: ignore[misc]
+                        group_pb2.DeleteGroupsRequest(group_ids=[g]), timeout=t
+                    ),
+                    lambda r: [result.error_code for result in r.results],
+                    deadline,
+                )
+            except ApiError as error:
+                results[group_id] = error
+                continue
+            result = answer.results[0]
+            results[group_id] = _error(result.error_code, result.error_message)
+        return results
+
+    def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Sequence[TopicPartition] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (of the given partitions, or all); a partition with
+        no committed offset is left out."""
+        request = group_pb2.FetchOffsetsRequest(
+            group_id=group_id,
+            partitions=[
+                common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                for tp in partitions or []
+            ],
+        )
+        _, answer = self._group_call(
+            group_id,
+            lambda stub, t: stub.FetchOffsets(request, timeout=t),
+            lambda r: [r.error_code, *(p.error_code for p in r.partitions)],
+            self._deadline(timeout_ms),
+        )
+        error = _error(answer.error_code, answer.error_message)
+        if error is not None:
+            raise error
+        offsets = {}
+        for p in answer.partitions:
+            error = _error(p.error_code, p.error_message)
+            if error is not None:
+                raise error
+            if p.committed_offset >= 0:
+                offsets[TopicPartition(p.topic, p.partition)] = OffsetAndMetadata(
+                    p.committed_offset,
+                    p.metadata,
+                    p.committed_leader_epoch if p.committed_leader_epoch >= 0 else None,
+                )
+        return offsets
+
+    def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, ApiError | None]:
+        """Commits ``offsets`` for the group from outside it. As in Kafka, only a group with
+        no members accepts this (an active one answers UNKNOWN_MEMBER_ID, or
+        REBALANCE_IN_PROGRESS): its members own their offsets."""
+        commits = {
+            tp: value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            for tp, value in offsets.items()
+        }
+        negative = sorted(f"{tp.topic}-{tp.partition}" for tp, v in commits.items() if v.offset < 0)
+        if negative:
+            raise ValueError(f"offsets must not be negative: {', '.join(negative)}")
+        request = group_pb2.CommitOffsetsRequest(
+            group_id=group_id,
+            # Kafka's marks of a commit from outside group management.
+            generation_id=-1,
+            member_id="",
+            partitions=[
+                group_pb2.OffsetCommitPartition(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    committed_offset=value.offset,
+                    committed_leader_epoch=(
+                        -1 if value.leader_epoch is None else value.leader_epoch
+                    ),
+                    metadata=value.metadata,
+                )
+                for tp, value in commits.items()
+            ],
+        )
+        _, answer = self._group_call(
+            group_id,
+            lambda stub, t: stub.CommitOffsets(request, timeout=t),
+            lambda r: [p.error_code for p in r.partitions],
+            self._deadline(timeout_ms),
+        )
+        return {
+            TopicPartition(p.topic, p.partition): _error(p.error_code, p.error_message)
+            for p in answer.partitions
+        }
+
+    def _list_offsets(
+        self, specs: Mapping[TopicPartition, tuple[int, int]], deadline: float
+    ) -> dict[TopicPartition, int | None]:
+        """ListOffsets ((spec, timestamp_ms) per partition) answered by each partition's
+        leader; None for a partition of a topic that does not exist. Partitions whose leader
+        moved or is not known yet are asked again after a backoff, until ``deadline``."""
+        found: dict[TopicPartition, int | None] = {}
+        problem = ""
+        while True:
+            pending = [tp for tp in specs if tp not in found]
+            if not pending:
+                return found
+            topics = self._topics(
+                sorted({tp.topic for tp in pending}), True, self._remaining_ms(deadline)
+            )
+            nodes = self._node_addresses("storage_node", deadline)
+            by_leader: dict[str, list[TopicPartition]] = {}
+            for tp in pending:
+                topic = topics.get(tp.topic)
+                if topic is None or isinstance(topic, ApiError):
+                    found[tp] = None
+                    continue
+                leader = next(
+                    (p.leader for p in topic.partitions if p.partition == tp.partition), -1
+                )
+                if leader == -1:
+                    found[tp] = None
+                elif leader is None or leader not in nodes:
+                    problem = f"{tp.topic}-{tp.partition} has no live leader"
+                else:
+                    by_leader.setdefault(nodes[leader], []).append(tp)
+            for address, partitions in by_leader.items():
+                request = storage_pb2.ListOffsetsRequest(
+                    isolation_level=common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED,
+                    partitions=[
+                        storage_pb2.ListOffsetsPartition(
+                            topic=tp.topic,
+                            partition=tp.partition,
+                            spec=specs[tp][0],  # type: ignore[arg-type]
+                            timestamp_ms=specs[tp][1],
+                        )
+                        for tp in partitions
+                    ],
+                )
+                stub = storage_pb2_grpc.StorageServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
+                try:
+                    answer = stub.ListOffsets(request, timeout=self._rpc_timeout(deadline))
+                except grpc.RpcError as error:
+                    problem = _unreachable(error, address)
+                    continue
+                for p in answer.partitions:
+                    code = error_code(p.error_code)
+                    if code is ErrorCode.NONE:
+                        found[TopicPartition(p.topic, p.partition)] = p.offset
+                    elif code.retriable:
+                        problem = f"{p.topic}-{p.partition} on {address}: {code.name}"
+                    else:
+                        raise api_error(code, p.error_message)
+            if len(found) < len(specs):
+                self._backoff(deadline, "looking up offsets at the partition leaders", problem)
+
+    def describe_consumer_group_lag(
+        self, group_id: str, *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, PartitionLag]:
+        """Per partition the group has committed to or its members are assigned: the
+        committed offset, the log end offset (the high watermark, what a consumer can read)
+        and the difference, by partition."""
+        deadline = self._deadline(timeout_ms)
+        committed = self.list_consumer_group_offsets(
+            group_id, timeout_ms=self._remaining_ms(deadline)
+        )
+        group = self.describe_consumer_groups([group_id], timeout_ms=self._remaining_ms(deadline))
+        assigned = {tp for member in group[group_id].members for tp in member.assignment}
+        partitions = sorted(set(committed) | assigned)
+        ends = self._list_offsets(
+            {tp: (storage_pb2.OFFSET_SPEC_LATEST, -1) for tp in partitions}, deadline
+        )
+        lags = {}
+        for tp in partitions:
+            offset = committed[tp].offset if tp in committed else None
+            end = ends[tp]
+            lag = None if offset is None or end is None else end - offset
+            lags[tp] = PartitionLag(offset, end, lag)
+        return lags
+
+    def reset_consumer_group_offsets(
+        self,
+        group_id: str,
+        topics: Sequence[str] | None = None,
+        *,
+        to: Literal["earliest", "latest"] | None = None,
+        timestamp_ms: int | None = None,
+        dry_run: bool = False,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Moves the group's committed offsets on every partition of ``topics`` (None: the
+        topics it has committed offsets for) to the log start (``to="earliest"``), the log
+        end (``to="latest"``) or the first record at or after ``timestamp_ms`` (the log end
+        when there is none), as kafka-consumer-groups.sh --reset-offsets does. Returns the new
+        offsets; ``dry_run`` only computes them.
+
+        Refused (ApiError NON_EMPTY_GROUP) unless the group has no members, dry run or not,
+        as Kafka's tool refuses; the coordinator also rejects the commit itself if a member
+        joins in between."""
+        if (to is None) == (timestamp_ms is None):
+            raise ValueError('give exactly one of to="earliest"|"latest" and timestamp_ms=')
+        specs = {
+            "earliest": storage_pb2.OFFSET_SPEC_EARLIEST,
+            "latest": storage_pb2.OFFSET_SPEC_LATEST,
+        }
+        if to is not None and to not in specs:
+            raise ValueError(f'to must be "earliest" or "latest", not {to!r}')
+        if timestamp_ms is not None and timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms={timestamp_ms} must not be negative")
+        if topics is not None and (not topics or not all(topics)):
+            raise ValueError("topics must name at least one topic, with no empty name")
+        deadline = self._deadline(timeout_ms)
+        group = self.describe_consumer_groups([group_id], timeout_ms=self._remaining_ms(deadline))
+        state = group[group_id].state
+        if state not in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD):
+            raise api_error(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"offsets of group {group_id!r} can only be reset while it has no members; "
+                f"it is {state}",
+            )
+        if topics is None:
+            committed = self.list_consumer_group_offsets(
+                group_id, timeout_ms=self._remaining_ms(deadline)
+            )
+            topics = sorted({tp.topic for tp in committed})
+        partitions = [
+            TopicPartition(name, p.partition)
+            for name, topic in self.describe_topics(
+                topics, include_internal=True, timeout_ms=self._remaining_ms(deadline)
+            ).items()
+            for p in topic.partitions
+        ]
+        spec = storage_pb2.OFFSET_SPEC_TIMESTAMP if to is None else specs[to]
+        found = self._list_offsets(
+            {tp: (spec, -1 if timestamp_ms is None else timestamp_ms) for tp in partitions},
+            deadline,
+        )
+        # A timestamp after every record: Kafka's tool moves to the end.
+        past_end = [tp for tp, offset in found.items() if offset is None or offset < 0]
+        if past_end:
+            found.update(
+                self._list_offsets(
+                    {tp: (storage_pb2.OFFSET_SPEC_LATEST, -1) for tp in past_end}, deadline
+                )
+            )
+        targets = {}
+        for tp in sorted(found):
+            offset = found[tp]
+            if offset is None:
+                raise api_error(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition} is gone"
+                )
+            targets[tp] = offset
+        if not dry_run:
+            errors = self.alter_consumer_group_offsets(
+                group_id, targets, timeout_ms=self._remaining_ms(deadline)
+            )
+            for error in errors.values():
+                if error is not None:
+                    raise error
+        return targets

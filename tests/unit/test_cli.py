@@ -61,3 +61,55 @@ def test_subcommands_of_other_modules_are_registered() -> None:
     parser = build_parser()
     assert parser.parse_args(["cluster", "up"]).func.__module__ == "brook.launcher"
     assert parser.parse_args(["health", "127.0.0.1:9101"]).func.__module__ == "brook.health"
+
+
+def test_groups_reset_offsets_with_a_bad_datetime_exits_2_before_asking_the_cluster(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Port 1 has no controller: reaching the cluster would fail with exit status 1, not 2.
+    status = main(
+        [
+            "groups",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "t",
+            "--to-datetime",
+            "2026-13-45T00:00",
+            "--execute",
+            "--bootstrap-server",
+            "127.0.0.1:1",
+            "--timeout-ms",
+            "1000",
+        ]
+    )
+    assert status == 2
+    assert "--to-datetime '2026-13-45T00:00' is not an ISO 8601 date and time" in (
+        capsys.readouterr().err
+    )
+
+
+def test_groups_reset_offsets_of_an_empty_topic_name_exits_2_before_asking_the_cluster(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    arguments = ["groups", "reset-offsets", "g", "--topic", "", "--to-latest", "--execute"]
+    status = main([*arguments, "--bootstrap-server", "127.0.0.1:1", "--timeout-ms", "1000"])
+    assert status == 2
+    assert "topics must name at least one topic, with no empty name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["reset-offsets", "g", "--topic", "t"],
+        ["reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"],
+        ["reset-offsets", "g", "--to-earliest"],
+        ["reset-offsets", "g", "--topic", "t", "--to-latest", "--dry-run", "--execute"],
+        ["list", "--state", "Running"],
+        ["delete"],
+    ],
+)
+def test_groups_usage_errors_exit_2(arguments: list[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["groups", *arguments])
+    assert exited.value.code == 2

@@ -13,7 +13,11 @@ from brook.v1 import errors_pb2, group_pb2, group_pb2_grpc
 from brook_group_coordinator.directory import CoordinatorDirectory
 from brook_group_coordinator.group import GroupState, JoinRequest
 from brook_group_coordinator.group_manager import CommitPartition, GroupManager
-from brook_group_coordinator.ownership import OFFSETS_TOPIC, offsets_partition_for
+from brook_group_coordinator.ownership import (
+    OFFSETS_TOPIC,
+    PartitionLoad,
+    offsets_partition_for,
+)
 
 __all__ = ["GroupCoordinatorServicer"]
 
@@ -281,7 +285,16 @@ class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
     ) -> group_pb2.ListGroupsResponse:
         states = set(request.states_filter)
         types = set(request.types_filter)
+        # As Kafka: the groups of a partition still being replayed are not known yet, so the
+        # list is incomplete and says so (a client retries rather than trusting it).
+        loading = sorted(
+            p for p, o in self._manager.owned.items() if o.load is PartitionLoad.LOADING
+        )
         return group_pb2.ListGroupsResponse(
+            error_code=_wire(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE),
+            error_message=f"{OFFSETS_TOPIC} partitions {loading} are being loaded"
+            if loading
+            else "",
             groups=[
                 group_pb2.ListedGroup(
                     group_id=g.group_id, protocol_type=g.protocol_type, state=_STATES[g.state]
@@ -290,7 +303,7 @@ class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
                 if g.state is not GroupState.DEAD
                 and (not states or _STATES[g.state] in states)
                 and (not types or g.protocol_type in types)
-            ]
+            ],
         )
 
     async def DeleteGroups(

@@ -251,6 +251,28 @@ def test_partition_being_loaded_answers_coordinator_load_in_progress() -> None:
     run(scenario)
 
 
+def test_list_groups_says_load_in_progress_while_a_partition_is_being_loaded() -> None:
+    async def scenario() -> None:
+        log = GatedOffsetsLog()
+        async with serving(log, load=False) as served:
+            loading = asyncio.create_task(served.manager.load_partition(GROUP_PARTITION, 1))
+            await asyncio.sleep(0)
+            listed = await served.stub.ListGroups(
+                group_pb2.ListGroupsRequest(), timeout=RPC_TIMEOUT_S
+            )
+            assert listed.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            log.gate.set()
+            await loading
+            await stable_member(served.stub)
+            listed = await served.stub.ListGroups(
+                group_pb2.ListGroupsRequest(), timeout=RPC_TIMEOUT_S
+            )
+            assert listed.error_code == ErrorCode.NONE
+            assert [g.group_id for g in listed.groups] == [GROUP]
+
+    run(scenario)
+
+
 def test_oversized_metadata_is_refused_and_nothing_is_written() -> None:
     log = MemoryOffsetsLog()
 
