@@ -103,6 +103,9 @@ class ApiHandler:
     """The versions `handle` serves; the rest of the advertised range gets
     UNSUPPORTED_VERSION."""
     error_response: ErrorResponse = top_level_error_response
+    wait_ms: Callable[[Message], int] | None = None
+    """How long this request may legitimately wait beyond request.timeout.ms (JoinGroup waits
+    for the whole group to rejoin); None: no longer than request.timeout.ms."""
 
 
 class Dispatcher:

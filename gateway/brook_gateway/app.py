@@ -28,6 +28,7 @@ from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import ClusterImage
 from brook_gateway.config import CONFIG_DEF
 from brook_gateway.data_apis import data_handlers
+from brook_gateway.group_apis import group_handlers
 from brook_gateway.server import KafkaServer, ServerLimits
 from brook_gateway.upstream import Upstreams
 
@@ -44,7 +45,8 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
     dispatcher = Dispatcher()
     dispatcher.register(api_versions_handler(dispatcher))
     if backend is not None:
-        for handler in (*data_handlers(backend), *admin_handlers(backend)):
+        handlers = (*data_handlers(backend), *admin_handlers(backend), *group_handlers(backend))
+        for handler in handlers:
             dispatcher.register(handler)
     listener = config.listener(KAFKA_LISTENER)
     limits = ServerLimits(

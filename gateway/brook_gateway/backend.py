@@ -52,5 +52,14 @@ class Backend:
 
     def group_coordinators(self) -> list[str]:
         """GRPC addresses of the live group coordinators, by node id."""
+        return [address for _, address in self.group_coordinator_nodes()]
+
+    def group_coordinator_nodes(self) -> list[tuple[int, str]]:
+        """(node id, GRPC address) of the live group coordinators, by node id."""
         nodes = self.image.live_nodes(common_pb2.NODE_ROLE_GROUP_COORDINATOR)
+        return [(n.node_id, a) for n in nodes if (a := n.address(GRPC_LISTENER)) is not None]
+
+    def storage_addresses(self) -> list[str]:
+        """GRPC addresses of the live storage nodes, by node id."""
+        nodes = self.image.live_nodes(common_pb2.NODE_ROLE_STORAGE_NODE)
         return [a for n in nodes if (a := n.address(GRPC_LISTENER)) is not None]

@@ -8,7 +8,8 @@ Limits, each from configuration:
   is not read any further until one is answered (back-pressure on the client, bounded memory);
 - `connections.max.idle.ms`: a connection with nothing in flight and nothing received for that
   long is closed, as is one that stalls that long in the middle of a frame;
-- `request.timeout.ms`: a handler running longer is answered with REQUEST_TIMED_OUT.
+- `request.timeout.ms`: a handler running longer (plus the wait its request may ask for,
+  `ApiHandler.wait_ms`) is answered with REQUEST_TIMED_OUT.
 
 Bad input closes only the connection that sent it, with the reason logged: a malformed frame,
 an unknown API key or a version without a schema (as Kafka does). A known API at a version the
@@ -170,8 +171,11 @@ class KafkaServer:
     ) -> Message | None:
         if handler is None or not in_range(context.api_version, handler.versions):
             return _error_response(handler, request, context, ErrorCode.UNSUPPORTED_VERSION)
+        timeout_ms = self._limits.request_timeout_ms
+        if handler.wait_ms is not None:
+            timeout_ms += handler.wait_ms(request)
         try:
-            async with asyncio.timeout(self._limits.request_timeout_ms / 1000):
+            async with asyncio.timeout(timeout_ms / 1000):
                 return await handler.handle(request, context)
         except TimeoutError:
             return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)

@@ -1,20 +1,17 @@
 """Real Kafka clients, written by others, against a real Brook cluster through the gateway.
 
-One cluster (a controller, one storage node, one gateway) is shared by the module; each test
-works on a topic of its own, created through the Kafka protocol. Every test reads back from
-offset 0 with manual assignment and checks that values, keys, headers and offsets are exactly
-what was produced.
+The cluster of conftest.py is shared by the session; each test works on a topic of its own,
+created through the Kafka protocol. Every test reads back from offset 0 with manual assignment
+and checks that values, keys, headers and offsets are exactly what was produced.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_fixture import ClusterFactory
+from cluster_fixture import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -23,21 +20,11 @@ CLIENT_TIMEOUT_MS = 20_000
 CONSUME_TIMEOUT_S = 30.0
 PARTITIONS = 2
 
-
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The Kafka bootstrap address of the shared cluster's gateway."""
-    factory = ClusterFactory(Path(tmp_path_factory.mktemp("compat")) / "clusters")
-    failed = True
-    try:
-        cluster = factory(controllers=1, storage_nodes=1, group_coordinators=0, gateways=1)
-        yield cluster.kafka_bootstrap_servers
-        failed = False
-    finally:
-        factory.close(keep_files=failed)
+Consumed = list[tuple[int, int, bytes, bytes, list[tuple[str, bytes]]]]
+"""(partition, offset, key, value, headers) of each record a consumer was given."""
 
 
-def _expected(topic: str) -> list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]]:
+def expected_records(topic: str) -> list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]]:
     """(partition, key, value, headers) of every record a test produces, in order."""
     return [
         (i % PARTITIONS, f"key-{i}".encode(), f"{topic}-value-{i}".encode(), [("h", bytes([i]))])
@@ -45,11 +32,9 @@ def _expected(topic: str) -> list[tuple[int, bytes, bytes, list[tuple[str, bytes
     ]
 
 
-def _check_round_trip(
-    topic: str, consumed: list[tuple[int, int, bytes, bytes, list[tuple[str, bytes]]]]
-) -> None:
+def check_round_trip(topic: str, consumed: Consumed) -> None:
     """Every produced record, once, at consecutive offsets from 0 in each partition."""
-    expected = _expected(topic)
+    expected = expected_records(topic)
     for partition in range(PARTITIONS):
         want = [(k, v, h) for p, k, v, h in expected if p == partition]
         got = sorted((o, k, v, h) for p, o, k, v, h in consumed if p == partition)
@@ -57,35 +42,44 @@ def _check_round_trip(
         assert [(k, v, h) for _, k, v, h in got] == want
 
 
-def _create_topic_kafka_python(bootstrap: str, topic: str) -> None:
+def create_topic_kafka_python(bootstrap: str, topic: str) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=CLIENT_TIMEOUT_MS)
     try:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-        assert topic in admin.list_topics()
+        # The gateway that created the topic shows it at once; another may trail it briefly.
+        wait_until(lambda: topic in admin.list_topics(), f"{topic} listed", CONSUME_TIMEOUT_S)
     finally:
         admin.close()
 
 
-def test_kafka_python_round_trips_records_keys_headers_and_offsets(bootstrap: str) -> None:
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+def kafka_python_produce(bootstrap: str, topic: str) -> list[int]:
+    """Produces the expected records of ``topic`` with kafka-python's default producer, which
+    is idempotent with acks=all (checked: it got a producer id); their offsets."""
+    from kafka import KafkaProducer
 
-    topic = "kafka-python"
-    _create_topic_kafka_python(bootstrap, topic)
-    # Idempotence needs InitProducerId, which the gateway does not serve yet.
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, linger_ms=5
-    )
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     try:
         futures = [
             producer.send(topic, value=v, key=k, headers=h, partition=p)
-            for p, k, v, h in _expected(topic)
+            for p, k, v, h in expected_records(topic)
         ]
         producer.flush(CLIENT_TIMEOUT_MS / 1000)
         offsets = [f.get(timeout=CLIENT_TIMEOUT_MS / 1000).offset for f in futures]
+        assert producer._transaction_manager is not None, "the producer is not idempotent"
+        assert producer._transaction_manager.has_producer_id()
     finally:
         producer.close()
+    return offsets
+
+
+def test_kafka_python_round_trips_records_keys_headers_and_offsets(bootstrap: str) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic = "kafka-python"
+    create_topic_kafka_python(bootstrap, topic)
+    offsets = kafka_python_produce(bootstrap, topic)
     assert sorted(offsets) == sorted(
         [i // PARTITIONS for i in range(RECORDS)]
     )  # consecutive offsets from 0 in each partition
@@ -104,7 +98,7 @@ def test_kafka_python_round_trips_records_keys_headers_and_offsets(bootstrap: st
                 )
     finally:
         consumer.close()
-    _check_round_trip(topic, consumed)
+    check_round_trip(topic, consumed)
 
 
 def _wait_until_partitions_answer(bootstrap: str, topic: str) -> None:
@@ -126,22 +120,20 @@ def _wait_until_partitions_answer(bootstrap: str, topic: str) -> None:
         consumer.close()
 
 
-def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: str = "all") -> None:
-    from confluent_kafka import Consumer, Producer, TopicPartition
+def create_topic_confluent(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
     futures[topic].result(CLIENT_TIMEOUT_MS / 1000)
-    if acks == "0":
-        # acks=0 gets no answer, so a record sent before a just-created partition's leader has
-        # taken up leadership is lost without a word (Kafka's acks=0 contract). Wait until
-        # every partition answers a ListOffsets through the gateway, as a leader does.
-        _wait_until_partitions_answer(bootstrap, topic)
 
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": acks, "compression.type": compression}
-    )
+
+def confluent_produce(bootstrap: str, topic: str, config: dict[str, Any]) -> list[int]:
+    """Produces the expected records of ``topic`` with a confluent-kafka Producer configured
+    with ``config``; the offsets it was told (meaningless with acks=0)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, **config})
     errors: list[Any] = []
     offsets: list[int] = []
 
@@ -151,10 +143,48 @@ def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: st
         else:
             offsets.append(message.offset())
 
-    for p, k, v, h in _expected(topic):
+    for p, k, v, h in expected_records(topic):
         producer.produce(topic, value=v, key=k, headers=h, partition=p, on_delivery=delivered)
     assert producer.flush(CLIENT_TIMEOUT_MS / 1000) == 0
     assert errors == []
+    return offsets
+
+
+def confluent_poll_once(consumer: Any, consumed: Consumed, timeout_s: float) -> None:
+    """One poll of a confluent-kafka Consumer, its record (if any) added to ``consumed``."""
+    message = consumer.poll(timeout_s)
+    if message is None:
+        return
+    assert message.error() is None, message.error()
+    consumed.append(
+        (
+            message.partition(),
+            message.offset(),
+            message.key(),
+            message.value(),
+            list(message.headers() or []),
+        )
+    )
+
+
+def confluent_poll(consumer: Any, consumed: Consumed, until: int) -> None:
+    """Polls ``consumer`` into ``consumed`` until it holds ``until`` records."""
+    deadline = time.monotonic() + CONSUME_TIMEOUT_S
+    while len(consumed) < until:
+        assert time.monotonic() < deadline, f"only {len(consumed)} of {until} records consumed"
+        confluent_poll_once(consumer, consumed, 0.5)
+
+
+def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: str = "all") -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    create_topic_confluent(bootstrap, topic)
+    if acks == "0":
+        # acks=0 gets no answer, so a record sent before a just-created partition's leader has
+        # taken up leadership is lost without a word (Kafka's acks=0 contract). Wait until
+        # every partition answers a ListOffsets through the gateway, as a leader does.
+        _wait_until_partitions_answer(bootstrap, topic)
+    offsets = confluent_produce(bootstrap, topic, {"acks": acks, "compression.type": compression})
     if acks != "0":
         # With acks=0 no response comes back, so the client knows no offsets.
         assert sorted(offsets) == sorted(i // PARTITIONS for i in range(RECORDS))
@@ -166,27 +196,13 @@ def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: st
             "enable.auto.commit": False,
         }
     )
+    consumed: Consumed = []
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        consumed: list[Any] = []
-        deadline = time.monotonic() + CONSUME_TIMEOUT_S
-        while len(consumed) < RECORDS and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            consumed.append(
-                (
-                    message.partition(),
-                    message.offset(),
-                    message.key(),
-                    message.value(),
-                    list(message.headers() or []),
-                )
-            )
+        confluent_poll(consumer, consumed, RECORDS)
     finally:
         consumer.close()
-    _check_round_trip(topic, consumed)
+    check_round_trip(topic, consumed)
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
@@ -209,14 +225,14 @@ def test_aiokafka_round_trips_records_keys_headers_and_offsets(bootstrap: str) -
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     topic = "aiokafka"
-    _create_topic_kafka_python(bootstrap, topic)
+    create_topic_kafka_python(bootstrap, topic)
 
     async def run() -> list[Any]:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
         await producer.start()
         try:
             offsets = []
-            for p, k, v, h in _expected(topic):
+            for p, k, v, h in expected_records(topic):
                 metadata = await producer.send_and_wait(topic, v, key=k, headers=h, partition=p)
                 offsets.append(metadata.offset)
         finally:
@@ -241,4 +257,4 @@ def test_aiokafka_round_trips_records_keys_headers_and_offsets(bootstrap: str) -
             await consumer.stop()
         return consumed
 
-    _check_round_trip(topic, asyncio.run(run()))
+    check_round_trip(topic, asyncio.run(run()))

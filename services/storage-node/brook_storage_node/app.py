@@ -35,10 +35,12 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from brook.client.config import RetryBackoff
 from brook.config import Config
+from brook.errors import ErrorCode
 from brook.membership import AppliedMetadataOffset, ClusterMembership
 from brook.server import ServiceContext, ServiceSpec, make_directories
-from brook.v1 import common_pb2, replica_pb2_grpc, storage_pb2_grpc
+from brook.v1 import common_pb2, controller_pb2, replica_pb2_grpc, storage_pb2_grpc
 from brook_storage_node.config import CONFIG_DEF
 from brook_storage_node.isr import IsrManager
 from brook_storage_node.limits import StorageLimits
@@ -49,6 +51,7 @@ from brook_storage_node.metadata_source import (
     StaticMetadataSource,
 )
 from brook_storage_node.metadata_view import MetadataUpdate, MetadataView
+from brook_storage_node.producer_ids import ProducerIdBlock, ProducerIdManager
 from brook_storage_node.replica_fetcher import FetcherSettings, ReplicaFetchers
 from brook_storage_node.replica_manager import ReplicaManager, topic_log_configs
 from brook_storage_node.replica_service import ReplicaServiceLimits, ReplicaServicer
@@ -87,6 +90,7 @@ class StorageNode:
         self._isr: IsrManager | None = None
         self._follower: asyncio.Task[None] | None = None
         self._leaving: asyncio.Task[None] | None = None
+        self._producer_ids: ProducerIdManager | None = None
 
     @property
     def replicas(self) -> ReplicaManager | None:
@@ -160,8 +164,18 @@ class StorageNode:
         await replicas.initialize()
         self.applied.advance(first.offset)
         self._log_manager.start()
+        if membership is not None:
+            self._producer_ids = ProducerIdManager(
+                self._allocate_producer_ids,
+                RetryBackoff(
+                    config.get_int("retry.backoff.ms"), config.get_int("retry.backoff.max.ms")
+                ),
+            )
         self._servicer = StorageServicer(
-            replicas, StorageLimits.from_config(config), context.shutdown_requested
+            replicas,
+            StorageLimits.from_config(config),
+            context.shutdown_requested,
+            self._producer_ids,
         )
         storage_pb2_grpc.add_StorageServiceServicer_to_server(  # type: ignore[no-untyped-call]
             self._servicer, context.server
@@ -198,6 +212,22 @@ class StorageNode:
             },
         )
 
+    async def _allocate_producer_ids(self) -> ProducerIdBlock:
+        """A block of producer ids from the controllers (bounded by request.timeout.ms)."""
+        membership = self._membership
+        assert membership is not None
+        answer = await membership.client.allocate_producer_ids(
+            controller_pb2.AllocateProducerIdsRequest(
+                node_id=self._config.get_int("node.id"), broker_epoch=self.broker_epoch()
+            )
+        )
+        if answer.error_code is not ErrorCode.NONE:
+            raise RuntimeError(
+                f"controller {answer.address}: {answer.error_code.name}: "
+                f"{answer.response.error_message}"
+            )
+        return ProducerIdBlock(answer.response.first_producer_id, answer.response.size)
+
     async def _follow(self, updates: AsyncIterator[MetadataUpdate]) -> None:
         assert self._replicas is not None
         async for update in updates:
@@ -232,6 +262,8 @@ class StorageNode:
             self._replicas.wake_all()
         if self._servicer is not None:
             await self._servicer.close()
+        if self._producer_ids is not None:
+            await self._producer_ids.close()
         if self._log_manager is not None:
             await self._log_manager.close()
         if self._membership is not None:

@@ -187,6 +187,23 @@ CONFIG_DEF: Final = service_config_def(
             Range(1),
         ),
         ConfigKey(
+            "producer.id.expiration.ms",
+            _INT,
+            86400000,
+            "How long a partition keeps an idempotent producer's state (epoch, last sequences) "
+            "after its last batch; a producer idle longer must restart its sequences.",
+            _L,
+            Range(1),
+        ),
+        ConfigKey(
+            "producer.id.expiration.check.interval.ms",
+            _INT,
+            600000,
+            "How often idle producers are looked for (producer.id.expiration.ms).",
+            _L,
+            Range(1, INTERVAL_MS_MAX),
+        ),
+        ConfigKey(
             "log.segment.delete.delay.ms",
             _LONG,
             60000,

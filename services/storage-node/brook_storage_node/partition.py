@@ -252,6 +252,10 @@ class Partition:
                 # Kafka, a new leader's followers truncate what the old epoch wrote past
                 # their high watermark.
                 info = await asyncio.to_thread(log.append, records, leader_epoch=epoch)
+            if info.duplicate:
+                # A retry of a batch already in the log: nothing new for anyone to read; an
+                # acks=all caller still waits for the original to be committed.
+                return info
             self._uncommitted.append((info.last_offset + 1, info.size_bytes))
         for listener in list(self._replica_listeners):
             listener.on_committed(self, info.size_bytes)

@@ -9,7 +9,13 @@ manager's partitions; the rules it applies, in Kafka's terms:
   parameter (negative max_bytes, max_wait_ms, timeout_ms, unknown isolation level) is
   INVALID_REQUEST for every entry; an unknown acks value is INVALID_REQUIRED_ACKS for every
   entry, as Kafka answers it. The gRPC status is reserved for the whole request failing:
-  RESOURCE_EXHAUSTED over a limit (limits.py), UNIMPLEMENTED for InitProducerId.
+  RESOURCE_EXHAUSTED over a limit (limits.py), UNIMPLEMENTED for InitProducerId on a node
+  running without controllers (static.topics: no cluster-unique ids to hand out).
+- InitProducerId hands out ids from the controllers' blocks (producer_ids.py) for idempotent,
+  non-transactional producers; with an id and epoch it bumps the epoch (KIP-360), which
+  fences the older instance at every partition it writes to next.
+- A retried idempotent batch is answered with its original offsets and not appended again
+  (log/producer_state.py).
 - Produce appends the client's RecordBatch v2 bytes as they are (the log validates headers
   and CRCs and assigns offsets; records are never decoded). acks=0 answers once the request
   is checked and its appends are queued, and never reports append errors (Kafka's client gets
@@ -58,6 +64,11 @@ from brook_storage_node.log import LogAppendInfo
 from brook_storage_node.log.topic_partition import check_topic_name
 from brook_storage_node.metadata_view import NO_LEADER, endpoint_protos
 from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, Partition
+from brook_storage_node.producer_ids import (
+    ProducerIdManager,
+    ProducerIdUnavailableError,
+    bumped,
+)
 from brook_storage_node.replica_manager import ReplicaManager
 
 __all__ = ["StorageServicer"]
@@ -69,6 +80,8 @@ SERVICE_NAME: Final = "brook.v1.StorageService"
 # instead of a DEADLINE_EXCEEDED.
 DEADLINE_MARGIN_MS: Final = 20
 NO_TIMESTAMP: Final = -1
+# A producer epoch is an int16 on the wire (RecordBatch v2).
+PRODUCER_EPOCH_LIMIT: Final = 32767
 
 _VALID_ACKS: Final = frozenset(
     (
@@ -232,9 +245,14 @@ class _ProduceItem:
 
 class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
     def __init__(
-        self, replicas: ReplicaManager, limits: StorageLimits, shutdown: asyncio.Event
+        self,
+        replicas: ReplicaManager,
+        limits: StorageLimits,
+        shutdown: asyncio.Event,
+        producer_ids: ProducerIdManager | None = None,
     ) -> None:
         self._replicas = replicas
+        self._producer_ids = producer_ids
         self._limits = limits
         self._shutdown = shutdown
         self._produce_bytes = InFlightBytes(limits.produce_bytes_in_flight_max)
@@ -785,12 +803,74 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
     async def InitProducerId(
         self, request: storage_pb2.InitProducerIdRequest, context: Any
     ) -> storage_pb2.InitProducerIdResponse:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "InitProducerId needs producer-id blocks from the controller (issue #8); "
-            "idempotent producers are not supported yet",
+        with self._instruments.request("InitProducerId", context):
+            manager = self._producer_ids
+            if manager is None:
+                # gRPC's UNIMPLEMENTED covers "not enabled in this service".
+                await context.abort(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    "InitProducerId needs the controllers (issue #8: producer ids come from "
+                    "the blocks they allocate, unique across the cluster); this storage node "
+                    "runs without them (static.topics)",
+                )
+                raise AssertionError("context.abort returned")
+            error = _init_producer_id_error(request)
+            if error is not None:
+                return _init_producer_id_answer(error.code, error.message)
+            if request.producer_id >= 0:
+                bump = bumped(request.producer_id, request.producer_epoch)
+                if bump is not None:
+                    return storage_pb2.InitProducerIdResponse(
+                        producer_id=bump[0], producer_epoch=bump[1]
+                    )
+            wait_ms = float(self._limits.wait_ms_max)
+            remaining_s = context.time_remaining()
+            if remaining_s is not None:
+                wait_ms = min(wait_ms, remaining_s * 1000 - DEADLINE_MARGIN_MS)
+            try:
+                producer_id = await manager.generate(wait_ms / 1000)
+            except ProducerIdUnavailableError as exc:
+                return _init_producer_id_answer(exc.code, str(exc))
+            return storage_pb2.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
+
+
+def _init_producer_id_answer(code: ErrorCode, message: str) -> storage_pb2.InitProducerIdResponse:
+    return storage_pb2.InitProducerIdResponse(
+        error_code=wire_code(code),
+        error_message=message,
+        producer_id=NO_OFFSET,
+        producer_epoch=NO_EPOCH,
+    )
+
+
+def _init_producer_id_error(request: storage_pb2.InitProducerIdRequest) -> ErrorResult | None:
+    if request.transactional_id:
+        # Kafka's answer when a client may not use a transactional id; transactions need a
+        # transaction coordinator, which Brook does not have.
+        return ErrorResult(
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            f"transactional id {request.transactional_id!r} refused: this cluster has no "
+            "transaction coordinator; use an idempotent producer without transactional.id",
         )
-        raise AssertionError("context.abort returned")
+    has_id = request.producer_id >= 0
+    has_epoch = request.producer_epoch >= 0
+    if request.producer_id < NO_OFFSET or request.producer_epoch < NO_EPOCH:
+        return ErrorResult(
+            ErrorCode.INVALID_REQUEST,
+            f"producer id {request.producer_id} / epoch {request.producer_epoch}: use -1 for none",
+        )
+    if has_id != has_epoch:
+        return ErrorResult(
+            ErrorCode.INVALID_REQUEST,
+            f"producer id {request.producer_id} with epoch {request.producer_epoch}: give "
+            "both (to bump the epoch) or neither (-1, -1, for a new id)",
+        )
+    if request.producer_epoch > PRODUCER_EPOCH_LIMIT:
+        return ErrorResult(
+            ErrorCode.INVALID_REQUEST,
+            f"producer epoch {request.producer_epoch} is above int16's {PRODUCER_EPOCH_LIMIT}",
+        )
+    return None
 
 
 class _RecordBuildError(Exception):

@@ -12,13 +12,12 @@ Per data directory (one file for all its partitions, written by the log manager)
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final, Generic, TypeVar
 
 from brook_storage_node.log.errors import LogStorageError
-from brook_storage_node.log.files import fsync_dir
+from brook_storage_node.log.files import write_atomically
 from brook_storage_node.log.topic_partition import TopicPartition
 
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
@@ -55,18 +54,8 @@ class CheckpointFile(Generic[T]):
         lines = [self._format_entry(entry) for entry in entries]
         text = f"{self._version}\n{len(lines)}\n" + "".join(f"{line}\n" for line in lines)
         data = text.encode("ascii")
-        temp = self.path.with_name(self.path.name + TEMP_SUFFIX)
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, self.path)
-            fsync_dir(self.path.parent)
+            write_atomically(self.path, data, TEMP_SUFFIX)
         except OSError as exc:
             raise LogStorageError(f"cannot write checkpoint {self.path}: {exc}") from exc
 

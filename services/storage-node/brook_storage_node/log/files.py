@@ -16,6 +16,23 @@ def pwrite_all(fd: int, data: Buffer, position: int) -> None:
         written += os.pwrite(fd, view[written:], position + written)
 
 
+def write_atomically(path: Path, data: Buffer, temp_suffix: str) -> None:
+    """Replace ``path`` by ``data`` so that a crash or power loss leaves the old file or the
+    new one, never a mix: written to ``path + temp_suffix``, fsynced, renamed, and the
+    directory fsynced. OSError propagates."""
+    temp = path.with_name(path.name + temp_suffix)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    fsync_dir(path.parent)
+
+
 def fsync_dir(path: Path) -> None:
     """Make creations, renames and deletions inside ``path`` durable: they live in the directory."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

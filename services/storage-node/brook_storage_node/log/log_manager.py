@@ -70,6 +70,10 @@ class LogManagerConfig:
     log_flush_start_offset_checkpoint_interval_ms: int = 60_000
     # replica.high.watermark.checkpoint.interval.ms
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
+    # producer.id.expiration.ms: idempotent producers idle this long are forgotten.
+    producer_id_expiration_ms: int = 86_400_000
+    # producer.id.expiration.check.interval.ms
+    producer_id_expiration_check_interval_ms: int = 600_000
 
     def __post_init__(self) -> None:
         if not self.log_dirs:
@@ -87,9 +91,13 @@ class LogManagerConfig:
             self.log_flush_offset_checkpoint_interval_ms,
             self.log_flush_start_offset_checkpoint_interval_ms,
             self.replica_high_watermark_checkpoint_interval_ms,
+            self.producer_id_expiration_ms,
+            self.producer_id_expiration_check_interval_ms,
         )
         if min(intervals) < 1:
-            raise ValueError(f"every *.interval.ms must be >= 1, got {intervals}")
+            raise ValueError(
+                f"every *.interval.ms and producer.id.expiration.ms must be >= 1, got {intervals}"
+            )
 
 
 @dataclass(slots=True)
@@ -356,6 +364,11 @@ class LogManager:
             ("retention", config.log_retention_check_interval_ms, self._retention_pass),
             ("flush", config.log_flush_scheduler_interval_ms, self._flush_pass),
             (
+                "producer-expiration",
+                config.producer_id_expiration_check_interval_ms,
+                self._producer_expiration_pass,
+            ),
+            (
                 RECOVERY_POINT_CHECKPOINT,
                 config.log_flush_offset_checkpoint_interval_ms,
                 functools.partial(self._write_checkpoint, RECOVERY_POINT_CHECKPOINT),
@@ -404,6 +417,16 @@ class LogManager:
             except LogError:
                 _log.exception("%s: retention failed", log.directory)
         return deleted
+
+    async def run_producer_expiration(self) -> int:
+        """One producer.id.expiration.ms pass now; returns how many producers were dropped."""
+        return await self._run(self._producer_expiration_pass)
+
+    def _producer_expiration_pass(self) -> int:
+        expired = 0
+        for log in self._open_logs():
+            expired += len(log.expire_producers(self._config.producer_id_expiration_ms))
+        return expired
 
     def _flush_pass(self) -> int:
         flushed = 0

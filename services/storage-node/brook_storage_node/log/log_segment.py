@@ -316,6 +316,14 @@ class LogSegment:
             yield position, header, chunk, relative
             position += header.size
 
+    def batch_headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """The headers of the batches holding ``offset`` or later, in order (replaying
+        producer state reads headers only)."""
+        start = self.offset_index.lookup(offset).position
+        for _, header in self._iter_headers(start, self._size_bytes):
+            if header.last_offset >= offset:
+                yield header
+
     def translate_offset(self, offset: int) -> BatchLocation | None:
         """The first batch whose last offset is >= ``offset`` (the batch holding it), or None."""
         start = self.offset_index.lookup(offset).position

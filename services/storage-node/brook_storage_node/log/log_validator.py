@@ -56,6 +56,9 @@ class ValidatedAppend:
     log_append_time_ms: int
     # (epoch, start offset) for each leader epoch the batches begin, in order.
     epoch_starts: tuple[tuple[int, int], ...]
+    # Each batch's header as received (a leader's still has the client's base offset) and
+    # its first assigned offset: what the producer state records.
+    headers: tuple[tuple[BatchHeader, int], ...] = ()
 
     @property
     def size_bytes(self) -> int:
@@ -84,9 +87,12 @@ def validate_leader_append(
             raise InvalidRecordError("clients may not write control batches (transaction markers)")
         if not log_append_time:
             _check_create_time(header, now_ms, config.message_timestamp_difference_max_ms)
+        if header.has_producer_id and not header.is_control:
+            _check_producer_fields(header, len(headers))
     # One copy, because offsets are patched into the bytes and the caller's must stay intact.
     data = bytearray(records)
     batches = []
+    firsts = []
     position = 0
     offset = next_offset
     max_timestamp = NO_TIMESTAMP
@@ -100,6 +106,7 @@ def validate_leader_append(
             batch_max_timestamp = now_ms
         last_offset = offset + header.last_offset_delta
         batches.append(AppendedBatch(position, header.size, last_offset, batch_max_timestamp))
+        firsts.append((header, offset))
         max_timestamp = max(max_timestamp, batch_max_timestamp)
         record_count += header.records_count
         offset = last_offset + 1
@@ -113,6 +120,7 @@ def validate_leader_append(
         record_count=record_count,
         log_append_time_ms=now_ms if log_append_time else -1,
         epoch_starts=((leader_epoch, next_offset),),
+        headers=tuple(firsts),
     )
 
 
@@ -130,6 +138,7 @@ def validate_follower_append(
         raise InvalidRecordError("a follower append holds no record batch")
     _check_fits_segment(len(records), config)
     batches = []
+    firsts = []
     epoch_starts: list[tuple[int, int]] = []
     expected_offset = log_end_offset
     end = 0
@@ -151,6 +160,7 @@ def validate_follower_append(
         batches.append(
             AppendedBatch(position, header.size, header.last_offset, header.max_timestamp)
         )
+        firsts.append((header, header.base_offset))
         max_timestamp = max(max_timestamp, header.max_timestamp)
         record_count += header.records_count
         expected_offset = header.next_offset
@@ -168,6 +178,7 @@ def validate_follower_append(
         record_count=record_count,
         log_append_time_ms=-1,
         epoch_starts=tuple(epoch_starts),
+        headers=tuple(firsts),
     )
 
 
@@ -176,6 +187,23 @@ def _check_fits_segment(size: int, config: LogConfig) -> None:
         raise RecordListTooLargeError(
             f"an append of {size} bytes cannot fit in a segment "
             f"(segment.bytes={config.segment_bytes})"
+        )
+
+
+def _check_producer_fields(header: BatchHeader, batch_count: int) -> None:
+    """An idempotent batch must say who sent it, in which epoch, from which sequence, and
+    travel alone: as in Kafka (one batch per partition per Produce), a retry is then
+    recognised or rejected as a whole, never half appended."""
+    if header.producer_epoch < 0 or header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"batch of producer {header.producer_id} has producer epoch "
+            f"{header.producer_epoch} and base sequence {header.base_sequence}; an idempotent "
+            f"batch needs both >= 0"
+        )
+    if batch_count != 1:
+        raise InvalidRecordError(
+            f"an append of producer {header.producer_id} holds {batch_count} batches; an "
+            f"idempotent producer sends one batch per partition per request"
         )
 
 

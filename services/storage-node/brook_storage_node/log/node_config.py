@@ -43,6 +43,8 @@ _MANAGER_FIELDS: Final[Mapping[str, str]] = {
     "replica_high_watermark_checkpoint_interval_ms": (
         "replica.high.watermark.checkpoint.interval.ms"
     ),
+    "producer_id_expiration_ms": "producer.id.expiration.ms",
+    "producer_id_expiration_check_interval_ms": "producer.id.expiration.check.interval.ms",
 }
 
 

@@ -39,6 +39,11 @@ from brook_storage_node.log.log_validator import (
     validate_follower_append,
     validate_leader_append,
 )
+from brook_storage_node.log.producer_state import (
+    BatchMetadata,
+    ProducerStateManager,
+    is_producer_batch,
+)
 from brook_storage_node.log.retention import deletable_prefix
 from brook_storage_node.log.time_index import TimestampOffset
 from brook_storage_node.log.topic_partition import TopicPartition
@@ -62,6 +67,9 @@ class LogAppendInfo:
     max_timestamp: int
     record_count: int
     size_bytes: int
+    # A retried idempotent batch already in the log: the offsets are the original ones and
+    # nothing was appended.
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +122,7 @@ class PartitionLog:
         self._last_flush_ms = clock_ms()
         self._dir_dirty = False
         self._pending_deletes: list[tuple[LogSegment, int]] = []
+        self.producer_state = ProducerStateManager(directory)
 
     @classmethod
     def open(
@@ -172,6 +181,8 @@ class PartitionLog:
             log.truncate_fully_and_start_at(log._log_start_offset)
         epoch_cache.truncate_from_start(log._log_start_offset)
         log._high_watermark = min(max(high_watermark, log._log_start_offset), log._log_end_offset)
+        with log._storage_errors("rebuild the producer state of"):
+            log._rebuild_producer_state_locked()
         _log.info(
             "%s: opened with %d segments, offsets %d..%d, high watermark %d (%d recovered)",
             directory,
@@ -254,7 +265,33 @@ class PartitionLog:
                 now_ms=now_ms,
                 origin=origin,
             )
-            return self._append_locked(validated, now_ms)
+            # Checked and appended under one lock: two batches of one producer can never
+            # both pass the sequence check against the same state.
+            for header, _ in validated.headers:
+                if is_producer_batch(header):
+                    duplicate = self.producer_state.check_append(header)
+                    if duplicate is not None:
+                        return self._duplicate_info(duplicate, validated)
+            info = self._append_locked(validated, now_ms)
+            self._apply_producer_batches(validated)
+            return info
+
+    def _duplicate_info(self, batch: BatchMetadata, validated: ValidatedAppend) -> LogAppendInfo:
+        return LogAppendInfo(
+            first_offset=batch.first_offset,
+            last_offset=batch.last_offset,
+            log_append_time_ms=-1 if validated.log_append_time_ms < 0 else batch.timestamp_ms,
+            log_start_offset=self._log_start_offset,
+            max_timestamp=batch.timestamp_ms,
+            record_count=0,
+            size_bytes=0,
+            duplicate=True,
+        )
+
+    def _apply_producer_batches(self, validated: ValidatedAppend) -> None:
+        for (header, first_offset), batch in zip(validated.headers, validated.batches, strict=True):
+            if is_producer_batch(header):
+                self.producer_state.apply(header, first_offset, batch.max_timestamp)
 
     def append_as_follower(self, records: Buffer) -> LogAppendInfo:
         """Append batches copied from the leader, offsets and epochs as the leader set them.
@@ -267,7 +304,9 @@ class PartitionLog:
             validated = validate_follower_append(
                 records, log_end_offset=self._log_end_offset, config=self._config
             )
-            return self._append_locked(validated, self._clock_ms())
+            info = self._append_locked(validated, self._clock_ms())
+            self._apply_producer_batches(validated)
+            return info
 
     def _append_locked(self, validated: ValidatedAppend, now_ms: int) -> LogAppendInfo:
         with self._storage_errors("append to"):
@@ -318,6 +357,8 @@ class PartitionLog:
             self._segments = self._segments.with_segment(new)
         self._dir_dirty = True
         _log.info("%s: rolled to a new segment at offset %d (%s)", self.directory, new_base, reason)
+        # Each roll bounds the replay after a crash to about the active segment.
+        self._write_producer_snapshot_locked(new_base)
         if self._on_roll is not None:
             try:
                 self._on_roll(self, new_base)
@@ -436,6 +477,7 @@ class PartitionLog:
                 self._segments = kept
                 self._schedule_delete_locked(doomed, now_ms)
                 self._after_truncation_locked(active.next_offset)
+                self._rebuild_producer_state_locked()
             _log.info(
                 "%s: truncated to offset %d (%d bytes and %d segments removed), log end %d",
                 self.directory,
@@ -465,6 +507,8 @@ class PartitionLog:
                 self._log_start_offset = offset
                 self.leader_epoch_cache.clear()
                 self._after_truncation_locked(offset)
+                self.producer_state.clear()
+                self.producer_state.delete_snapshots(self.producer_state.snapshot_offsets())
             _log.info("%s: emptied; the log now starts at offset %d", self.directory, offset)
 
     def _after_truncation_locked(self, log_end_offset: int) -> None:
@@ -494,6 +538,7 @@ class PartitionLog:
             with self._storage_errors("delete records of"):
                 self.leader_epoch_cache.truncate_from_start(offset)
                 self._delete_old_segments_locked(self._clock_ms())
+                self.producer_state.delete_snapshots_below(self._log_start_offset)
             return offset
 
     def delete_old_segments(self) -> int:
@@ -522,6 +567,7 @@ class PartitionLog:
             self._log_start_offset = new_start
             self.leader_epoch_cache.truncate_from_start(new_start)
         self._schedule_delete_locked(doomed, now_ms)
+        self.producer_state.delete_snapshots_below(self._log_start_offset)
         _log.info(
             "%s: deleting %d segments (%s): %s; log start offset now %d",
             self.directory,
@@ -612,6 +658,8 @@ class PartitionLog:
                     active = self._segments.active
                     active.seal()
                     self.flush()
+                    # After the flush: a snapshot must never claim batches the disk lacks.
+                    self._write_producer_snapshot_locked(self._log_end_offset)
                     # The seal rewrote the active segment's indexes even if no data was unflushed.
                     active.offset_index.flush()
                     active.time_index.flush()
@@ -625,6 +673,49 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    # -- producer state -------------------------------------------------------------------
+
+    def expire_producers(self, expiration_ms: int) -> list[int]:
+        """Forget producers idle for ``expiration_ms`` (producer.id.expiration.ms)."""
+        with self._lock:
+            if self._closed:
+                return []
+            expired = self.producer_state.expire(self._clock_ms(), expiration_ms)
+        if expired:
+            _log.info("%s: expired %d idle producers", self.directory, len(expired))
+        return expired
+
+    def _write_producer_snapshot_locked(self, offset: int) -> None:
+        try:
+            self.producer_state.write_snapshot(offset)
+        except OSError as exc:
+            # Only the bound on replay is lost: recovery replays from an older snapshot.
+            _log.warning(
+                "%s: cannot write a producer snapshot at %d: %s", self.directory, offset, exc
+            )
+
+    def _rebuild_producer_state_locked(self) -> None:
+        """The producer state of exactly the batches in the log: the newest intact snapshot
+        at or below the log end, then every batch after it (Kafka's loadProducerState)."""
+        state = self.producer_state
+        state.delete_snapshots_above(self._log_end_offset)
+        state.delete_snapshots_below(self._log_start_offset)
+        loaded = state.load_latest_snapshot(self._log_end_offset)
+        start = self._segments[0].base_offset if loaded is None else loaded
+        replayed = 0
+        for segment in self._segments.from_offset(start):
+            for header in segment.batch_headers_from(start):
+                if is_producer_batch(header):
+                    state.apply(header, header.base_offset, header.max_timestamp)
+                    replayed += 1
+        _log.debug(
+            "%s: producer state from snapshot %s and %d replayed batches: %d producers",
+            self.directory,
+            loaded,
+            replayed,
+            len(state.producers),
+        )
 
     def _check_open(self) -> None:
         if self._closed:

@@ -1,0 +1,730 @@
+"""Consumer groups and producer ids: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups and
+InitProducerId.
+
+Kafka clients must only ever talk Kafka to a gateway, never to a coordinator's gRPC port, so
+FindCoordinator answers with a gateway: the one the owning coordinator's node id maps onto,
+by the same function that maps partition leaders onto gateways (`ClusterImage.gateway_for`).
+Every gateway therefore names the same gateway for a group, and whichever gateway receives a
+group request forwards it to the group's owning coordinator, found with the coordinators'
+FindCoordinator and cached. A NOT_COORDINATOR answer (ownership moved) is followed through its
+hint, and an unreachable owner is looked up again; only when the owner still cannot be reached
+does the client get NOT_COORDINATOR, which makes it look the coordinator up again itself.
+
+Member metadata, assignments and committed metadata pass through untouched. InitProducerId is
+forwarded to a live storage node, which hands out producer ids from its controller-allocated
+block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Final
+
+from brook.errors import ErrorCode, error_code
+from brook.v1 import common_pb2, group_pb2, storage_pb2
+from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.backend import Backend
+from brook_gateway.cluster_view import GRPC_LISTENER, NO_NODE
+from brook_gateway.protocol.codec import Message
+from brook_gateway.protocol.kafka_messages import ApiKey
+from brook_gateway.upstream import UpstreamError
+
+__all__ = ["GroupRouteError", "GroupRouter", "group_handlers"]
+
+_log = logging.getLogger(__name__)
+
+# Kafka's FindCoordinator key types.
+KEY_TYPE_GROUP: Final = 0
+KEY_TYPE_TRANSACTION: Final = 1
+# Lookups and calls per forwarded request: the cached owner, a hinted or re-found owner, and
+# one more in case ownership moved again during a hand-over.
+_ATTEMPTS_MAX: Final = 3
+# Bounds the owner cache: clients choose group ids freely.
+OWNER_CACHE_ENTRIES_MAX: Final = 10_000
+# Groups of one DescribeGroups or DeleteGroups request forwarded at the same time.
+CONCURRENT_FORWARDS_MAX: Final = 32
+# Kafka's states as DescribeGroups and ListGroups name them.
+_STATE_NAMES: Final = {
+    group_pb2.GROUP_STATE_UNSPECIFIED: "",
+    group_pb2.GROUP_STATE_EMPTY: "Empty",
+    group_pb2.GROUP_STATE_PREPARING_REBALANCE: "PreparingRebalance",
+    group_pb2.GROUP_STATE_COMPLETING_REBALANCE: "CompletingRebalance",
+    group_pb2.GROUP_STATE_STABLE: "Stable",
+    group_pb2.GROUP_STATE_DEAD: "Dead",
+}
+# DescribeGroups v3+: "not requested" (Kafka's INT32_MIN sentinel).
+_AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
+# JoinGroup v4 introduced MEMBER_ID_REQUIRED (KIP-394); older clients never see it.
+_MEMBER_ID_REQUIRED_MIN_VERSION: Final = 4
+# The longest a JoinGroup may wait for its group to rejoin (its rebalance timeout, capped at
+# Kafka's default group.max.session.timeout.ms) before the gateway gives up on it.
+JOIN_WAIT_MS_MAX: Final = 1_800_000
+
+
+class GroupRouteError(Exception):
+    """A group request that reached no coordinator able to answer it; ``code`` is what the
+    Kafka client gets (retriable ones make it look the coordinator up again)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    node_id: int
+    address: str
+    """The coordinator's GRPC address."""
+
+
+def _grpc_address(endpoints: Any) -> str | None:
+    for e in endpoints:
+        if e.listener == GRPC_LISTENER:
+            return f"{e.host}:{e.port}"
+    return None
+
+
+class GroupRouter:
+    """Finds the coordinator owning each group and forwards group calls to it."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._owners: dict[str, Owner] = {}
+
+    def _remember(self, group_id: str, owner: Owner) -> None:
+        self._owners.pop(group_id, None)
+        while len(self._owners) >= OWNER_CACHE_ENTRIES_MAX:
+            del self._owners[next(iter(self._owners))]
+        self._owners[group_id] = owner
+
+    def _address_of(self, node_id: int, endpoints: Any) -> str | None:
+        address = _grpc_address(endpoints)
+        if address is None:
+            node = self._backend.image.nodes.get(node_id)
+            address = None if node is None else node.address(GRPC_LISTENER)
+        return address
+
+    async def owner(self, group_id: str, *, refresh: bool = False) -> Owner:
+        """The coordinator owning ``group_id``: cached, or asked of any live coordinator."""
+        cached = None if refresh else self._owners.get(group_id)
+        if cached is not None:
+            return cached
+        upstreams = self._backend.upstreams
+        coordinators = self._backend.group_coordinator_nodes()
+        if not coordinators:
+            raise GroupRouteError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator is registered"
+            )
+        problem = ""
+        for _, address in coordinators:
+            try:
+                response = await upstreams.call(
+                    upstreams.groups(address).FindCoordinator,
+                    group_pb2.FindCoordinatorRequest(
+                        key_type=group_pb2.COORDINATOR_TYPE_GROUP, keys=[group_id]
+                    ),
+                )
+            except UpstreamError as e:
+                problem = f"{address}: {e}"
+                continue
+            if not response.coordinators:
+                problem = f"{address}: no answer for the group"
+                continue
+            found = response.coordinators[0]
+            if found.error_code != ErrorCode.NONE:
+                raise GroupRouteError(error_code(found.error_code), found.error_message)
+            owner_address = self._address_of(found.node_id, found.endpoints)
+            if owner_address is None:
+                raise GroupRouteError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"coordinator {found.node_id} has no {GRPC_LISTENER} listener",
+                )
+            owner = Owner(found.node_id, owner_address)
+            self._remember(group_id, owner)
+            return owner
+        raise GroupRouteError(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no group coordinator answered ({problem})"
+        )
+
+    async def forward(
+        self,
+        group_id: str,
+        method: str,
+        request: Any,
+        error_of: Callable[[Any], int],
+        timeout_s: float | None = None,
+    ) -> Any:
+        """Calls ``method`` of the coordinator owning ``group_id``, following NOT_COORDINATOR
+        hints and looking the owner up again when it does not answer."""
+        upstreams = self._backend.upstreams
+        refresh = False
+        problem = ""
+        for _ in range(_ATTEMPTS_MAX):
+            owner = await self.owner(group_id, refresh=refresh)
+            refresh = True
+            stub = upstreams.groups(owner.address)
+            try:
+                response = await upstreams.call(getattr(stub, method), request, timeout_s)
+            except UpstreamError as e:
+                self._owners.pop(group_id, None)
+                problem = f"coordinator {owner.node_id} did not answer: {e}"
+                continue
+            except asyncio.CancelledError:
+                # The request ran out of time waiting on this owner (or the client left):
+                # the next request looks the owner up again rather than wait on it again.
+                self._owners.pop(group_id, None)
+                raise
+            if error_of(response) != ErrorCode.NOT_COORDINATOR:
+                return response
+            self._owners.pop(group_id, None)
+            problem = f"coordinator {owner.node_id} no longer owns the group"
+            hint = getattr(response, "coordinator", None)
+            if hint is not None and hint.node_id >= 0:
+                address = self._address_of(hint.node_id, hint.endpoints)
+                if address is not None:
+                    self._remember(group_id, Owner(hint.node_id, address))
+                    refresh = False
+        raise GroupRouteError(ErrorCode.NOT_COORDINATOR, problem)
+
+
+async def _gather_bounded(
+    calls: list[Callable[[], Awaitable[Message]]],
+) -> list[Message]:
+    """Runs ``calls`` at most CONCURRENT_FORWARDS_MAX at a time; results in call order."""
+    slots = asyncio.Semaphore(CONCURRENT_FORWARDS_MAX)
+
+    async def one(call: Callable[[], Awaitable[Message]]) -> Message:
+        async with slots:
+            return await call()
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+def _client_host(peer: str) -> str:
+    # Kafka shows a member's host as Java's InetAddress.toString() does: "/address".
+    return "/" + peer.rsplit(":", 1)[0].strip("[]")
+
+
+def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
+    def answer(code: int, message: str | None, node_id: int = NO_NODE) -> Message:
+        broker = next((b for b in backend.image.kafka_brokers() if b.node_id == node_id), None)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": code,
+            "error_message": message,
+            "node_id": broker.node_id if broker else NO_NODE,
+            "host": broker.host if broker else "",
+            "port": broker.port if broker else -1,
+        }
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        key_type = request["key_type"]
+        if key_type == KEY_TYPE_TRANSACTION:
+            return answer(
+                int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "Brook has no transaction coordinator (transactions are not supported)",
+            )
+        if key_type != KEY_TYPE_GROUP:
+            return answer(int(ErrorCode.INVALID_REQUEST), f"unknown key type {key_type}")
+        try:
+            # Looked up afresh: a client asks after its coordinator stopped answering.
+            owner = await router.owner(request["key"], refresh=True)
+        except GroupRouteError as e:
+            return answer(int(e.code), str(e) or None)
+        gateway = backend.image.gateway_for(owner.node_id)
+        if gateway == NO_NODE:
+            return answer(int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "no gateway is registered")
+        return answer(int(ErrorCode.NONE), None, gateway)
+
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del request, context
+        return answer(code, None)
+
+    return ApiHandler(ApiKey.FIND_COORDINATOR, handle, versions=(0, 1), error_response=error)
+
+
+def _rebalance_timeout_ms(request: Message) -> int:
+    # v0 has no rebalance timeout (the field reads -1); Kafka uses the session timeout.
+    timeout_ms: int = request["rebalance_timeout_ms"]
+    return request["session_timeout_ms"] if timeout_ms < 0 else timeout_ms
+
+
+def _join_wait_ms(request: Message) -> int:
+    return min(max(_rebalance_timeout_ms(request), 0), JOIN_WAIT_MS_MAX)
+
+
+def _join_group(backend: Backend, router: GroupRouter) -> ApiHandler:
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del context
+        return {
+            "throttle_time_ms": 0,
+            "error_code": code,
+            "generation_id": -1,
+            "protocol_name": "",
+            "leader": "",
+            "member_id": request["member_id"],
+            "members": [],
+        }
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        join = group_pb2.JoinGroupRequest(
+            group_id=request["group_id"],
+            session_timeout_ms=request["session_timeout_ms"],
+            rebalance_timeout_ms=_rebalance_timeout_ms(request),
+            member_id=request["member_id"],
+            protocol_type=request["protocol_type"],
+            protocols=[
+                group_pb2.JoinGroupProtocol(name=p["name"], metadata=p["metadata"])
+                for p in request["protocols"]
+            ],
+            client_id=context.header.client_id or "",
+            client_host=_client_host(context.peer),
+        )
+        if request["group_instance_id"] is not None:
+            join.group_instance_id = request["group_instance_id"]
+        # The join waits for the whole group to (re)join, up to the rebalance timeout.
+        timeout_s = _join_wait_ms(request) / 1000 + backend.upstreams.request_timeout_s
+        try:
+            response = await router.forward(
+                join.group_id, "JoinGroup", join, lambda r: r.error_code, timeout_s
+            )
+            if (
+                response.error_code == ErrorCode.MEMBER_ID_REQUIRED
+                and context.api_version < _MEMBER_ID_REQUIRED_MIN_VERSION
+            ):
+                # Clients before v4 take their member id from a successful join only; join
+                # again at once with the id the coordinator handed out.
+                join.member_id = response.member_id
+                response = await router.forward(
+                    join.group_id, "JoinGroup", join, lambda r: r.error_code, timeout_s
+                )
+        except GroupRouteError as e:
+            return error(request, context, int(e.code))
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(response.error_code),
+            "generation_id": response.generation_id,
+            "protocol_type": response.protocol_type or None,
+            "protocol_name": response.protocol_name,
+            "leader": response.leader_id,
+            "skip_assignment": response.skip_assignment,
+            "member_id": response.member_id,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": (
+                        m.group_instance_id if m.HasField("group_instance_id") else None
+                    ),
+                    "metadata": bytes(m.metadata),
+                }
+                for m in response.members
+            ],
+        }
+
+    return ApiHandler(
+        ApiKey.JOIN_GROUP, handle, versions=(0, 5), error_response=error, wait_ms=_join_wait_ms
+    )
+
+
+def _sync_group(router: GroupRouter) -> ApiHandler:
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del request, context
+        return {"throttle_time_ms": 0, "error_code": code, "assignment": b""}
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        sync = group_pb2.SyncGroupRequest(
+            group_id=request["group_id"],
+            generation_id=request["generation_id"],
+            member_id=request["member_id"],
+            protocol_type=request["protocol_type"] or "",
+            protocol_name=request["protocol_name"] or "",
+            assignments=[
+                group_pb2.SyncGroupAssignment(member_id=a["member_id"], assignment=a["assignment"])
+                for a in request["assignments"]
+            ],
+        )
+        if request["group_instance_id"] is not None:
+            sync.group_instance_id = request["group_instance_id"]
+        try:
+            response = await router.forward(
+                sync.group_id, "SyncGroup", sync, lambda r: r.error_code
+            )
+        except GroupRouteError as e:
+            return error(request, context, int(e.code))
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(response.error_code),
+            "protocol_type": response.protocol_type or None,
+            "protocol_name": response.protocol_name or None,
+            "assignment": bytes(response.assignment),
+        }
+
+    return ApiHandler(ApiKey.SYNC_GROUP, handle, versions=(0, 3), error_response=error)
+
+
+def _heartbeat(router: GroupRouter) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        beat = group_pb2.HeartbeatRequest(
+            group_id=request["group_id"],
+            generation_id=request["generation_id"],
+            member_id=request["member_id"],
+        )
+        if request["group_instance_id"] is not None:
+            beat.group_instance_id = request["group_instance_id"]
+        try:
+            response = await router.forward(
+                beat.group_id, "Heartbeat", beat, lambda r: r.error_code
+            )
+        except GroupRouteError as e:
+            return {"throttle_time_ms": 0, "error_code": int(e.code)}
+        return {"throttle_time_ms": 0, "error_code": int(response.error_code)}
+
+    return ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 1))
+
+
+def _leave_group(router: GroupRouter) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        leave = group_pb2.LeaveGroupRequest(
+            group_id=request["group_id"],
+            members=[group_pb2.LeavingMember(member_id=request["member_id"])],
+        )
+        try:
+            response = await router.forward(
+                leave.group_id, "LeaveGroup", leave, lambda r: r.error_code
+            )
+        except GroupRouteError as e:
+            return {"throttle_time_ms": 0, "error_code": int(e.code)}
+        code = int(response.error_code)
+        if code == ErrorCode.NONE and response.members:
+            # v0-2 name one member and have no per-member results: its error is the answer.
+            code = int(response.members[0].error_code)
+        return {"throttle_time_ms": 0, "error_code": code}
+
+    return ApiHandler(ApiKey.LEAVE_GROUP, handle, versions=(0, 1))
+
+
+def _offset_commit(router: GroupRouter) -> ApiHandler:
+    def answer(request: Message, codes: dict[tuple[str, int], int], default: int) -> Message:
+        return {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {
+                            "partition_index": p["partition_index"],
+                            "error_code": codes.get((t["name"], p["partition_index"]), default),
+                        }
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in request["topics"]
+            ],
+        }
+
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del context
+        return answer(request, {}, code)
+
+    def group_error(response: Any) -> int:
+        codes = {int(p.error_code) for p in response.partitions}
+        return ErrorCode.NOT_COORDINATOR if ErrorCode.NOT_COORDINATOR in codes else 0
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        # retention_time_ms (v2-4) is ignored, as by Kafka since 2.1 (KIP-211): offsets
+        # expire by offsets.retention.minutes once the group is empty.
+        commit = group_pb2.CommitOffsetsRequest(
+            group_id=request["group_id"],
+            generation_id=request["generation_id_or_member_epoch"],
+            member_id=request["member_id"],
+            partitions=[
+                group_pb2.OffsetCommitPartition(
+                    topic=t["name"],
+                    partition=p["partition_index"],
+                    committed_offset=p["committed_offset"],
+                    committed_leader_epoch=p["committed_leader_epoch"],
+                    metadata=p["committed_metadata"] or "",
+                )
+                for t in request["topics"]
+                for p in t["partitions"]
+            ],
+        )
+        if request["group_instance_id"] is not None:
+            commit.group_instance_id = request["group_instance_id"]
+        try:
+            response = await router.forward(commit.group_id, "CommitOffsets", commit, group_error)
+        except GroupRouteError as e:
+            return error(request, context, int(e.code))
+        codes = {(r.topic, r.partition): int(r.error_code) for r in response.partitions}
+        return answer(request, codes, int(ErrorCode.UNKNOWN_SERVER_ERROR))
+
+    return ApiHandler(ApiKey.OFFSET_COMMIT, handle, versions=(2, 3), error_response=error)
+
+
+# OffsetFetch v2 added the top-level error code and "all partitions" (null topics).
+_OFFSET_FETCH_GROUP_ERROR_MIN_VERSION: Final = 2
+
+
+def _offset_fetch(router: GroupRouter) -> ApiHandler:
+    def no_offset(partition: int, code: int = 0) -> Message:
+        return {
+            "partition_index": partition,
+            "committed_offset": -1,
+            "committed_leader_epoch": -1,
+            "metadata": "",
+            "error_code": code,
+        }
+
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        if context.api_version >= _OFFSET_FETCH_GROUP_ERROR_MIN_VERSION:
+            return {"throttle_time_ms": 0, "error_code": code, "topics": []}
+        # v1 has no group-level code: every requested partition carries it.
+        return {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "name": t["name"],
+                    "partitions": [no_offset(p, code) for p in t["partition_indexes"]],
+                }
+                for t in request["topics"] or []
+            ],
+        }
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        requested = request["topics"]
+        fetch = group_pb2.FetchOffsetsRequest(
+            group_id=request["group_id"],
+            partitions=[
+                common_pb2.TopicPartition(topic=t["name"], partition=p)
+                for t in requested or []
+                for p in t["partition_indexes"]
+            ],
+            require_stable=request["require_stable"],
+        )
+        try:
+            response = await router.forward(
+                fetch.group_id, "FetchOffsets", fetch, lambda r: r.error_code
+            )
+        except GroupRouteError as e:
+            return error(request, context, int(e.code))
+        if response.error_code != ErrorCode.NONE:
+            return error(request, context, int(response.error_code))
+        found = {
+            (r.topic, r.partition): {
+                "partition_index": r.partition,
+                "committed_offset": r.committed_offset,
+                "committed_leader_epoch": r.committed_leader_epoch,
+                "metadata": r.metadata,
+                "error_code": int(r.error_code),
+            }
+            for r in response.partitions
+        }
+        if requested is None:
+            topics: dict[str, list[Message]] = {}
+            for (topic, _), partition in sorted(found.items()):
+                topics.setdefault(topic, []).append(partition)
+            listed = [{"name": name, "partitions": parts} for name, parts in topics.items()]
+        else:
+            listed = [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        found.get((t["name"], p), no_offset(p)) for p in t["partition_indexes"]
+                    ],
+                }
+                for t in requested
+            ]
+        return {"throttle_time_ms": 0, "error_code": 0, "topics": listed}
+
+    return ApiHandler(ApiKey.OFFSET_FETCH, handle, versions=(1, 3), error_response=error)
+
+
+def _describe_groups(router: GroupRouter) -> ApiHandler:
+    def failed(group_id: str, code: int) -> Message:
+        return {
+            "error_code": code,
+            "group_id": group_id,
+            "group_state": "",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+            "authorized_operations": _AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    async def describe(group_id: str) -> Message:
+        try:
+            response = await router.forward(
+                group_id,
+                "DescribeGroups",
+                group_pb2.DescribeGroupsRequest(group_ids=[group_id]),
+                lambda r: r.groups[0].error_code,
+            )
+        except GroupRouteError as e:
+            return failed(group_id, int(e.code))
+        g = response.groups[0]
+        if g.error_code != ErrorCode.NONE:
+            return failed(group_id, int(g.error_code))
+        return {
+            "error_code": 0,
+            "group_id": g.group_id,
+            "group_state": _STATE_NAMES[g.state],
+            "protocol_type": g.protocol_type,
+            "protocol_data": g.protocol_name,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": (
+                        m.group_instance_id if m.HasField("group_instance_id") else None
+                    ),
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": bytes(m.metadata),
+                    "member_assignment": bytes(m.assignment),
+                }
+                for m in g.members
+            ],
+            "authorized_operations": _AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        groups = await _gather_bounded([partial(describe, g) for g in request["groups"]])
+        return {"throttle_time_ms": 0, "groups": groups}
+
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del context
+        return {"throttle_time_ms": 0, "groups": [failed(g, code) for g in request["groups"]]}
+
+    return ApiHandler(ApiKey.DESCRIBE_GROUPS, handle, versions=(0, 3), error_response=error)
+
+
+def _list_groups(backend: Backend) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del request, context
+        upstreams = backend.upstreams
+        # This gateway lists the groups of the coordinators mapped onto it (those it names in
+        # FindCoordinator), so listing every broker, as admin clients do, gives each group once.
+        mine = [
+            address
+            for node_id, address in backend.group_coordinator_nodes()
+            if backend.image.gateway_for(node_id) == backend.node_id
+        ]
+
+        async def ask(address: str) -> Any:
+            return await upstreams.call(
+                upstreams.groups(address).ListGroups, group_pb2.ListGroupsRequest()
+            )
+
+        answers = await asyncio.gather(*(ask(a) for a in mine), return_exceptions=True)
+        code = ErrorCode.NONE
+        groups: dict[str, Message] = {}
+        for answer in answers:
+            if isinstance(answer, UpstreamError):
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            if answer.error_code != ErrorCode.NONE:
+                code = error_code(answer.error_code)
+            for g in answer.groups:
+                groups[g.group_id] = {"group_id": g.group_id, "protocol_type": g.protocol_type}
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(code),
+            "groups": [groups[name] for name in sorted(groups)],
+        }
+
+    return ApiHandler(ApiKey.LIST_GROUPS, handle, versions=(0, 2))
+
+
+def _delete_groups(router: GroupRouter) -> ApiHandler:
+    async def delete(group_id: str) -> Message:
+        try:
+            response = await router.forward(
+                group_id,
+                "DeleteGroups",
+                group_pb2.DeleteGroupsRequest(group_ids=[group_id]),
+                lambda r: r.results[0].error_code,
+            )
+        except GroupRouteError as e:
+            return {"group_id": group_id, "error_code": int(e.code)}
+        return {"group_id": group_id, "error_code": int(response.results[0].error_code)}
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        results = await _gather_bounded([partial(delete, g) for g in request["groups_names"]])
+        return {"throttle_time_ms": 0, "results": results}
+
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del context
+        return {
+            "throttle_time_ms": 0,
+            "results": [{"group_id": g, "error_code": code} for g in request["groups_names"]],
+        }
+
+    return ApiHandler(ApiKey.DELETE_GROUPS, handle, versions=(0, 1), error_response=error)
+
+
+def _init_producer_id(backend: Backend) -> ApiHandler:
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del request, context
+        return {"throttle_time_ms": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        upstreams = backend.upstreams
+        forwarded = storage_pb2.InitProducerIdRequest(
+            transactional_id=request["transactional_id"] or "",
+            transaction_timeout_ms=request["transaction_timeout_ms"],
+            producer_id=request["producer_id"],
+            producer_epoch=request["producer_epoch"],
+        )
+        addresses = backend.storage_addresses()
+        # Any storage node hands out producer ids; spread the calls and try the next node
+        # when one does not answer.
+        start = hash(context.peer) % max(len(addresses), 1)
+        for address in addresses[start:] + addresses[:start]:
+            try:
+                response = await upstreams.call(
+                    upstreams.storage(address).InitProducerId, forwarded
+                )
+            except UpstreamError as e:
+                _log.info(
+                    "InitProducerId not answered",
+                    extra={"storage_node": address, "reason": str(e)},
+                )
+                continue
+            return {
+                "throttle_time_ms": 0,
+                "error_code": int(response.error_code),
+                "producer_id": response.producer_id if response.error_code == 0 else -1,
+                "producer_epoch": response.producer_epoch if response.error_code == 0 else -1,
+            }
+        # What every client retries InitProducerId on; a transport error code (which
+        # librdkafka takes as its own connection failing) would not be.
+        return error(request, context, int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+    return ApiHandler(ApiKey.INIT_PRODUCER_ID, handle, versions=(0, 1), error_response=error)
+
+
+def group_handlers(backend: Backend) -> list[ApiHandler]:
+    router = GroupRouter(backend)
+    return [
+        _find_coordinator(backend, router),
+        _join_group(backend, router),
+        _sync_group(router),
+        _heartbeat(router),
+        _leave_group(router),
+        _offset_commit(router),
+        _offset_fetch(router),
+        _describe_groups(router),
+        _list_groups(backend),
+        _delete_groups(router),
+        _init_producer_id(backend),
+    ]

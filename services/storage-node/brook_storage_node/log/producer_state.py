@@ -1,0 +1,344 @@
+"""Idempotent producers' state on one partition (Kafka's ProducerStateManager; seed 001, 4.6).
+
+Per producer id: the current producer epoch and the last ``BATCHES_RETAINED`` batches appended
+in that epoch (first and last sequence, first and last offset, timestamp). A leader checks each
+producer batch against it before appending (``check_append``):
+
+- epoch older than the current one: INVALID_PRODUCER_EPOCH (what Kafka's produce path answers
+  since 2.7; PRODUCER_FENCED belongs to the transaction coordinator), nothing appended;
+- epoch newer: the batch must start at sequence 0 (a new epoch restarts sequences), else
+  OUT_OF_ORDER_SEQUENCE_NUMBER; the state then restarts in the new epoch;
+- same epoch: a batch with the first and last sequence of one of the retained batches is a
+  retry of it: the caller answers with that batch's original offsets and appends nothing; a
+  batch continuing the last sequence (int32 wrap included) is appended; anything else is
+  OUT_OF_ORDER_SEQUENCE_NUMBER;
+- a producer id this partition has no state for must start at sequence 0, else
+  UNKNOWN_PRODUCER_ID. Kafka >= 2.5 accepts any sequence there instead (its state may have
+  gone with retention); Brook keeps the stricter pre-2.5 answer because a batch that is not
+  the first one of an unknown producer is exactly a retry whose original may be gone or a
+  gap, and current clients (Java >= 2.5, librdkafka) answer it by bumping the epoch and
+  restarting at sequence 0, which loses and duplicates nothing (docs/decisions.md).
+
+Followers and recovery apply batches with ``apply`` and no checks: the leader checked them,
+and applying what the log holds is how a new leader already knows every producer's sequences.
+
+The state lives in memory and is made durable by snapshot files ``<offset>.snapshot`` next to
+the segments: the state of every batch below ``offset``. A snapshot is written whole to a
+temporary file, fsynced and renamed (a crash leaves the old set intact) and carries a CRC-32C,
+so a torn or damaged one is noticed and skipped; the log then replays from an older one.
+
+Not thread-safe: the partition log calls it under its own lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import crc32c
+
+from brook.errors import ErrorCode
+from brook.record import BatchHeader
+from brook.record.varint import INT32_MAX
+from brook_storage_node.log.checkpoints import TEMP_SUFFIX
+from brook_storage_node.log.errors import LogError
+from brook_storage_node.log.files import write_atomically
+
+__all__ = [
+    "BATCHES_RETAINED",
+    "SNAPSHOT_SUFFIX",
+    "BatchMetadata",
+    "InvalidProducerEpochError",
+    "OutOfOrderSequenceError",
+    "ProducerStateEntry",
+    "ProducerStateError",
+    "ProducerStateManager",
+    "UnknownProducerIdError",
+    "in_sequence",
+    "is_producer_batch",
+    "snapshot_file_name",
+]
+
+_log = logging.getLogger(__name__)
+
+# Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN: a producer has at most five batches in
+# flight per partition (max.in.flight.requests.per.connection <= 5 with idempotence), so any
+# retry it can send is one of the last five it appended.
+BATCHES_RETAINED: Final = 5
+SNAPSHOT_SUFFIX: Final = ".snapshot"
+_OFFSET_DIGITS: Final = 20
+_SNAPSHOT_VERSION: Final = 1
+# version int16, crc uint32 (of everything after it), producer count int32
+_FILE_HEADER: Final = struct.Struct(">hIi")
+# producer id int64, epoch int16, last timestamp int64, batch count int8
+_PRODUCER: Final = struct.Struct(">qhqb")
+# first seq int32, last seq int32, first offset int64, last offset int64, timestamp int64
+_BATCH: Final = struct.Struct(">iiqqq")
+_CRC_START: Final = 6
+
+
+class ProducerStateError(LogError):
+    """A producer batch breaks the idempotence rules; nothing was appended."""
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    error_code = int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    error_code = int(ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
+class UnknownProducerIdError(ProducerStateError):
+    error_code = int(ErrorCode.UNKNOWN_PRODUCER_ID)
+
+
+def is_producer_batch(header: BatchHeader) -> bool:
+    """Whether the batch carries producer sequences: a producer id and not a control batch
+    (transaction markers have no sequence and are written by coordinators)."""
+    return header.has_producer_id and not header.is_control
+
+
+def in_sequence(last_seq: int, next_first_seq: int) -> bool:
+    """Whether ``next_first_seq`` directly follows ``last_seq`` (sequences wrap at int32)."""
+    return next_first_seq == (last_seq + 1) % (INT32_MAX + 1)
+
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:0{_OFFSET_DIGITS}d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_snapshot_file_name(name: str) -> int | None:
+    if not name.endswith(SNAPSHOT_SUFFIX):
+        return None
+    stem = name[: -len(SNAPSHOT_SUFFIX)]
+    return int(stem) if len(stem) == _OFFSET_DIGITS and stem.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """One appended producer batch, as its retries are recognised and answered."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp_ms: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_RETAINED))
+    last_timestamp_ms: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset
+
+    def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+
+class ProducerStateManager:
+    """The producers of the partition whose log lives in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._producers: dict[int, ProducerStateEntry] = {}
+
+    @property
+    def producers(self) -> dict[int, ProducerStateEntry]:
+        return self._producers
+
+    def entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self._producers.get(producer_id)
+
+    # -- the leader's check and every replica's update ------------------------------------
+
+    def check_append(self, header: BatchHeader) -> BatchMetadata | None:
+        """The retained batch that ``header`` retries (answer with it, append nothing), or
+        None when the batch may be appended. Raises ProducerStateError when it may not."""
+        producer_id = header.producer_id
+        epoch = header.producer_epoch
+        first_seq = header.base_sequence
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            if first_seq != 0:
+                raise UnknownProducerIdError(
+                    f"producer {producer_id} has no state on this partition (new, expired "
+                    f"after producer.id.expiration.ms, or its batches deleted) and its batch "
+                    f"starts at sequence {first_seq}, not 0; bump the epoch and restart at 0"
+                )
+            return None
+        if epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {epoch} is fenced: epoch "
+                f"{entry.producer_epoch} has written to this partition since"
+            )
+        if epoch > entry.producer_epoch:
+            if first_seq != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id}: the first batch of new epoch {epoch} starts at "
+                    f"sequence {first_seq}; a new epoch starts at 0"
+                )
+            return None
+        duplicate = entry.find_duplicate(first_seq, header.last_sequence)
+        if duplicate is not None:
+            return duplicate
+        if not in_sequence(entry.last_seq, first_seq):
+            raise OutOfOrderSequenceError(
+                f"producer {producer_id} epoch {epoch}: batch sequences {first_seq}.."
+                f"{header.last_sequence} do not follow the last appended sequence "
+                f"{entry.last_seq} (expected {in_sequence_next(entry.last_seq)})"
+            )
+        return None
+
+    def apply(self, header: BatchHeader, first_offset: int, timestamp_ms: int) -> None:
+        """Record an appended producer batch (already checked, or copied from the leader)."""
+        producer_id = header.producer_id
+        entry = self._producers.get(producer_id)
+        if entry is None or entry.producer_epoch != header.producer_epoch:
+            # A follower never rejects what its leader accepted; an epoch change, either
+            # way, restarts the retained batches.
+            entry = ProducerStateEntry(producer_id, header.producer_epoch)
+            self._producers[producer_id] = entry
+        entry.batches.append(
+            BatchMetadata(
+                header.base_sequence,
+                header.last_sequence,
+                first_offset,
+                first_offset + header.last_offset_delta,
+                timestamp_ms,
+            )
+        )
+        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+
+    def clear(self) -> None:
+        self._producers.clear()
+
+    def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers whose last batch is ``expiration_ms`` or more old (Kafka's
+        producer.id.expiration.ms); returns their ids."""
+        expired = [
+            producer_id
+            for producer_id, entry in self._producers.items()
+            if now_ms - entry.last_timestamp_ms >= expiration_ms
+        ]
+        for producer_id in expired:
+            del self._producers[producer_id]
+        return expired
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def snapshot_offsets(self) -> list[int]:
+        """The offsets of the snapshot files present, ascending."""
+        offsets = []
+        for entry in os.scandir(self.directory):
+            offset = parse_snapshot_file_name(entry.name)
+            if offset is not None:
+                offsets.append(offset)
+        return sorted(offsets)
+
+    def write_snapshot(self, offset: int) -> Path:
+        """Write the state (every batch below ``offset``) to ``<offset>.snapshot``, crash-safe."""
+        body = bytearray()
+        for entry in self._producers.values():
+            body += _PRODUCER.pack(
+                entry.producer_id,
+                entry.producer_epoch,
+                entry.last_timestamp_ms,
+                len(entry.batches),
+            )
+            for batch in entry.batches:
+                body += _BATCH.pack(
+                    batch.first_seq,
+                    batch.last_seq,
+                    batch.first_offset,
+                    batch.last_offset,
+                    batch.timestamp_ms,
+                )
+        count = struct.pack(">i", len(self._producers))
+        crc = crc32c.crc32c(count + body)
+        data = _FILE_HEADER.pack(_SNAPSHOT_VERSION, crc, len(self._producers)) + body
+        path = self.directory / snapshot_file_name(offset)
+        write_atomically(path, data, TEMP_SUFFIX)
+        return path
+
+    def load_latest_snapshot(self, max_offset: int) -> int | None:
+        """Replace the state by the newest intact snapshot at or below ``max_offset``;
+        returns its offset, or None (state cleared) when there is none. Damaged snapshots
+        are logged, deleted and skipped."""
+        for offset in reversed(self.snapshot_offsets()):
+            if offset > max_offset:
+                continue
+            path = self.directory / snapshot_file_name(offset)
+            try:
+                producers = _read_snapshot(path.read_bytes())
+            except (OSError, ValueError, struct.error) as exc:
+                _log.warning("%s: ignoring a damaged producer snapshot: %s", path, exc)
+                path.unlink(missing_ok=True)
+                continue
+            self._producers = {entry.producer_id: entry for entry in producers}
+            return offset
+        self._producers = {}
+        return None
+
+    def delete_snapshots(self, offsets: Iterable[int]) -> None:
+        for offset in offsets:
+            (self.directory / snapshot_file_name(offset)).unlink(missing_ok=True)
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        """Delete the snapshots below ``offset`` (the log start): no replay starts there."""
+        self.delete_snapshots(o for o in self.snapshot_offsets() if o < offset)
+
+    def delete_snapshots_above(self, offset: int) -> None:
+        """Delete the snapshots past ``offset`` (the log end, after a truncation): they hold
+        batches the log no longer has."""
+        self.delete_snapshots(o for o in self.snapshot_offsets() if o > offset)
+
+
+def in_sequence_next(last_seq: int) -> int:
+    return (last_seq + 1) % (INT32_MAX + 1)
+
+
+def _read_snapshot(data: bytes) -> list[ProducerStateEntry]:
+    if len(data) < _FILE_HEADER.size:
+        raise ValueError(f"{len(data)} bytes is shorter than the snapshot header")
+    version, crc, count = _FILE_HEADER.unpack_from(data, 0)
+    if version != _SNAPSHOT_VERSION:
+        raise ValueError(f"unknown snapshot version {version}")
+    actual = crc32c.crc32c(memoryview(data)[_CRC_START:])
+    if actual != crc:
+        raise ValueError(f"CRC-32C mismatch: stored {crc:#010x}, computed {actual:#010x}")
+    if count < 0:
+        raise ValueError(f"negative producer count {count}")
+    position = _FILE_HEADER.size
+    producers = []
+    for _ in range(count):
+        producer_id, epoch, last_timestamp_ms, batch_count = _PRODUCER.unpack_from(data, position)
+        position += _PRODUCER.size
+        if not 0 < batch_count <= BATCHES_RETAINED:
+            raise ValueError(f"producer {producer_id} has {batch_count} batches")
+        entry = ProducerStateEntry(producer_id, epoch, last_timestamp_ms=last_timestamp_ms)
+        for _ in range(batch_count):
+            entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, position)))
+            position += _BATCH.size
+        producers.append(entry)
+    if position != len(data):
+        raise ValueError(f"{len(data) - position} unexpected bytes after the last producer")
+    return producers

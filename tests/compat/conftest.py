@@ -1,0 +1,53 @@
+"""The cluster the compatibility tests share: one controller, two storage nodes, a group
+coordinator and two gateways, started once per session and always torn down.
+
+Two storage nodes and two gateways so that clients really route: partition leaders are spread
+over the storage nodes, and those are presented as two different brokers. Groups start without
+the initial rebalance delay and accept short sessions, so group tests take seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster_fixture import ClusterFactory
+
+from brook.launcher import LocalCluster
+
+OFFSETS_PARTITIONS = 4
+GROUP_MIN_SESSION_TIMEOUT_MS = 1000
+
+
+@pytest.fixture(scope="session")
+def compat_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    factory = ClusterFactory(Path(tmp_path_factory.mktemp("compat")) / "clusters")
+    failed = True
+    try:
+        cluster = factory(
+            controllers=1,
+            storage_nodes=2,
+            group_coordinators=1,
+            gateways=2,
+            config_overrides={
+                "controller": {
+                    "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+                    "offsets.topic.replication.factor": "1",
+                },
+                "group-coordinator": {
+                    "group.initial.rebalance.delay.ms": "0",
+                    "group.min.session.timeout.ms": str(GROUP_MIN_SESSION_TIMEOUT_MS),
+                },
+            },
+        )
+        yield cluster
+        failed = False
+    finally:
+        factory.close(keep_files=failed)
+
+
+@pytest.fixture(scope="session")
+def bootstrap(compat_cluster: LocalCluster) -> str:
+    """The Kafka bootstrap addresses of the shared cluster's gateways."""
+    return compat_cluster.kafka_bootstrap_servers
