@@ -52,8 +52,16 @@ async def _fan_out(
         try:
             await call(address, items)
         except UpstreamError as e:
+            code = e.code
+            if code == ErrorCode.NETWORK_EXCEPTION:
+                # The leader storage node is unreachable: most likely dead, with leadership
+                # about to move. Kafka clients know NETWORK_EXCEPTION only as their own
+                # transport error, and librdkafka fails a record for good when a broker
+                # answers with it; NOT_LEADER_OR_FOLLOWER makes every client refresh its
+                # metadata and retry, by which time the gateway routes to the new leader.
+                code = ErrorCode.NOT_LEADER_OR_FOLLOWER
             for part in items:
-                fail(part, e.code, str(e))
+                fail(part, code, str(e))
 
     await asyncio.gather(*(one(a, items) for a, items in routed.by_address.items()))
 

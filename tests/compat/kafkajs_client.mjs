@@ -1,0 +1,172 @@
+// kafkajs (npm, 2.2.4) against the Brook gateway, driven by tests/compat/test_kafkajs.py.
+//
+//   node kafkajs_client.mjs produce BOOTSTRAP TOPIC          (BOOTSTRAP: host:port,host:port)
+//     creates TOPIC (2 partitions) with the admin client, reads its metadata back, and sends
+//     RECORDS records per partition with keys and headers in three sends: acks=-1, acks=1,
+//     and acks=-1 with gzip.
+//   node kafkajs_client.mjs consume BOOTSTRAP TOPIC GROUP COUNT
+//     reads COUNT records from the beginning as a member of GROUP (consumer.run, eachMessage),
+//     commits what it read, and reports the group's committed offsets.
+//
+// Each prints one JSON object on stdout; kafkajs's own log goes to stderr. The Python test
+// asserts on the JSON; this script checks nothing itself beyond exiting non-zero on an error.
+
+import { createRequire } from "node:module";
+import process from "node:process";
+
+// kafkajs lives in the repository root's node_modules (package.json there; tools/install-dev
+// installs it), so it is resolved from the root whatever the working directory.
+const require = createRequire(new URL("../../package.json", import.meta.url));
+const { Kafka, CompressionTypes, Partitioners, logLevel } = require("kafkajs");
+
+const PARTITIONS = 2;
+const RECORDS = 15;
+const CONSUME_TIMEOUT_MS = 45000;
+
+const [phase, bootstrap, topic, group, countText] = process.argv.slice(2);
+
+const kafka = new Kafka({
+  clientId: "brook-kafkajs-compat",
+  brokers: bootstrap.split(","),
+  connectionTimeout: 10000,
+  requestTimeout: 20000,
+  retry: { retries: 8, initialRetryTime: 200, maxRetryTime: 3000 },
+  logLevel: logLevel.WARN,
+  logCreator:
+    () =>
+    ({ namespace, level, log }) =>
+      process.stderr.write(`${level} ${namespace} ${JSON.stringify(log)}\n`),
+});
+
+function recordsOf(partition, send) {
+  return Array.from({ length: RECORDS }, (_, i) => i)
+    .filter((i) => i % 3 === send)
+    .map((i) => ({
+      partition,
+      key: `key-${partition}-${i}`,
+      value: `${topic} value ${partition}.${i}`,
+      // A repeated header (an array in kafkajs) must come back as sent, in order.
+      headers: { index: String(i), trace: ["a", "b"] },
+    }));
+}
+
+async function produce() {
+  const admin = kafka.admin();
+  await admin.connect();
+  let metadata;
+  try {
+    const created = await admin.createTopics({
+      topics: [{ topic, numPartitions: PARTITIONS, replicationFactor: 1 }],
+      waitForLeaders: true,
+      timeout: 20000,
+    });
+    metadata = { created, ...(await admin.fetchTopicMetadata({ topics: [topic] })) };
+  } finally {
+    await admin.disconnect();
+  }
+  const producer = kafka.producer({
+    allowAutoTopicCreation: false,
+    // Every message names its partition; naming the partitioner only silences its warning.
+    createPartitioner: Partitioners.DefaultPartitioner,
+  });
+  await producer.connect();
+  const sends = [];
+  try {
+    const plans = [
+      { acks: -1, compression: CompressionTypes.None, name: "acks=-1" },
+      { acks: 1, compression: CompressionTypes.None, name: "acks=1" },
+      { acks: -1, compression: CompressionTypes.GZIP, name: "acks=-1 gzip" },
+    ];
+    for (const [send, plan] of plans.entries()) {
+      const messages = [0, 1].flatMap((p) => recordsOf(p, send));
+      const results = await producer.send({
+        topic,
+        messages,
+        acks: plan.acks,
+        compression: plan.compression,
+      });
+      sends.push({
+        name: plan.name,
+        sent: messages.map(({ partition, key }) => ({ partition, key })),
+        results: results.map(({ partition, errorCode, baseOffset }) => ({
+          partition,
+          errorCode,
+          baseOffset: Number(baseOffset),
+        })),
+      });
+    }
+  } finally {
+    await producer.disconnect();
+  }
+  return { metadata, sends };
+}
+
+function headerText(value) {
+  return Array.isArray(value) ? value.map((v) => v.toString()) : [value.toString()];
+}
+
+async function consume() {
+  const count = Number(countText);
+  const consumer = kafka.consumer({
+    groupId: group,
+    sessionTimeout: 10000,
+    rebalanceTimeout: 10000,
+    heartbeatInterval: 1000,
+    maxWaitTimeInMs: 500,
+  });
+  const messages = [];
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topics: [topic], fromBeginning: true });
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`read ${messages.length} of ${count} in ${CONSUME_TIMEOUT_MS} ms`)),
+        CONSUME_TIMEOUT_MS,
+      );
+      consumer.on(consumer.events.CRASH, ({ payload }) => reject(payload.error));
+      consumer
+        .run({
+          autoCommit: false,
+          eachMessage: async ({ partition, message }) => {
+            messages.push({
+              partition,
+              offset: Number(message.offset),
+              key: message.key.toString(),
+              value: message.value.toString(),
+              headers: Object.fromEntries(
+                Object.entries(message.headers).map(([n, v]) => [n, headerText(v)]),
+              ),
+            });
+            await consumer.commitOffsets([
+              { topic, partition, offset: String(Number(message.offset) + 1) },
+            ]);
+            if (messages.length >= count) {
+              clearTimeout(timer);
+              resolve();
+            }
+          },
+        })
+        .catch(reject);
+    });
+  } finally {
+    await consumer.disconnect();
+  }
+  const admin = kafka.admin();
+  await admin.connect();
+  let committed;
+  try {
+    committed = await admin.fetchOffsets({ groupId: group, topics: [topic] });
+  } finally {
+    await admin.disconnect();
+  }
+  return { messages, committed };
+}
+
+const phases = { produce, consume };
+try {
+  if (!(phase in phases)) throw new Error(`unknown phase ${phase}`);
+  process.stdout.write(`${JSON.stringify(await phases[phase]())}\n`);
+} catch (error) {
+  process.stderr.write(`kafkajs_client: ${error.stack ?? error}\n`);
+  process.exitCode = 1;
+}
