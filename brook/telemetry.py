@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
 
-__all__ = ["Telemetry", "TelemetrySettings", "meter", "tracer"]
+__all__ = ["Telemetry", "TelemetrySettings", "meter", "records_root_spans", "tracer"]
 
 # Bounds on what telemetry may hold or wait for: it must never grow memory or stall shutdown.
 SPAN_QUEUE_MAX: Final = 2048
@@ -166,6 +166,20 @@ def _metric_exporter(settings: TelemetrySettings) -> MetricExporter | None:
 def tracer(name: str) -> trace.Tracer:
     """The tracer for instrumentation scope `name` (use the module's __name__)."""
     return trace.get_tracer(name)
+
+
+def records_root_spans(provider: trace.TracerProvider | None = None) -> bool:
+    """Whether a span started with no parent would be recorded by `provider` (default: the
+    process's). False before install and when the traces exporter is off (sampler ALWAYS_OFF).
+
+    Requests that arrive without trace context (the Kafka protocol has none) may skip their
+    span altogether when this is False: a span that is not recorded still costs ~10 us to make
+    (ids, sampler, context switch), which shows on a hot path of small requests. A cheap test
+    per request, so that a provider installed later is followed."""
+    if provider is None:
+        provider = trace.get_tracer_provider()
+    sampler = getattr(provider, "sampler", None)
+    return sampler is not None and sampler is not ALWAYS_OFF
 
 
 def meter(name: str) -> metrics.Meter:

@@ -15,6 +15,12 @@ Bad input closes only the connection that sent it, with the reason logged: a mal
 an unknown API key or a version without a schema (as Kafka does). A known API at a version the
 gateway does not serve is answered with UNSUPPORTED_VERSION, and an ApiVersions request newer
 than the gateway's gets the v0-layout fallback answer from which the client picks its retry.
+
+Each request is traced as one SERVER span, "kafka.<ApiName>" (api key and version, client id,
+correlation id, the response's error code, bytes in and out); the gRPC calls it makes upstream
+are its children (brook_gateway.upstream). When the process does not record spans (the traces
+exporter is off) no span is made at all: Kafka requests carry no trace context to pass on, and
+an unrecorded span would still cost more than a small request's own handling.
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+
+from opentelemetry import trace
 
 from brook.errors import ErrorCode
+from brook.telemetry import records_root_spans, tracer
 from brook_gateway.api_versions import unsupported_version_response
 from brook_gateway.apis import ApiHandler, Dispatcher, RequestContext
 from brook_gateway.protocol.codec import Message
@@ -47,6 +56,13 @@ _logger = logging.getLogger(__name__)
 
 # How long a closing connection may take to flush what the kernel has not yet sent.
 _CLOSE_TIMEOUT_S: Final = 1.0
+# Span names by API key: "kafka.Produce", ...
+_SPAN_NAMES: Final = {
+    key: f"kafka.{spec.name.removesuffix('Request')}" for key, spec in REQUESTS.items()
+}
+_UNKNOWN_API_SPAN_NAME: Final = "kafka.Unknown"
+# How deep _error_code looks into a response for a partition's error (topics > partitions).
+_ERROR_CODE_DEPTH_MAX: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +88,23 @@ class _CloseConnection(Exception):
 class KafkaServer:
     """Serves `dispatcher`'s APIs on host:port (port 0 picks a free one: see `port`)."""
 
-    def __init__(self, dispatcher: Dispatcher, limits: ServerLimits, host: str, port: int):
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        limits: ServerLimits,
+        host: str,
+        port: int,
+        tracer_provider: trace.TracerProvider | None = None,
+    ):
+        """`tracer_provider`: where request spans go; None is the process's (brook.telemetry)."""
         self._dispatcher = dispatcher
         self._limits = limits
         self._host = host
         self._port = port
+        self._tracer_provider = tracer_provider
+        self._tracer = (
+            tracer(__name__) if tracer_provider is None else tracer_provider.get_tracer(__name__)
+        )
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -133,6 +161,32 @@ class KafkaServer:
         """The response frame to one request frame, None if none is due (acks=0). Raises
         _CloseConnection when the request cannot be answered."""
         api_key, api_version, correlation_id = peek_request(frame)
+        if not records_root_spans(self._tracer_provider):
+            return await self._respond(frame, peer, api_key, api_version, correlation_id, None)
+        with self._tracer.start_as_current_span(
+            _SPAN_NAMES.get(api_key, _UNKNOWN_API_SPAN_NAME),
+            kind=trace.SpanKind.SERVER,
+            attributes={
+                "kafka.api_key": api_key,
+                "kafka.api_version": api_version,
+                "kafka.correlation_id": correlation_id,
+                "kafka.request_bytes": FRAME_SIZE_BYTES + len(frame),
+                "client.address": peer,
+            },
+        ) as span:
+            response = await self._respond(frame, peer, api_key, api_version, correlation_id, span)
+            span.set_attribute("kafka.response_bytes", 0 if response is None else len(response))
+            return response
+
+    async def _respond(
+        self,
+        frame: bytes,
+        peer: str,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        span: trace.Span | None,
+    ) -> bytes | None:
         if api_key == ApiKey.API_VERSIONS:
             served = self._dispatcher.advertised_range(api_key)
             if served is not None and api_version > served[1]:
@@ -147,10 +201,16 @@ class KafkaServer:
             name = REQUESTS[api_key].name
             raise _CloseConnection(f"malformed {name} v{api_version}: {e}") from None
         context = RequestContext(header, peer)
+        if span is not None and header.client_id is not None:
+            span.set_attribute("kafka.client_id", header.client_id)
         handler = self._dispatcher.handler(api_key)
         response = await self._handle(handler, request, context)
         if response is None:
             return None
+        if span is not None:
+            code = _error_code(response, _ERROR_CODE_DEPTH_MAX)
+            if code is not None:
+                span.set_attribute("kafka.error_code", code)
         try:
             return encode_response(api_key, api_version, correlation_id, response)
         except ProtocolError as e:
@@ -179,12 +239,32 @@ class KafkaServer:
                 return await handler.handle(request, context)
         except TimeoutError:
             return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)
-        except Exception:
+        except Exception as e:
+            # The client gets UNKNOWN_SERVER_ERROR; the trace keeps what actually happened.
+            trace.get_current_span().record_exception(e)
             _logger.exception(
                 "request handler failed",
                 extra={"peer": context.peer, "api_key": context.header.api_key},
             )
             return _error_response(handler, request, context, ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+def _error_code(message: Any, depth: int) -> int | None:
+    """The response's top-level error code if it has a non-zero one, else the first non-zero
+    error of its parts (a partition's), else 0 if it reports any error code; None if none."""
+    code: int | None = message.get("error_code")
+    if code or depth == 0:
+        return code
+    for value in message.values():
+        if isinstance(value, list):
+            for part in value:
+                if isinstance(part, dict):
+                    found = _error_code(part, depth - 1)
+                    if found:
+                        return found
+                    if found is not None:
+                        code = 0
+    return code
 
 
 def _error_response(

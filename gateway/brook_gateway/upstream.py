@@ -3,6 +3,11 @@ and the calls that reach the active controller and the group coordinators.
 
 A failed call becomes a Kafka error code (brook.client.network.rpc_error), so handlers answer
 clients in one vocabulary whether a node answered with a code or did not answer at all.
+
+Every call made while a Kafka request's span is recorded gets a CLIENT span of its own, a child
+of the request's, and carries its trace context in the gRPC metadata so that the node's server
+span continues the trace. Nothing is made or sent when the request's span is not recorded: an
+unsampled trace context would make a node that does record (its own exporter on) drop its spans.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import grpc
+from opentelemetry import propagate, trace
 
 from brook.client.network import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS, rpc_error
 from brook.errors import ErrorCode, error_code
+from brook.telemetry import tracer
 from brook.v1 import admin_pb2_grpc, group_pb2_grpc, storage_pb2_grpc
 
 __all__ = ["UpstreamError", "Upstreams"]
@@ -24,6 +31,8 @@ _ENVELOPE_BYTES_MAX: Final = 64 * 1024
 # Codes after which another controller may succeed (the answering one is not the leader).
 _CONTROLLER_RETRY_CODES: Final = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 _T = TypeVar("_T")
+# Span name of a call whose method path is not known (a stub type grpc did not make).
+_UNKNOWN_RPC: Final = "grpc/unknown"
 
 
 class UpstreamError(Exception):
@@ -35,7 +44,17 @@ class UpstreamError(Exception):
 
 
 class Upstreams:
-    def __init__(self, *, message_bytes_max: int, request_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        *,
+        message_bytes_max: int,
+        request_timeout_ms: int,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        """`tracer_provider`: where call spans go; None is the process's (brook.telemetry)."""
+        self._tracer = (
+            tracer(__name__) if tracer_provider is None else tracer_provider.get_tracer(__name__)
+        )
         self._options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", message_bytes_max + _ENVELOPE_BYTES_MAX),
             ("grpc.max_receive_message_length", message_bytes_max + _ENVELOPE_BYTES_MAX),
@@ -65,11 +84,30 @@ class Upstreams:
 
     async def call(self, method: Any, request: Any, timeout_s: float | None = None) -> Any:
         """One unary call; UpstreamError if it gets no answer."""
-        try:
-            return await method(request, timeout=timeout_s or self.request_timeout_s)
-        except grpc.aio.AioRpcError as error:
-            code, message = rpc_error(error)
-            raise UpstreamError(code, message) from None
+        timeout_s = timeout_s or self.request_timeout_s
+        if not trace.get_current_span().is_recording():
+            try:
+                return await method(request, timeout=timeout_s)
+            except grpc.aio.AioRpcError as error:
+                code, message = rpc_error(error)
+                raise UpstreamError(code, message) from None
+        name = _rpc_name(method)
+        service, _, rpc = name.rpartition("/")
+        with self._tracer.start_as_current_span(
+            name,
+            kind=trace.SpanKind.CLIENT,
+            attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": rpc},
+        ) as span:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            try:
+                return await method(request, timeout=timeout_s, metadata=tuple(carrier.items()))
+            except grpc.aio.AioRpcError as error:
+                code, message = rpc_error(error)
+                span.set_attribute("rpc.grpc.status_code", error.code().value[0])
+                span.set_attribute("kafka.error_code", int(code))
+                span.set_status(trace.StatusCode.ERROR, message)
+                raise UpstreamError(code, message) from None
 
     async def admin(
         self,
@@ -113,3 +151,12 @@ class Upstreams:
         self._channels.clear()
         for channel in channels:
             await channel.close(grace=None)
+
+
+def _rpc_name(method: Any) -> str:
+    """The span name of a grpc.aio stub's method: the path it calls, such as
+    brook.v1.StorageService/Produce."""
+    path = getattr(method, "_method", None)
+    if isinstance(path, bytes):
+        return path.decode().lstrip("/")
+    return path.lstrip("/") if isinstance(path, str) else _UNKNOWN_RPC

@@ -209,6 +209,13 @@ class StorageDouble(storage_pb2_grpc.StorageServiceServicer):
             answers.append(answer)
         return answers, total
 
+    async def InitProducerId(self, request: Any, context: Any) -> Any:
+        # As a node without producer ids (static.topics) answers; the generated default would
+        # be a synchronous method, run on an executor thread the tests count as leaked.
+        if (answer := await self._fault("InitProducerId", request, context)) is not None:
+            return answer
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the storage double has no producer ids")
+
     async def ListOffsets(self, request: Any, context: Any) -> Any:
         if (answer := await self._fault("ListOffsets", request, context)) is not None:
             return answer
