@@ -51,13 +51,17 @@ from brook_controller.raft import NotLeaderError, RaftEngine
 from brook_controller.state_machine import ApplyStatus
 from brook_controller.topics import OFFSETS_TOPIC, TopicDefaults, create_topic
 
-__all__ = ["ControllerSettings", "QuorumController", "new_cluster_id"]
+__all__ = ["ControllerSettings", "QuorumController", "check_producer_id_block", "new_cluster_id"]
 
 # A decision refused because the state moved under it is taken again this many times before
 # the request fails; only a storm of changes to the same objects gets that far.
 WRITE_ATTEMPTS_MAX: Final = 5
 # Kafka's producer id block size.
 PRODUCER_ID_BLOCK_SIZE: Final = 1000
+# Producer ids from here up are the group coordinators' (brook_group_coordinator.fencing,
+# one per __consumer_offsets partition, fencing a deposed coordinator's writes); a block
+# reaching into them would let a client producer pass for a coordinator.
+RESERVED_PRODUCER_ID_BASE: Final = 2**62
 MAINTENANCE_INTERVAL_S: Final = 0.5
 LEASE_CHECK_INTERVAL_MS_MAX: Final = 250
 ENGINE_CHECK_INTERVAL_S: Final = 0.5
@@ -107,6 +111,18 @@ class ControllerSettings:
 def new_cluster_id() -> str:
     """Kafka's format: a random UUID in URL-safe base64 without padding (22 characters)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def check_producer_id_block(first: int) -> None:
+    """Refuses a block that would reach the producer ids reserved for the coordinators."""
+    if first + PRODUCER_ID_BLOCK_SIZE > RESERVED_PRODUCER_ID_BASE:
+        # Kafka's answer to exhausted producer ids is an unknown server error too.
+        raise BrookError(
+            ErrorCode.UNKNOWN_SERVER_ERROR,
+            f"producer ids exhausted: the next block [{first}, "
+            f"{first + PRODUCER_ID_BLOCK_SIZE}) would reach the ids reserved for the "
+            f"group coordinators (from {RESERVED_PRODUCER_ID_BASE})",
+        )
 
 
 class QuorumController:
@@ -431,6 +447,7 @@ class QuorumController:
             self._check_broker_epoch(changes.image, request.node_id, request.broker_epoch)
             last = changes.image.producer_ids
             first = last.first_producer_id + last.size if last is not None else 0
+            check_producer_id_block(first)
             block = metadata_pb2.ProducerIdsRecord(
                 node_id=request.node_id,
                 broker_epoch=request.broker_epoch,

@@ -14,6 +14,11 @@ partition at once: the controllers are about to give them to another coordinator
 coordinators must not serve one group. A load that fails (a storage node down, a leader
 moving) is tried again with back-off while the partition is still assigned here.
 
+Loading a partition first claims it (fencing.py): later appends of an older owner are rejected
+by the storage nodes. An append that finds this coordinator fenced drops the partition until
+the controllers assign it here at a newer epoch; one that leaves its outcome unknown drops it
+and loads it again at once if it is still assigned here.
+
 Offsets retention runs every offsets.retention.check.interval.ms.
 
 Shutdown: the moment it begins, every partition is dropped (members waiting in JoinGroup or
@@ -41,6 +46,7 @@ from brook_group_coordinator.cluster_metadata import ClusterMetadata
 from brook_group_coordinator.config import CONFIG_DEF
 from brook_group_coordinator.coordinator_service import GroupCoordinatorServicer
 from brook_group_coordinator.directory import CoordinatorDirectory
+from brook_group_coordinator.fencing import OffsetsWriteError
 from brook_group_coordinator.group import GroupLimits
 from brook_group_coordinator.group_manager import GroupManager
 from brook_group_coordinator.local_view import LocalViewOffsetsLog
@@ -72,6 +78,8 @@ class GroupCoordinator:
         self._manager: GroupManager | None = None
         self._context: ServiceContext | None = None
         self._loads: dict[int, tuple[int, asyncio.Task[None]]] = {}
+        # partition → the coordinator epoch at which a newer owner's write was seen.
+        self._fenced: dict[int, int] = {}
         self._follower: asyncio.Task[None] | None = None
         self._leaving: asyncio.Task[None] | None = None
         self._stopping = False
@@ -112,6 +120,8 @@ class GroupCoordinator:
             timers=LoopTimers(loop),
             log=self._log,
             partition_count=self.metadata.partition_count,
+            claims=self._log,
+            on_partition_lost=self._partition_lost,
         )
         self._context = context
         membership.applied.advance(first.offset)
@@ -163,13 +173,23 @@ class GroupCoordinator:
             epoch = owned.coordinator_epoch if owned is not None else load[0] if load else -1
             if wanted.get(partition) != epoch:
                 self._drop(partition)
+        for partition, epoch in list(self._fenced.items()):
+            if wanted.get(partition) != epoch:
+                del self._fenced[partition]
         for partition, epoch in wanted.items():
+            if self._fenced.get(partition) == epoch:
+                continue
             if partition not in manager.owned and partition not in self._loads:
                 assert self._context is not None
                 task = self._context.tasks.spawn(
                     self._load(partition, epoch), name=f"load-offsets-{partition}"
                 )
                 self._loads[partition] = (epoch, task)
+
+    def _partition_lost(self, partition: int, coordinator_epoch: int, fenced: bool) -> None:
+        if fenced:
+            self._fenced[partition] = coordinator_epoch
+        self.reconcile()
 
     def _drop(self, partition: int) -> None:
         assert self._manager is not None
@@ -188,6 +208,16 @@ class GroupCoordinator:
                     await self._manager.load_partition(partition, epoch)
                     break
                 except Exception as error:
+                    if isinstance(error, OffsetsWriteError) and error.fenced:
+                        # A newer owner has written: this epoch would be refused anyway; the
+                        # metadata assigning the partition elsewhere is on its way.
+                        self._fenced[partition] = epoch
+                        _log.warning(
+                            "not loading a __consumer_offsets partition: a newer coordinator "
+                            "epoch has written to it",
+                            extra={"partition": partition, "coordinator_epoch": epoch},
+                        )
+                        return
                     # Whatever failed (a storage node down, a leader moving, the local view),
                     # the partition stays assigned here: try again rather than stop serving it
                     # (or the whole process) for good.

@@ -7,22 +7,29 @@ otherwise the answer is NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while t
 runs. Losing a partition drops its groups (their waiting members get NOT_COORDINATOR and go
 looking for the new owner).
 
-Writes: offset commits are appended (and acknowledged by the in-sync replicas) before the
-client is answered. A group's metadata is appended whenever its persisted shape changes, in
-order per partition, but the SyncGroup answer does not wait for it (unlike Kafka): if that
-write is lost in a fail-over, the members of the lost generation get UNKNOWN_MEMBER_ID or
-ILLEGAL_GENERATION from the new coordinator and rejoin; no offset is lost.
+Writes: a partition is claimed (``PartitionClaims``: fenced against older owners, see
+fencing.py) before it is replayed, and its appends are serialized (one in flight per
+partition). An append that costs the partition (``OffsetsWriteError``: fenced by a newer
+owner, or an outcome or sequence state that is unknown) drops it at once, so its groups answer
+NOT_COORDINATOR, and ``on_partition_lost`` lets the service load it again if it is still
+assigned here. Offset commits are appended (and acknowledged by the in-sync replicas) before
+the client is answered; one whose outcome is unknown is answered with an error, never NONE.
+A group's metadata is appended whenever its persisted shape changes, in order per partition,
+but the SyncGroup answer does not wait for it (unlike Kafka): if that write is lost in a
+fail-over, the members of the lost generation get UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION from
+the new coordinator and rejoin; no offset is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from brook.errors import BrookError, ErrorCode
+from brook_group_coordinator.fencing import OffsetsWriteError
 from brook_group_coordinator.group import (
     Group,
     GroupLimits,
@@ -33,19 +40,21 @@ from brook_group_coordinator.group import (
     SyncResult,
 )
 from brook_group_coordinator.offsets import GroupOffsets, OffsetLimits, check_commit_partition
-from brook_group_coordinator.offsets_log import OffsetsLog
+from brook_group_coordinator.offsets_log import OffsetsLog, PartitionClaims
 from brook_group_coordinator.ownership import (
     OwnedPartition,
     PartitionLoad,
     offsets_partition_for,
 )
 from brook_group_coordinator.records import (
+    FENCE_KEY,
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
     RecordFormatError,
+    UnknownRecordKindError,
     decode_key,
     decode_value,
     encode_key,
@@ -92,11 +101,18 @@ class GroupManager:
         timers: Timers,
         log: OffsetsLog,
         partition_count: int,
+        claims: PartitionClaims | None = None,
+        on_partition_lost: Callable[[int, int, bool], None] | None = None,
     ) -> None:
+        """``claims``: how a partition is fenced against older owners before it is replayed
+        (None: not at all, for a log only this process writes). ``on_partition_lost(partition,
+        coordinator_epoch, fenced)``: called after a failed append dropped a partition."""
         self._limits = limits
         self._offset_limits = offset_limits
         self._timers = timers
         self._log = log
+        self._claims = claims
+        self._on_partition_lost = on_partition_lost
         self.partition_count = partition_count
         self.owned: dict[int, OwnedPartition] = {}
         self._groups: dict[str, Group] = {}
@@ -131,9 +147,17 @@ class GroupManager:
         current = self.owned.get(partition)
         if current is not None and current.coordinator_epoch >= coordinator_epoch:
             return
-        self.owned[partition] = OwnedPartition(partition, coordinator_epoch)
+        owned = OwnedPartition(partition, coordinator_epoch)
+        self.owned[partition] = owned
         latest: dict[bytes, bytes | None] = {}
         try:
+            if self._claims is not None:
+                # Before the replay: whatever an older owner appends after the fence is
+                # rejected, and whatever it appended before is replayed.
+                async with self._write_lock(partition):
+                    if self.owned.get(partition) is not owned:
+                        return
+                    await self._claims.claim(partition, coordinator_epoch)
             async for record in self._log.read(partition, 0):
                 latest[record.key] = record.value
         except BaseException:
@@ -144,11 +168,18 @@ class GroupManager:
         if self.owned.get(partition) is not self._owned_as(partition, coordinator_epoch):
             return  # lost (or re-assigned) while loading
         for raw_key, raw_value in latest.items():
-            if raw_value is None:
+            if raw_value is None or raw_key == FENCE_KEY:
                 continue
             try:
                 key = decode_key(raw_key)
                 value = decode_value(key, raw_value)
+            except UnknownRecordKindError as e:
+                _log.warning(
+                    "skipping a __consumer_offsets record of an unknown kind (written by a "
+                    "newer coordinator version)",
+                    extra={"partition": partition, "kind": e.kind},
+                )
+                continue
             except RecordFormatError as e:
                 # A record we cannot read must not keep every other group of the partition
                 # offline; it is reported and skipped.
@@ -218,10 +249,43 @@ class GroupManager:
 
     # -- persistence ------------------------------------------------------------------------
 
-    async def _append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        lock = self._write_locks.setdefault(partition, asyncio.Lock())
-        async with lock:
-            await self._log.append(partition, records)
+    def _write_lock(self, partition: int) -> asyncio.Lock:
+        return self._write_locks.setdefault(partition, asyncio.Lock())
+
+    async def _append(
+        self,
+        partition: int,
+        records: Sequence[tuple[bytes, bytes | None]],
+        owned: OwnedPartition | None,
+    ) -> None:
+        """Appends for the ownership ``owned`` only: a write queued behind a failed one must
+        not go out under the next ownership of the partition, unchecked against its state."""
+        async with self._write_lock(partition):
+            if owned is None or self.owned.get(partition) is not owned:
+                raise BrookError(
+                    ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} is not owned here"
+                )
+            try:
+                await self._log.append(partition, records)
+            except OffsetsWriteError as e:
+                self._lose(owned, e)
+                raise
+
+    def _lose(self, owned: OwnedPartition, error: OffsetsWriteError) -> None:
+        if self.owned.get(owned.partition) is not owned:
+            return
+        _log.warning(
+            "dropping a __consumer_offsets partition after a failed append",
+            extra={
+                "partition": owned.partition,
+                "coordinator_epoch": owned.coordinator_epoch,
+                "fenced": error.fenced,
+                "error": error.message,
+            },
+        )
+        self.unload_partition(owned.partition)
+        if self._on_partition_lost is not None:
+            self._on_partition_lost(owned.partition, owned.coordinator_epoch, error.fenced)
 
     def _group_changed(self, group: Group) -> None:
         value = GroupMetadataValue(
@@ -245,17 +309,22 @@ class GroupManager:
             ),
         )
         record = (encode_key(GroupMetadataKey(group.group_id)), encode_value(value))
+        partition = self.partition_for(group.group_id)
         task = asyncio.get_running_loop().create_task(
-            self._write_group(self.partition_for(group.group_id), record, group.group_id)
+            self._write_group(partition, record, group.group_id, self.owned.get(partition))
         )
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
     async def _write_group(
-        self, partition: int, record: tuple[bytes, bytes | None], group_id: str
+        self,
+        partition: int,
+        record: tuple[bytes, bytes | None],
+        group_id: str,
+        owned: OwnedPartition | None,
     ) -> None:
         try:
-            await self._append(partition, [record])
+            await self._append(partition, [record], owned)
         except BrookError as e:
             _log.warning("group metadata not stored", extra={"group": group_id, "error": e.message})
 
@@ -382,10 +451,10 @@ class GroupManager:
         ]
         partition = self.partition_for(group_id)
         try:
-            await self._append(partition, records)
+            await self._append(partition, records, self.owned.get(partition))
         except BrookError as e:
             failed = {(p.topic, p.partition) for p, _ in accepted}
-            code = commit_error(e.code)
+            code = _write_failure(e)
             return [
                 PartitionResult(r.topic, r.partition, code, e.message)
                 if (r.topic, r.partition) in failed
@@ -444,7 +513,12 @@ class GroupManager:
             return ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"
         if group.state is not GroupState.EMPTY:
             return ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} still has members"
-        await self._remove_offsets(group_id, list(self._offsets_of(group_id).by_partition), True)
+        try:
+            await self._remove_offsets(
+                group_id, list(self._offsets_of(group_id).by_partition), True
+            )
+        except BrookError as e:
+            return _write_failure(e), e.message
         return ErrorCode.NONE, ""
 
     async def _remove_offsets(
@@ -455,7 +529,8 @@ class GroupManager:
         ]
         if remove_group:
             tombstones.append((encode_key(GroupMetadataKey(group_id)), None))
-        await self._append(self.partition_for(group_id), tombstones)
+        offsets_partition = self.partition_for(group_id)
+        await self._append(offsets_partition, tombstones, self.owned.get(offsets_partition))
         offsets = self._offsets_of(group_id)
         for topic, partition in keys:
             offsets.remove(topic, partition)
@@ -512,6 +587,14 @@ _COMMIT_ERRORS: dict[ErrorCode, ErrorCode] = {
 
 def commit_error(code: ErrorCode) -> ErrorCode:
     return _COMMIT_ERRORS.get(code, code)
+
+
+def _write_failure(error: BrookError) -> ErrorCode:
+    """What a client is told when a write it asked for failed."""
+    if isinstance(error, OffsetsWriteError):
+        # The partition was dropped: the client re-finds the coordinator and asks again.
+        return ErrorCode.NOT_COORDINATOR
+    return commit_error(error.code)
 
 
 def _settle(future: asyncio.Future[_T], result: _T) -> None:

@@ -32,6 +32,7 @@ from typing import Final, Protocol
 from rocksdict import Options, Rdict, WriteBatch
 
 from brook_group_coordinator.offsets_log import LogRecord
+from brook_group_coordinator.records import FENCE_KEY, encode_fence_value
 
 __all__ = ["VIEW_FLUSH_RECORDS", "BoundedOffsetsLog", "LocalViewOffsetsLog"]
 
@@ -53,6 +54,8 @@ class BoundedOffsetsLog(Protocol):
     def read(self, partition: int, from_offset: int) -> AsyncIterator[LogRecord]: ...
 
     async def bounds(self, partition: int) -> tuple[int, int]: ...
+
+    async def claim(self, partition: int, coordinator_epoch: int) -> int | None: ...
 
 
 def _position_key(partition: int) -> bytes:
@@ -141,6 +144,17 @@ class LocalViewOffsetsLog:
                 applied = [LogRecord(first + i, k, v) for i, (k, v) in enumerate(records)]
                 await asyncio.to_thread(self._view.store, partition, applied, last + 1)
         return last
+
+    async def claim(self, partition: int, coordinator_epoch: int) -> int | None:
+        offset = await self._log.claim(partition, coordinator_epoch)
+        if offset is not None:
+            # Recorded like an append, so that the view still follows the log right after it.
+            fence = LogRecord(offset, FENCE_KEY, encode_fence_value(coordinator_epoch))
+            async with self._lock:
+                position = await asyncio.to_thread(self._view.position, partition)
+                if position == offset:
+                    await asyncio.to_thread(self._view.store, partition, [fence], offset + 1)
+        return offset
 
     async def read(self, partition: int, from_offset: int) -> AsyncIterator[LogRecord]:
         if from_offset != 0:

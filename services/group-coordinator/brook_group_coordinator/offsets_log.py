@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["LogRecord", "OffsetsLog"]
+__all__ = ["LogRecord", "OffsetsLog", "PartitionClaims"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,4 +32,12 @@ class OffsetsLog(Protocol):
 
     def read(self, partition: int, from_offset: int) -> AsyncIterator[LogRecord]:
         """Every record from ``from_offset`` to the partition's end when the read began."""
+        ...
+
+
+class PartitionClaims(Protocol):
+    async def claim(self, partition: int, coordinator_epoch: int) -> int | None:
+        """Makes this coordinator the only one whose appends to the partition succeed, from
+        now until a newer coordinator epoch claims it; returns the offset of the fence record
+        appended for it, if one was. Raises BrookError when it could not."""
         ...

@@ -6,7 +6,11 @@ metadata by the group id; a record with no value (a tombstone) deletes the key.
 
 Key:   u16 kind (1 = offset commit, 2 = group metadata: Kafka's key versions 1 and 2), then
        each field as u16 length + UTF-8 bytes, and for an offset commit the partition as a
-       big-endian i32.
+       big-endian i32. Kind 3 is the fence a coordinator appends when it takes a partition over
+       (the key alone; ``fencing.py``): it carries no state and loading skips it.
+       Loading skips a kind it does not know with a warning, as Kafka's loader does ("Unknown
+       record type ... Ignoring it. It could be a left over from an aborted upgrade"), so a
+       newer coordinator's records never keep an older one from serving the partition.
 Value: UTF-8 JSON object with "v": 1 (so a later version can add fields and still read old
        ones). Offsets: offset, leader_epoch, metadata, commit_timestamp_ms. Group: the
        protocol type and name, generation, leader, when the state last changed, and every
@@ -22,20 +26,24 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "FENCE_KEY",
     "GroupMetadataKey",
     "GroupMetadataValue",
     "MemberMetadata",
     "OffsetCommitKey",
     "OffsetCommitValue",
     "RecordFormatError",
+    "UnknownRecordKindError",
     "decode_key",
     "decode_value",
+    "encode_fence_value",
     "encode_key",
     "encode_value",
 ]
 
 KIND_OFFSET_COMMIT = 1
 KIND_GROUP_METADATA = 2
+KIND_FENCE = 3
 VALUE_VERSION = 1
 _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
@@ -43,6 +51,24 @@ _I32 = struct.Struct(">i")
 
 class RecordFormatError(ValueError):
     """A __consumer_offsets record this coordinator cannot read."""
+
+
+class UnknownRecordKindError(RecordFormatError):
+    """A key of a kind this coordinator does not know (a newer version wrote it)."""
+
+    def __init__(self, kind: int) -> None:
+        super().__init__(f"unknown key kind {kind}")
+        self.kind = kind
+
+
+FENCE_KEY = _U16.pack(KIND_FENCE)
+
+
+def encode_fence_value(coordinator_epoch: int) -> bytes:
+    """Only for whoever reads the log by hand: which epoch fenced the partition."""
+    return json.dumps(
+        {"v": VALUE_VERSION, "coordinator_epoch": coordinator_epoch}, separators=(",", ":")
+    ).encode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +136,8 @@ def encode_key(key: Key) -> bytes:
 def decode_key(data: bytes) -> Key:
     try:
         (kind,) = _U16.unpack_from(data, 0)
+        if kind not in (KIND_OFFSET_COMMIT, KIND_GROUP_METADATA):
+            raise UnknownRecordKindError(kind)
         position = 2
         fields: list[str] = []
         for _ in range(2 if kind == KIND_OFFSET_COMMIT else 1):
@@ -124,10 +152,8 @@ def decode_key(data: bytes) -> Key:
             (partition,) = _I32.unpack_from(data, position)
             position += 4
             key: Key = OffsetCommitKey(fields[0], fields[1], partition)
-        elif kind == KIND_GROUP_METADATA:
-            key = GroupMetadataKey(fields[0])
         else:
-            raise RecordFormatError(f"unknown key kind {kind}")
+            key = GroupMetadataKey(fields[0])
     except (struct.error, UnicodeDecodeError) as e:
         raise RecordFormatError(f"malformed key: {e}") from e
     if position != len(data):

@@ -4,6 +4,16 @@ Append: the records become one RecordBatch v2 (``brook.record.build_batch``), pr
 partition's leader with acks=all, so a commit is acknowledged only once every in-sync replica
 has it. The whole append, retries included, is bounded by offsets.commit.timeout.ms.
 
+Fencing (``fencing.py``): ``claim`` makes this coordinator the partition's writer for its
+coordinator epoch (producer id ``OFFSETS_FENCING_PRODUCER_ID_BASE + partition``, producer
+epoch = coordinator epoch) before the partition is replayed: it continues the sequence of the
+epoch's last batch in the log (this coordinator wrote it before a restart or a reload) or
+appends a fence batch at sequence 0, after which the leader rejects every batch of an older
+owner. Appends carry the next sequence; a retry sends the same bytes, so the leader's
+duplicate detection answers a batch it already has with its original offsets. A batch whose
+outcome stays unknown after offsets.commit.timeout.ms is kept and sent again, as is, by the
+next ``claim`` before anything else; until then the partition takes no appends.
+
 Read: fetches from the leader in offsets.load.buffer.size chunks, from a start offset up to the
 high watermark seen by the first fetch (records above it are not committed, and records
 appended while a partition loads are this coordinator's own, applied as they are written).
@@ -30,12 +40,19 @@ from brook.client.network import Network, rpc_error
 from brook.client.runtime import backoff_s
 from brook.config import Config
 from brook.errors import BrookError, ErrorCode, error_code
-from brook.record import CorruptRecordError, iter_records, scan_batches
+from brook.record import BatchHeader, CorruptRecordError, iter_records, scan_batches
 from brook.record import build_batch as build_record_batch
+from brook.record.varint import INT32_MAX
 from brook.v1 import storage_pb2, storage_pb2_grpc
 from brook_group_coordinator.cluster_metadata import ClusterMetadata, PartitionLeader
+from brook_group_coordinator.fencing import (
+    OffsetsWriteError,
+    fencing_producer_id,
+    producer_epoch_for,
+)
 from brook_group_coordinator.offsets_log import LogRecord
 from brook_group_coordinator.ownership import OFFSETS_TOPIC
+from brook_group_coordinator.records import FENCE_KEY, encode_fence_value
 
 __all__ = ["OffsetsLogSettings", "StorageOffsetsLog"]
 
@@ -45,6 +62,15 @@ CLIENT_ID: Final = "group-coordinator"
 # Reads retry a leader change this many times in a row before the load fails (and is
 # started again by the service while the partition is still assigned here).
 READ_ATTEMPTS_MAX: Final = 10
+# Answers after which the leader may still have appended the batch (acks=all not met in time).
+_APPENDED_MAYBE: Final = frozenset(
+    {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+)
+_SEQUENCE_LOST: Final = frozenset(
+    {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID}
+)
+# The next sequence is not known: learn it from the log's last batch at the next claim.
+_SEQUENCE_UNKNOWN: Final = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +90,19 @@ class OffsetsLogSettings:
                 config.get_int("retry.backoff.ms"), config.get_int("retry.backoff.max.ms")
             ),
         )
+
+
+@dataclass(slots=True)
+class _Writer:
+    """This coordinator as the partition's fenced producer."""
+
+    producer_epoch: int
+    next_sequence: int
+    fenced: bool = False
+    # The leader answered UNKNOWN_PRODUCER_ID: whatever the log says, start again at 0.
+    forgotten: bool = False
+    # (batch bytes, record count) of a batch that may or may not be in the log.
+    in_doubt: tuple[bytes, int] | None = None
 
 
 class _Retry(Exception):
@@ -89,6 +128,7 @@ class StorageOffsetsLog:
             reconnect_backoff_ms=settings.retry_backoff.base_ms,
             reconnect_backoff_max_ms=settings.retry_backoff.max_ms,
         )
+        self._writers: dict[int, _Writer] = {}
 
     async def close(self) -> None:
         await self._network.close()
@@ -137,16 +177,106 @@ class StorageOffsetsLog:
 
     # -- append ---------------------------------------------------------------------------------
 
+    async def claim(self, partition: int, coordinator_epoch: int) -> int | None:
+        """Makes this coordinator the partition's writer at ``coordinator_epoch`` (see the
+        module docstring); returns the offset of the fence record it appended, if it did.
+        Raises OffsetsWriteError (``fenced``: a newer epoch has written) or BrookError; the
+        caller serializes it with the partition's appends."""
+        epoch = producer_epoch_for(partition, coordinator_epoch)
+        writer = self._writers.get(partition)
+        if writer is None or writer.producer_epoch < epoch:
+            writer = _Writer(epoch, _SEQUENCE_UNKNOWN)
+            self._writers[partition] = writer
+        if writer.producer_epoch > epoch or writer.fenced:
+            raise OffsetsWriteError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"{OFFSETS_TOPIC}-{partition}: coordinator epoch {coordinator_epoch} is fenced",
+                fenced=True,
+            )
+        if writer.in_doubt is not None:
+            batch, count = writer.in_doubt
+            await self._send(partition, writer, batch, count)
+            return None
+        if writer.next_sequence == _SEQUENCE_UNKNOWN:
+            after_tail = await self._sequence_from_log(partition, writer)
+            writer.next_sequence = 0 if writer.forgotten else after_tail
+            writer.forgotten = False
+            if writer.next_sequence != 0:
+                return None
+        _, high_watermark = await self.bounds(partition)
+        fence = self._batch(partition, writer, [(FENCE_KEY, encode_fence_value(coordinator_epoch))])
+        offset = await self._send(partition, writer, fence, 1)
+        if offset < high_watermark:
+            # The leader took the fence for a retry of an older sequence-0 batch of this epoch:
+            # the log has batches of the epoch the tail read did not show. Writing on from
+            # sequence 1 could be answered as duplicates of them, so learn the sequence again.
+            writer.next_sequence = _SEQUENCE_UNKNOWN
+            raise OffsetsWriteError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"{OFFSETS_TOPIC}-{partition}: the fence was a duplicate at offset {offset}, "
+                f"below the high watermark {high_watermark}",
+                fenced=False,
+            )
+        return offset
+
+    async def _sequence_from_log(self, partition: int, writer: _Writer) -> int:
+        """The sequence after the last batch of this producer and epoch in the log, or 0 when
+        it has none (a fence is due). Only the owner at this epoch writes it, so its batches,
+        if any, end the log (above a fence of this epoch nothing older is accepted)."""
+        tail = await self._last_batch(partition)
+        if tail is None or tail.producer_id != fencing_producer_id(partition):
+            return 0
+        if tail.producer_epoch > writer.producer_epoch:
+            writer.fenced = True
+            raise OffsetsWriteError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"{OFFSETS_TOPIC}-{partition}: producer epoch {tail.producer_epoch} wrote at "
+                f"offset {tail.base_offset}, after coordinator epoch {writer.producer_epoch}",
+                fenced=True,
+            )
+        if tail.producer_epoch < writer.producer_epoch:
+            return 0
+        return (tail.last_sequence + 1) % (INT32_MAX + 1)
+
     async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> int:
         if not records:
             raise ValueError("an append needs at least one record")
+        writer = self._writers.get(partition)
+        if writer is None:
+            raise BrookError(
+                ErrorCode.NOT_COORDINATOR, f"{OFFSETS_TOPIC}-{partition} is not claimed here"
+            )
+        if writer.fenced or writer.in_doubt is not None or writer.next_sequence < 0:
+            raise OffsetsWriteError(
+                ErrorCode.NOT_COORDINATOR,
+                f"{OFFSETS_TOPIC}-{partition} must be loaded again before it takes writes",
+                fenced=writer.fenced,
+            )
+        batch = self._batch(partition, writer, records)
+        return await self._send(partition, writer, batch, len(records))
+
+    @staticmethod
+    def _batch(
+        partition: int, writer: _Writer, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> bytes:
         now_ms = time.time_ns() // 1_000_000
-        batch = build_record_batch([(now_ms, key, value, ()) for key, value in records])
-        count = len(records)
+        return build_record_batch(
+            [(now_ms, key, value, ()) for key, value in records],
+            producer_id=fencing_producer_id(partition),
+            producer_epoch=writer.producer_epoch,
+            base_sequence=writer.next_sequence,
+        )
+
+    async def _send(self, partition: int, writer: _Writer, batch: bytes, count: int) -> int:
+        """Produces ``batch`` (the same bytes on every retry) within offsets.commit.timeout.ms
+        and moves the writer's sequence on; returns the offset of its last record."""
+        # Whether some attempt ended without the leader saying it did not append the batch.
+        appended_maybe = False
 
         async def produce(
             stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionLeader, remaining_s: float
         ) -> int:
+            nonlocal appended_maybe
             request = storage_pb2.ProduceRequest(
                 acks=storage_pb2.ACKS_ALL,
                 timeout_ms=max(1, int(remaining_s * 1000)),
@@ -156,18 +286,70 @@ class StorageOffsetsLog:
                     )
                 ],
             )
-            response = await stub.Produce(request, timeout=remaining_s)
+            try:
+                response = await stub.Produce(request, timeout=remaining_s)
+            except BaseException:
+                appended_maybe = True
+                raise
             answer = _only(response.partitions, partition)
             code = error_code(answer.error_code)
             if code is ErrorCode.NONE:
                 return int(answer.base_offset) + count - 1
+            if code in _APPENDED_MAYBE:
+                appended_maybe = True
             if code.retriable:
                 raise _Retry(code, answer.error_message or code.name)
             raise BrookError(code, answer.error_message or None)
 
         timeout_s = self._settings.commit_timeout_ms / 1000
-        # The deadline bounds the attempts; the count only guards against a tight loop.
-        return await self._on_leader(partition, timeout_s, 1_000, produce)
+        try:
+            # The deadline bounds the attempts; the count only guards against a tight loop.
+            last = await self._on_leader(partition, timeout_s, 1_000, produce)
+        except BrookError as error:
+            raise self._failed(partition, writer, batch, count, error, appended_maybe) from None
+        except BaseException:
+            # Cancelled (the partition dropped) or broken with the batch possibly in the log.
+            if appended_maybe:
+                writer.in_doubt = (batch, count)
+            raise
+        writer.in_doubt = None
+        writer.next_sequence = (writer.next_sequence + count) % (INT32_MAX + 1)
+        return last
+
+    @staticmethod
+    def _failed(
+        partition: int,
+        writer: _Writer,
+        batch: bytes,
+        count: int,
+        error: BrookError,
+        appended_maybe: bool,
+    ) -> BrookError:
+        where = f"{OFFSETS_TOPIC}-{partition}"
+        if error.code is ErrorCode.INVALID_PRODUCER_EPOCH:
+            writer.fenced = True
+            writer.in_doubt = None
+            return OffsetsWriteError(
+                error.code,
+                f"{where}: a newer coordinator has written: {error.message}",
+                fenced=True,
+            )
+        if error.code in _SEQUENCE_LOST:
+            writer.in_doubt = None
+            # Out of order: the log is not what this writer believes. Unknown producer: the
+            # leader forgot it (producer.id.expiration.ms), so it takes sequence 0 from anyone;
+            # the next claim checks in the log that no newer epoch has written and fences again.
+            writer.next_sequence = _SEQUENCE_UNKNOWN
+            writer.forgotten = error.code is ErrorCode.UNKNOWN_PRODUCER_ID
+            return OffsetsWriteError(error.code, f"{where}: {error.message}", fenced=False)
+        if appended_maybe:
+            writer.in_doubt = (batch, count)
+            return OffsetsWriteError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{where}: the append's outcome is unknown: {error.code.name}: {error.message}",
+                fenced=False,
+            )
+        return error
 
     # -- read -----------------------------------------------------------------------------------
 
@@ -201,6 +383,35 @@ class StorageOffsetsLog:
 
         return await self._on_leader(
             partition, self._settings.request_timeout_ms / 1000, READ_ATTEMPTS_MAX, list_offsets
+        )
+
+    async def _last_batch(self, partition: int) -> BatchHeader | None:
+        """The header of the partition's last batch below its high watermark (None: empty)."""
+        log_start, high_watermark = await self.bounds(partition)
+        if high_watermark <= log_start:
+            return None
+        for stalls in range(1, READ_ATTEMPTS_MAX + 1):
+            response = await self._fetch(partition, high_watermark - 1)
+            records = bytes(response.records)
+            last: BatchHeader | None = None
+            try:
+                for _, header in scan_batches(records):
+                    if header.next_offset <= high_watermark:
+                        last = header
+            except CorruptRecordError as error:
+                raise BrookError(
+                    ErrorCode.CORRUPT_MESSAGE, f"{OFFSETS_TOPIC}-{partition}: {error}"
+                ) from None
+            if last is not None:
+                return last
+            if response.log_start_offset >= high_watermark:
+                return None  # everything was deleted meanwhile
+            # A new leader whose own high watermark has not caught up yet.
+            await asyncio.sleep(backoff_s(self._settings.retry_backoff, stalls))
+        raise BrookError(
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            f"{OFFSETS_TOPIC}-{partition} returned no batch below its high watermark "
+            f"{high_watermark} {READ_ATTEMPTS_MAX} times",
         )
 
     async def read(self, partition: int, from_offset: int) -> AsyncIterator[LogRecord]:

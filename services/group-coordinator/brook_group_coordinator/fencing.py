@@ -1,0 +1,58 @@
+"""Fencing a deposed coordinator's writes to __consumer_offsets with the storage nodes'
+idempotent-producer checks (docs/decisions.md, "Fencing coordinator writes").
+
+Every coordinator writes partition p as producer id ``OFFSETS_FENCING_PRODUCER_ID_BASE + p``
+with the producer epoch set to its coordinator epoch for p. Taking a partition over appends a
+fence batch in the new epoch first, so the leader answers INVALID_PRODUCER_EPOCH to every later
+batch of an older owner, whether it knows it lost the partition or not.
+
+The controllers never hand out producer ids from the base up (quorum_controller.py keeps its
+own copy of the constant; tests/unit/controller checks that the two agree).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from brook.errors import BrookError, ErrorCode
+
+__all__ = [
+    "OFFSETS_FENCING_PRODUCER_ID_BASE",
+    "PRODUCER_EPOCH_MAX",
+    "OffsetsWriteError",
+    "fencing_producer_id",
+    "producer_epoch_for",
+]
+
+OFFSETS_FENCING_PRODUCER_ID_BASE: Final = 2**62
+# A producer epoch is an int16 in RecordBatch v2.
+PRODUCER_EPOCH_MAX: Final = 2**15 - 1
+
+
+class OffsetsWriteError(BrookError):
+    """An append whose failure costs this coordinator the partition: ``fenced`` when a newer
+    owner has written (drop it until the controllers assign it here again), otherwise the
+    outcome or the sequence state is unknown (drop it and load it again)."""
+
+    def __init__(self, code: ErrorCode, message: str, *, fenced: bool) -> None:
+        super().__init__(code, message)
+        self.fenced = fenced
+
+
+def fencing_producer_id(partition: int) -> int:
+    if partition < 0:
+        raise ValueError(f"partition {partition} is negative")
+    return OFFSETS_FENCING_PRODUCER_ID_BASE + partition
+
+
+def producer_epoch_for(partition: int, coordinator_epoch: int) -> int:
+    """The producer epoch of the owner at ``coordinator_epoch``: the same number, which must
+    fit RecordBatch v2's int16. Past it the partition cannot be fenced, so it is not served:
+    a clear error rather than an unfenced writer (32767 hand-overs of one partition)."""
+    if not 0 <= coordinator_epoch <= PRODUCER_EPOCH_MAX:
+        raise BrookError(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            f"__consumer_offsets-{partition}: coordinator epoch {coordinator_epoch} is outside "
+            f"[0, {PRODUCER_EPOCH_MAX}], the producer epochs that fence older owners' writes",
+        )
+    return coordinator_epoch
