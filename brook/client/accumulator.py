@@ -15,11 +15,18 @@ Ordering: a partition has at most one produce request in flight (its queue is *m
 the answer), and a retried batch goes back to the front of its queue, so retries never reorder
 a partition's records. What that costs in pipelining is won back by sending every batch the
 partition queued meanwhile in its next request (up to ``max.request.size``), back to back.
+
+An idempotent producer (``idempotence`` given) orders by sequence numbers instead, as Kafka
+does: each request carries one batch per partition, numbered when first drained, and a
+partition may have up to ``in_flight_max`` of them unacknowledged. A batch that must be retried
+goes back into its queue in sequence order and is not sent again before every earlier batch of
+its partition has been answered (brook.client.idempotence says what each answer means).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import logging
 import threading
@@ -32,6 +39,13 @@ from brook.client.errors import (
     ClientClosedError,
     ClientTimeoutError,
     RecordTooLargeError,
+)
+from brook.client.idempotence import (
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    IdempotenceState,
+    add_sequence,
+    restamp,
 )
 from brook.client.metadata import ClusterView
 from brook.client.partitioner import StickyPartitioner, murmur2
@@ -98,6 +112,7 @@ class ProducerBatch:
         "_waiters",
         "attempts",
         "base_offset",
+        "base_sequence",
         "base_timestamp",
         "body",
         "count",
@@ -105,15 +120,21 @@ class ProducerBatch:
         "deadline",
         "done",
         "error",
+        "follows_acknowledged",
         "log_append_time",
         "max_timestamp",
         "partition",
         "payload",
+        "producer_epoch",
+        "producer_id",
         "reserved_bytes",
         "retry_at",
         "sealed",
+        "send_order",
         "solo",
+        "stamp",
         "topic",
+        "unwritten",
     )
 
     def __init__(
@@ -135,6 +156,21 @@ class ProducerBatch:
         # so that each batch gets its own verdict.
         self.solo = False
         self.payload: bytes | None = None
+        # Idempotence: the producer fields of the header, and the batch's place in its
+        # partition's send order (-1: never sent, no sequence yet).
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = -1
+        self.base_sequence = NO_SEQUENCE
+        self.send_order = -1
+        # Whether every earlier batch of the partition was answered when this attempt was
+        # sent: only then does OUT_OF_ORDER_SEQUENCE_NUMBER mean a real gap (answers of
+        # concurrent requests may arrive in any order).
+        self.follows_acknowledged = False
+        # The leader said this batch is not in its log and cannot be (a sequence gap or an
+        # unknown producer): only a new epoch gets it written.
+        self.unwritten = False
+        # The producer fields ``payload`` carries (a renumbered batch is restamped).
+        self.stamp: tuple[int, int, int] | None = None
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
@@ -161,12 +197,26 @@ class ProducerBatch:
     def seal(self, compression: Compression) -> bytes:
         """The batch's wire bytes, built once (after it stopped taking records)."""
         payload = self.payload
+        stamp = (self.producer_id, self.producer_epoch, self.base_sequence)
         if payload is None:
             payload = encode_batch(
-                self.body, self.count, self.base_timestamp, self.max_timestamp, int(compression)
+                self.body,
+                self.count,
+                self.base_timestamp,
+                self.max_timestamp,
+                int(compression),
+                producer_id=stamp[0],
+                producer_epoch=stamp[1],
+                base_sequence=stamp[2],
             )
             self.payload = payload
+            self.stamp = stamp
             self.body = bytearray()
+        elif stamp != self.stamp:
+            # Renumbered by an epoch bump after it was sent: same records, new header.
+            payload = restamp(payload, *stamp)
+            self.payload = payload
+            self.stamp = stamp
         return payload
 
     # -- completion (on the sender's loop) -----------------------------------------------
@@ -302,15 +352,29 @@ class RecordFuture:
 class PartitionQueue:
     """The batches of one partition waiting to be sent, oldest first; the last may be open."""
 
-    __slots__ = ("batches", "muted", "open", "partition", "topic")
+    __slots__ = (
+        "batches",
+        "in_flight",
+        "muted",
+        "next_sequence",
+        "open",
+        "partition",
+        "sends",
+        "topic",
+    )
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
         self.batches: collections.deque[ProducerBatch] = collections.deque()
         self.open: ProducerBatch | None = None
-        # True while a request holds batches of this partition.
+        # True while a request holds batches of this partition (not idempotent).
         self.muted = False
+        # Idempotent: sequenced batches sent and not yet answered, in send order; the
+        # sequence the next new batch gets; how many batches were ever drained.
+        self.in_flight: list[ProducerBatch] = []
+        self.next_sequence = 0
+        self.sends = 0
 
 
 class DrainedRequest:
@@ -346,8 +410,13 @@ class RecordAccumulator:
         compression: Compression,
         partitioner_ignore_keys: bool,
         partitioner: StickyPartitioner | None = None,
+        idempotence: IdempotenceState | None = None,
+        in_flight_max: int = 5,
     ) -> None:
         self._metadata = metadata
+        self.idempotence = idempotence
+        # Unacknowledged batches per partition for an idempotent producer.
+        self._in_flight_max = in_flight_max
         self._notifier = notifier
         self._wakeup = wakeup
         self._batch_size = batch_size
@@ -394,6 +463,9 @@ class RecordAccumulator:
         """
         if self.closed:
             raise ClientClosedError("the producer is closed")
+        idempotence = self.idempotence
+        if idempotence is not None and idempotence.fatal_error is not None:
+            raise idempotence.fatal_error.with_traceback(None)
         # Everything that does not depend on the batch is encoded (and checked) before the
         # lock is taken.
         tail = encode_record_tail(key, value, headers)
@@ -537,13 +609,24 @@ class RecordAccumulator:
         requests: list[DrainedRequest] = []
         with self._lock:
             send_now = self._flushes > 0 or self._closing or self._memory_waiters > 0
+            sequenced = self._sequenced
+            bumping = False
+            if sequenced:
+                idempotence = self.idempotence
+                assert idempotence is not None
+                if not idempotence.has_producer_id or idempotence.fatal_error is not None:
+                    # Waiting for a producer id: the sender is woken when it arrives.
+                    return requests, None, False
+                bumping = bool(idempotence.bump_reason)
             for queue in self._queues.values():
-                if queue.muted or not queue.batches:
+                if not queue.batches:
                     continue
-                first = queue.batches[0]
-                due = first.retry_at
-                if not (send_now or first.sealed or first.attempts or len(queue.batches) > 1):
-                    due = max(due, first.created + self._linger_s)
+                if sequenced:
+                    if not self._sendable(queue, bumping):
+                        continue
+                elif queue.muted:
+                    continue
+                due = self._due(queue, send_now)
                 if due > now:
                     next_ready = due if next_ready is None else min(next_ready, due)
                     continue
@@ -561,10 +644,138 @@ class RecordAccumulator:
                 self._drain_start[node_id] = start + 1
                 queues = queues[start:] + queues[:start]
                 while slots > 0 and queues:
-                    entries, queues = self._drain_request(queues)
+                    if sequenced:
+                        entries, queues = self._drain_sequenced(queues, send_now, now, bumping)
+                    else:
+                        entries, queues = self._drain_request(queues)
                     requests.append(DrainedRequest(node_id, address, entries))
                     slots -= 1
         return requests, next_ready, unknown_leader
+
+    @property
+    def _sequenced(self) -> bool:
+        idempotence = self.idempotence
+        return idempotence is not None and not idempotence.disabled
+
+    def _due(self, queue: PartitionQueue, send_now: bool) -> float:
+        """When the first batch of ``queue`` may go (lock held)."""
+        first = queue.batches[0]
+        due = first.retry_at
+        if not (send_now or first.sealed or first.attempts or len(queue.batches) > 1):
+            due = max(due, first.created + self._linger_s)
+        return due
+
+    def _sendable(self, queue: PartitionQueue, bumping: bool) -> bool:
+        """Idempotent: whether the first batch of ``queue`` may be sent now, by the ordering
+        rules (lock held; ``queue.batches`` is not empty). ``bumping``: an epoch bump is
+        pending; until it happens only the retries whose outcome is unknown go out, under the
+        old epoch, so that none of them is renumbered while it may already be in the log."""
+        first = queue.batches[0]
+        if bumping and (first.send_order < 0 or first.unwritten):
+            return False
+        in_flight = queue.in_flight
+        if first.send_order < 0:
+            # A new batch: the oldest unacknowledged batch and the newest must stay within
+            # in_flight_max of each other, not just the count in flight. The leader
+            # remembers a producer's last five batches; a retry of one that fell out of
+            # that window would be refused as out of order instead of deduplicated.
+            return not in_flight or queue.sends - in_flight[0].send_order < self._in_flight_max
+        if len(in_flight) >= self._in_flight_max:
+            return False
+        # A retried batch waits until every batch sent before it has been answered: sent
+        # ahead of its predecessor's retry it would only bounce as out of order.
+        return not in_flight or in_flight[0].send_order > first.send_order
+
+    def _drain_sequenced(
+        self, queues: list[PartitionQueue], send_now: bool, now: float, bumping: bool
+    ) -> tuple[list[tuple[PartitionQueue, list[ProducerBatch]]], list[PartitionQueue]]:
+        """Idempotent: fill one request with one batch of each of ``queues`` (lock held);
+        returns it and the queues that may send another batch in the next request."""
+        idempotence = self.idempotence
+        assert idempotence is not None
+        entries: list[tuple[PartitionQueue, list[ProducerBatch]]] = []
+        left: list[PartitionQueue] = []
+        size = 0
+        for queue in queues:
+            batch = queue.batches[0]
+            if entries and size + batch.size_bytes > self._max_request_size:
+                left.append(queue)
+                continue
+            queue.batches.popleft()
+            if batch is queue.open:
+                queue.open = None
+            batch.sealed = True
+            if batch.send_order < 0:
+                batch.send_order = queue.sends
+                queue.sends += 1
+                batch.producer_id = idempotence.producer_id
+                batch.producer_epoch = idempotence.epoch
+                batch.base_sequence = queue.next_sequence
+                queue.next_sequence = add_sequence(queue.next_sequence, batch.count)
+            batch.follows_acknowledged = (
+                not queue.in_flight or queue.in_flight[0].send_order > batch.send_order
+            )
+            bisect.insort(queue.in_flight, batch, key=_send_order)
+            entries.append((queue, [batch]))
+            size += batch.size_bytes
+            if (
+                queue.batches
+                and self._sendable(queue, bumping)
+                and self._due(queue, send_now) <= now
+            ):
+                left.append(queue)
+        return entries, left
+
+    def ready_for_epoch_bump(self) -> bool:
+        """Idempotent: nothing is in flight and every sequenced batch still queued is known
+        not to be in the log, so renumbering it under a new epoch cannot write it twice.
+        (Behind an unwritten batch every later one of its partition is unwritten too: the
+        leader appends a producer's sequences in order.)"""
+        with self._lock:
+            for queue in self._queues.values():
+                if queue.in_flight:
+                    return False
+                if queue.batches:
+                    first = queue.batches[0]
+                    if first.send_order >= 0 and not first.unwritten:
+                        return False
+            return True
+
+    def has_queued(self) -> bool:
+        """Whether some batch waits to be sent."""
+        with self._lock:
+            return any(queue.batches for queue in self._queues.values())
+
+    def reset_sequences(self, producer_id: int, epoch: int) -> None:
+        """Idempotent: a new producer id or epoch: every partition numbers from 0 again, and the
+        batches waiting for a retry are renumbered in their order (no batch is in flight)."""
+        idempotence = self.idempotence
+        assert idempotence is not None
+        with self._lock:
+            idempotence.producer_id = producer_id
+            idempotence.epoch = epoch
+            idempotence.bump_reason = ""
+            for queue in self._queues.values():
+                assert not queue.in_flight, "an epoch changes only with nothing in flight"
+                queue.next_sequence = 0
+                for batch in queue.batches:
+                    if batch.send_order < 0:
+                        break  # retried batches are in front, new ones behind them
+                    batch.producer_id = producer_id
+                    batch.producer_epoch = epoch
+                    batch.base_sequence = queue.next_sequence
+                    batch.unwritten = False
+                    queue.next_sequence = add_sequence(queue.next_sequence, batch.count)
+        self._wakeup.set()
+
+    def disable_idempotence(self) -> None:
+        """Send without sequences from now on (nothing has been sequenced yet)."""
+        idempotence = self.idempotence
+        assert idempotence is not None
+        with self._lock:
+            assert not any(q.sends for q in self._queues.values())
+            idempotence.disabled = True
+        self._wakeup.set()
 
     def _drain_request(
         self, queues: list[PartitionQueue]
@@ -602,10 +813,24 @@ class RecordAccumulator:
             for batch in reversed(batches):
                 batch.attempts += 1
                 batch.retry_at = retry_at
-                queue.batches.appendleft(batch)
+                if batch.send_order >= 0:
+                    self._requeue_sequenced(queue, batch)
+                else:
+                    queue.batches.appendleft(batch)
             queue.muted = False
             self._next_expiry = min(self._next_expiry, batches[0].deadline)
         self._wakeup.set()
+
+    @staticmethod
+    def _requeue_sequenced(queue: PartitionQueue, batch: ProducerBatch) -> None:
+        """Back into the queue in send order, among the other retries (lock held)."""
+        queue.in_flight.remove(batch)
+        index = 0
+        for queued in queue.batches:
+            if queued.send_order < 0 or queued.send_order > batch.send_order:
+                break
+            index += 1
+        queue.batches.insert(index, batch)
 
     def split(self, queue: PartitionQueue, batches: list[ProducerBatch]) -> None:
         """Send each of ``batches`` again in a request of its own (no attempt counted): they
@@ -650,6 +875,8 @@ class RecordAccumulator:
                 self._free_bytes += batch.reserved_bytes
                 batch.reserved_bytes = 0
                 self._incomplete.discard(batch)
+                if queue is not None and batch.send_order >= 0 and batch in queue.in_flight:
+                    queue.in_flight.remove(batch)
             if queue is not None:
                 queue.muted = False
         self._notifier.notify()
@@ -715,3 +942,7 @@ class RecordAccumulator:
                 queue.batches.clear()
                 queue.open = None
         self.fail(None, aborted, error)
+
+
+def _send_order(batch: ProducerBatch) -> int:
+    return batch.send_order

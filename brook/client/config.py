@@ -29,6 +29,7 @@ from brook.config import (
     ConfigType,
     HostPortList,
     Importance,
+    NonEmptyString,
     OneOf,
     Range,
     RawSetting,
@@ -151,9 +152,57 @@ def _check_delivery_timeout(config: Config) -> str | None:
     )
 
 
+# Kafka's bounds for an idempotent producer: the node remembers the last five batches of
+# each producer per partition, so more unacknowledged batches could not be deduplicated.
+IDEMPOTENCE_IN_FLIGHT_MAX: Final = 5
+
+
+def _idempotence_conflicts(config: Config) -> list[str]:
+    """The settings that rule idempotence out, as Kafka's producer names them."""
+    conflicts = []
+    if config.get_string("acks") not in ("all", "-1"):
+        conflicts.append(f"acks={config.get_string('acks')} (it needs acks=all)")
+    if config.get_int("retries") == 0:
+        conflicts.append("retries=0 (it needs retries > 0)")
+    in_flight = config.get_int("max.in.flight.requests.per.connection")
+    if in_flight > IDEMPOTENCE_IN_FLIGHT_MAX:
+        conflicts.append(
+            f"max.in.flight.requests.per.connection={in_flight} (it needs at most "
+            f"{IDEMPOTENCE_IN_FLIGHT_MAX})"
+        )
+    return conflicts
+
+
+def _check_idempotence(config: Config) -> str | None:
+    # Kafka 3.x: only an explicit enable.idempotence=true makes a conflict an error; the
+    # default gives way to explicitly chosen acks/retries/in-flight settings.
+    if config.source("enable.idempotence").startswith("default") or not config.get_bool(
+        "enable.idempotence"
+    ):
+        return None
+    conflicts = _idempotence_conflicts(config)
+    if not conflicts:
+        return None
+    return (
+        f"enable.idempotence=true conflicts with {', '.join(conflicts)}; set "
+        "enable.idempotence=false to use these settings"
+    )
+
+
 PRODUCER_CONFIG_DEF: Final = ConfigDef(
     (
         *_common_keys(),
+        ConfigKey(
+            "enable.idempotence",
+            ConfigType.BOOLEAN,
+            True,
+            "Write each record exactly once per partition despite retries: the producer gets "
+            "a producer id and numbers its batches, and the leader drops a batch it already "
+            "has. Needs acks=all, retries > 0 and max.in.flight.requests.per.connection <= 5; "
+            "when it is not set explicitly and one of those is set otherwise, idempotence is "
+            "off (as in Kafka 3.x).",
+            _H,
+        ),
         ConfigKey(
             "acks",
             ConfigType.STRING,
@@ -233,8 +282,10 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             "max.in.flight.requests.per.connection",
             _INT,
             5,
-            "The most produce requests waiting for an answer from one node. A partition never "
-            "has more than one request in flight, so retries cannot reorder its records.",
+            "The most produce requests waiting for an answer from one node. Without "
+            "idempotence a partition never has more than one request in flight, so retries "
+            "cannot reorder its records; with it, each request carries one batch per partition "
+            "and sequence numbers keep up to this many (at most 5) in order.",
             _L,
             Range(1),
         ),
@@ -256,16 +307,31 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             _M,
         ),
     ),
-    (_check_delivery_timeout,),
+    (_check_delivery_timeout, _check_idempotence),
 )
 
+
+def _check_assignors_listed(config: Config) -> str | None:
+    if config.get_list("partition.assignment.strategy"):
+        return None
+    return "partition.assignment.strategy must name at least one assignor"
+
+
 _CONSUMER_CHECKS: tuple[ConfigCheck, ...] = (
+    _check_assignors_listed,
     check_not_greater(
         "fetch.max.wait.ms",
         "request.timeout.ms",
         "a fetch long-poll must end before the request times out",
     ),
+    check_not_greater(
+        "heartbeat.interval.ms",
+        "session.timeout.ms",
+        "a member must heartbeat more often than its session expires",
+    ),
 )
+# The assignors the group leader can run (brook.client.group.assignors); eager protocol only.
+ASSIGNMENT_STRATEGIES: Final = ("range", "roundrobin", "sticky")
 
 CONSUMER_CONFIG_DEF: Final = ConfigDef(
     (
@@ -341,9 +407,85 @@ CONSUMER_CONFIG_DEF: Final = ConfigDef(
             _INT,
             60000,
             "The bound of the consumer calls that take no timeout (position, "
-            "offsets_for_times, close).",
+            "offsets_for_times, commit, committed, close).",
             _M,
             Range(0),
+        ),
+        ConfigKey(
+            "group.id",
+            ConfigType.STRING,
+            None,
+            "The consumer group this consumer belongs to. Needed by subscribe (the group's "
+            "coordinator shares the subscribed topics' partitions among its members) and by "
+            "commit and committed (offsets are stored per group).",
+            _H,
+            NonEmptyString(),
+        ),
+        ConfigKey(
+            "group.instance.id",
+            ConfigType.STRING,
+            None,
+            "Makes the consumer a static member: a restart within session.timeout.ms takes "
+            "its old place in the group without a rebalance, and close does not leave the "
+            "group. Must be unique within the group.",
+            _M,
+            NonEmptyString(),
+        ),
+        ConfigKey(
+            "session.timeout.ms",
+            _INT,
+            45000,
+            "A member whose heartbeats stop for this long is removed from the group and its "
+            "partitions are reassigned. Must lie within the coordinator's "
+            "group.min.session.timeout.ms and group.max.session.timeout.ms.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "heartbeat.interval.ms",
+            _INT,
+            3000,
+            "How often the consumer heartbeats to its group coordinator (in the background); "
+            "a rebalance is noticed within one interval. Keep it at most a third of "
+            "session.timeout.ms.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "max.poll.interval.ms",
+            _INT,
+            300000,
+            "The longest the application may go between two polls. A consumer that does not "
+            "poll for this long leaves the group (its partitions go to the others); it is "
+            "also the rebalance timeout the coordinator waits for members to rejoin.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "enable.auto.commit",
+            ConfigType.BOOLEAN,
+            True,
+            "Commit the positions of the records poll returned every auto.commit.interval.ms "
+            "(from poll), before partitions are revoked and on close.",
+            _M,
+        ),
+        ConfigKey(
+            "auto.commit.interval.ms",
+            _INT,
+            5000,
+            "How often positions are committed when enable.auto.commit is true.",
+            _L,
+            Range(0),
+        ),
+        ConfigKey(
+            "partition.assignment.strategy",
+            ConfigType.LIST,
+            ("range",),
+            "The assignors this consumer supports, most preferred first; the group uses the "
+            "first one every member supports. range and roundrobin are Kafka's; sticky keeps "
+            "partitions where they are as far as balance allows (eager protocol).",
+            _M,
+            OneOf(ASSIGNMENT_STRATEGIES),
         ),
     ),
     _CONSUMER_CHECKS,
@@ -388,6 +530,10 @@ class ProducerConfig(_ClientCommon):
     max_in_flight_requests_per_connection: int
     max_request_size: int
     partitioner_ignore_keys: bool
+    enable_idempotence: bool
+    # True when enable.idempotence was given explicitly (not defaulted): a cluster without
+    # producer ids is then an error rather than a reason to go on without idempotence.
+    idempotence_explicit: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +547,14 @@ class ConsumerConfig(_ClientCommon):
     isolation_level: int  # common_pb2.IsolationLevel value
     check_crcs: bool
     default_api_timeout_ms: int
+    group_id: str | None
+    group_instance_id: str | None
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    max_poll_interval_ms: int
+    enable_auto_commit: bool
+    auto_commit_interval_ms: int
+    partition_assignment_strategy: tuple[str, ...]
 
 
 def producer_config(settings: ClientSettings | None = None, **kwargs: object) -> ProducerConfig:
@@ -421,6 +575,9 @@ def producer_config(settings: ClientSettings | None = None, **kwargs: object) ->
         ),
         max_request_size=config.get_int("max.request.size"),
         partitioner_ignore_keys=config.get_bool("partitioner.ignore.keys"),
+        enable_idempotence=config.get_bool("enable.idempotence")
+        and not _idempotence_conflicts(config),
+        idempotence_explicit=not config.source("enable.idempotence").startswith("default"),
     )
 
 
@@ -443,6 +600,16 @@ def consumer_config(settings: ClientSettings | None = None, **kwargs: object) ->
         isolation_level=isolation,
         check_crcs=config.get_bool("check.crcs"),
         default_api_timeout_ms=config.get_int("default.api.timeout.ms"),
+        group_id=config.get_optional_string("group.id"),
+        group_instance_id=config.get_optional_string("group.instance.id"),
+        session_timeout_ms=config.get_int("session.timeout.ms"),
+        heartbeat_interval_ms=config.get_int("heartbeat.interval.ms"),
+        max_poll_interval_ms=config.get_int("max.poll.interval.ms"),
+        enable_auto_commit=config.get_bool("enable.auto.commit"),
+        auto_commit_interval_ms=config.get_int("auto.commit.interval.ms"),
+        partition_assignment_strategy=tuple(
+            dict.fromkeys(config.get_list("partition.assignment.strategy"))
+        ),
     )
 
 

@@ -21,9 +21,12 @@ __all__ = [
     "BrookClientError",
     "ClientClosedError",
     "ClientTimeoutError",
+    "CommitFailedError",
     "ConfigError",
+    "FencedInstanceIdError",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "ProducerFencedError",
     "RecordTooLargeError",
     "UnknownTopicOrPartitionError",
     "api_error",
@@ -83,8 +86,37 @@ class NoOffsetForPartitionError(BrookClientError):
         )
 
 
+class ProducerFencedError(ApiError):
+    """Another producer instance took over this producer's id with a newer epoch: this one
+    may not write again. Fatal: every pending and later send fails with it; close the
+    producer (a new one gets a producer id of its own)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.PRODUCER_FENCED, message)
+
+
 class ClientTimeoutError(BrookClientError, TimeoutError):
     """A bounded wait ran out: delivery.timeout.ms, max.block.ms or a caller's timeout."""
+
+
+class CommitFailedError(BrookClientError):
+    """An offset commit was refused because the group rebalanced (or dropped this member)
+    since the partitions were assigned: another member may own them now, so the offsets were
+    not committed. The consumer rejoins on its next poll; records processed since the last
+    successful commit may be delivered again (to whichever member gets the partitions)."""
+
+
+class FencedInstanceIdError(ApiError):
+    """Another consumer started with this consumer's ``group.instance.id``: this one was
+    fenced out of the group and can only be closed."""
+
+    def __init__(self, group_instance_id: str, during: str) -> None:
+        self.group_instance_id = group_instance_id
+        super().__init__(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"{during}: another consumer joined with group.instance.id={group_instance_id!r}; "
+            "this one is fenced and must be closed",
+        )
 
 
 class ClientClosedError(BrookClientError):

@@ -13,6 +13,10 @@
 topic it has not seen and when ``buffer.memory`` is used up, both bounded by ``max.block.ms``.
 The network side runs on an event loop: a private one in a daemon thread for ``Producer``, the
 application's for ``AsyncProducer``.
+
+Idempotence is on by default (``enable.idempotence``, as in Kafka 3.x): a retried batch is never
+written twice. A producer that another instance fenced fails every pending and later send with
+``ProducerFencedError``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from brook.client.errors import (
     ClientTimeoutError,
     UnknownTopicOrPartitionError,
 )
+from brook.client.idempotence import IdempotenceState
 from brook.client.metadata import Metadata
 from brook.client.network import Network
 from brook.client.runtime import (
@@ -94,6 +99,8 @@ class _ProducerCore:
             delivery_timeout_ms=config.delivery_timeout_ms,
             compression=config.compression,
             partitioner_ignore_keys=config.partitioner_ignore_keys,
+            idempotence=IdempotenceState() if config.enable_idempotence else None,
+            in_flight_max=config.max_in_flight_requests_per_connection,
         )
         self.sender = Sender(config, self.accumulator, self.metadata, self.network, sender_wakeup)
         self.metadata.add_listener(sender_wakeup)

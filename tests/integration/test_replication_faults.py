@@ -10,6 +10,8 @@ send order, and none was invented.
 The producer does not retry (retries=0): without idempotent producers a retried send whose
 first attempt was appended would be a legitimate duplicate, and this test asserts none exist.
 A send that fails is simply not acknowledged; its record may or may not be in the log.
+(tests/integration/test_idempotent_producer.py runs the same scenario with an idempotent
+producer that does retry: ``idempotent=True``.)
 """
 
 from __future__ import annotations
@@ -112,10 +114,18 @@ class _Outcome:
     high_watermarks: dict[int, int]
 
 
-def _kill_leaders_in_turn(cluster_factory: ClusterFactory, acks: str) -> _Outcome:
+def _kill_leaders_in_turn(
+    cluster_factory: ClusterFactory, acks: str, *, idempotent: bool = False
+) -> _Outcome:
     """Sends numbered records with ``acks`` while killing each partition's leader in turn, then
     reads every partition back from offset 0 up to its high watermark; all storage nodes are
-    stopped (cleanly) on return so their logs can be read from disk."""
+    stopped (cleanly) on return so their logs can be read from disk.
+
+    ``idempotent``: an idempotent producer that retries (issue #8) instead of one that does
+    not retry at all."""
+    retry_settings: dict[str, object] = (
+        {"enable_idempotence": True} if idempotent else {"enable_idempotence": False, "retries": 0}
+    )
     cluster = replication_cluster(
         cluster_factory,
         controllers=3,
@@ -136,7 +146,7 @@ def _kill_leaders_in_turn(cluster_factory: ClusterFactory, acks: str) -> _Outcom
             Producer(
                 bootstrap_servers=bootstrap,
                 acks=acks,
-                retries=0,
+                **retry_settings,
                 linger_ms=0,
                 request_timeout_ms=5000,
                 delivery_timeout_ms=10000,
@@ -169,7 +179,8 @@ def _kill_leaders_in_turn(cluster_factory: ClusterFactory, acks: str) -> _Outcom
         elapsed_s = time.monotonic() - started
     acked_total = sum(map(len, sender.acked.values()))
     print(
-        f"\nacks={acks}: {ROUNDS * PARTITIONS} leader kills in {elapsed_s:.1f} s: {acked_total} "
+        f"\nacks={acks} idempotent={idempotent}: {ROUNDS * PARTITIONS} leader kills in "
+        f"{elapsed_s:.1f} s: {acked_total} "
         f"records acknowledged, {sender.failures} sends failed (not acknowledged)"
     )
 
