@@ -41,12 +41,15 @@ from brook.client.errors import (
     BrookClientError,
     ClientClosedError,
     ClientTimeoutError,
+    CommitFailedError,
     ConfigError,
+    FencedInstanceIdError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
+from brook.client.group.coordinator import ConsumerGroupMetadata
 from brook.client.producer import AsyncProducer, Producer
 from brook.client.types import (
     ConsumerRecord,
@@ -66,6 +69,7 @@ __all__ = [
     "ClientClosedError",
     "ClientTimeoutError",
     "ClusterDescription",
+    "CommitFailedError",
     "ConfigEntry",
     "ConfigError",
     "ConfigResource",
@@ -73,8 +77,10 @@ __all__ = [
     "Consumer",
     "ConsumerGroupDescription",
     "ConsumerGroupListing",
+    "ConsumerGroupMetadata",
     "ConsumerGroupState",
     "ConsumerRecord",
+    "FencedInstanceIdError",
     "MemberDescription",
     "NewTopic",
     "NoOffsetForPartitionError",

@@ -6,10 +6,27 @@
             for record in consumer.poll(timeout=1.0):
                 handle(record)
 
-Partitions are assigned by the application (consumer groups arrive later). A partition starts
+Partitions are assigned by the application (``assign``) or by the consumer group
+(``subscribe``, with ``group.id``). A partition starts at its committed offset (in a group) or
 at ``auto.offset.reset`` (latest by default) unless ``seek`` says otherwise. ``poll`` returns
 up to ``max.poll.records`` records from prefetched data and starts the next fetch of every
 partition it drained, so the next round trip overlaps the application's work.
+
+Consumer groups (Kafka's classic protocol, eager rebalancing)::
+
+    consumer = Consumer(group_id="billing", enable_auto_commit=False)
+    consumer.subscribe(["orders"], on_assign=print, on_revoke=print)
+    while True:
+        for record in consumer.poll(timeout=1.0):
+            handle(record)
+        consumer.commit()
+
+Rebalances happen inside ``poll``, in the caller's thread (or task): before rejoining, the
+consumer commits its positions (with ``enable.auto.commit``), calls ``on_revoke`` with every
+partition it had and gives them all up; after the group assigned it partitions it positions
+them at their committed offsets and calls ``on_assign``. The callbacks are plain functions
+taking a list of TopicPartition; they may call ``commit``, ``seek`` and ``position`` (an
+AsyncConsumer's callbacks may use the blocking-free methods and ``commit_async``).
 
 Like Kafka's consumer, one consumer is meant for one thread (or one task) at a time.
 """
@@ -17,11 +34,15 @@ Like Kafka's consumer, one consumer is meant for one thread (or one task) at a t
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
+import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
+from brook.client.admin import OffsetAndMetadata
 from brook.client.config import ClientSettings, ConsumerConfig, OffsetResetStrategy, consumer_config
 from brook.client.errors import (
     BrookClientError,
@@ -31,6 +52,11 @@ from brook.client.errors import (
     OffsetOutOfRangeError,
 )
 from brook.client.fetcher import Fetcher, SubscriptionState
+from brook.client.group.coordinator import (
+    ConsumerCoordinator,
+    ConsumerGroupMetadata,
+    storage_node_locator,
+)
 from brook.client.metadata import Metadata
 from brook.client.network import Network
 from brook.client.runtime import (
@@ -46,7 +72,13 @@ from brook.client.runtime import (
 from brook.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from brook.v1 import storage_pb2
 
-__all__ = ["AsyncConsumer", "Consumer"]
+__all__ = ["AsyncConsumer", "Consumer", "PartitionsCallback"]
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+# on_assign / on_revoke: called with the partitions gained or given up.
+PartitionsCallback = Callable[[list[TopicPartition]], object]
 
 # Fetch requests name partitions and offsets only.
 _FETCH_REQUEST_BYTES_MAX = 4 * 1024 * 1024
@@ -70,6 +102,33 @@ def _offset(value: object, what: str) -> int:
     if type(value) is not int or value < 0:
         raise ValueError(f"{what} must be an int >= 0, got {value!r}")
     return value
+
+
+def _topics(topics: object) -> list[str]:
+    names = [topics] if isinstance(topics, str) else topics
+    if not isinstance(names, Iterable):
+        raise TypeError(f"expected a topic name or a list of them, got {topics!r}")
+    result = list(names)
+    for name in result:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"topic names must be non-empty strings, got {name!r}")
+    return result
+
+
+def _commit_offsets(
+    offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    result: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, value in offsets.items():
+        key = _topic_partition(tp)
+        if isinstance(value, OffsetAndMetadata):
+            _offset(value.offset, f"committed offset of {key.topic}-{key.partition}")
+            result[key] = value
+        else:
+            result[key] = OffsetAndMetadata(
+                _offset(value, f"committed offset of {key.topic}-{key.partition}")
+            )
+    return result
 
 
 class _ConsumerCore:
@@ -108,6 +167,44 @@ class _ConsumerCore:
         self.metadata.add_listener(self._fetcher_wakeup)
         self._tasks: list[asyncio.Task[None]] = []
         self.closed = False
+        self.loop = loop
+        self.group: ConsumerCoordinator | None = None
+        if config.group_id is not None:
+            group_wakeup = Wakeup(loop)
+            self.metadata.add_listener(group_wakeup)
+            self.group = ConsumerCoordinator(
+                group_id=config.group_id,
+                group_instance_id=config.group_instance_id,
+                config=config,
+                metadata=self.metadata,
+                notifier=self.notifier,
+                wakeup=group_wakeup,
+                locator=storage_node_locator(
+                    self.metadata,
+                    self.network,
+                    config.bootstrap_servers,
+                    config.request_timeout_ms / 1000,
+                ),
+                assignors=config.partition_assignment_strategy,
+                session_timeout_ms=config.session_timeout_ms,
+                heartbeat_interval_ms=config.heartbeat_interval_ms,
+                max_poll_interval_ms=config.max_poll_interval_ms,
+            )
+        # Group management: whether subscribe() is in force, its callbacks, the partitions
+        # the application was last given (None: none since the last revocation), the join in
+        # progress, and commits started but not finished.
+        self.subscribed = False
+        self._on_assign: PartitionsCallback | None = None
+        self._on_revoke: PartitionsCallback | None = None
+        self._owned: list[TopicPartition] | None = None
+        self._join: (
+            concurrent.futures.Future[
+                tuple[list[TopicPartition], dict[TopicPartition, OffsetAndMetadata | None]]
+            ]
+            | None
+        ) = None
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._next_auto_commit = 0.0
 
     @property
     def default_timeout_s(self) -> float:
@@ -118,6 +215,8 @@ class _ConsumerCore:
             asyncio.create_task(self.metadata.run(), name="brook-consumer-metadata"),
             asyncio.create_task(self.fetcher.run(), name="brook-consumer-fetcher"),
         ]
+        if self.group is not None:
+            self._tasks.append(asyncio.create_task(self.group.run(), name="brook-consumer-group"))
 
     def _check_open(self) -> None:
         if self.closed:
@@ -127,6 +226,11 @@ class _ConsumerCore:
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         self._check_open()
+        if self.subscribed:
+            raise BrookClientError(
+                "the consumer is subscribed: its partitions come from the group; call "
+                "unsubscribe() before assign()"
+            )
         wanted = [_topic_partition(tp) for tp in partitions]
         self.subscriptions.assign(wanted)
         self.metadata.set_topics({tp.topic for tp in wanted})
@@ -191,12 +295,25 @@ class _ConsumerCore:
 
     def poll_steps(self, timeout_s: float) -> Steps[list[ConsumerRecord]]:
         self._check_open()
-        if not self.subscriptions.partitions:
+        if not self.subscriptions.partitions and not self.subscribed:
             # As Kafka's consumer: polling with nothing assigned is a mistake, not a wait.
-            raise BrookClientError("no partitions are assigned: call assign() before poll()")
+            raise BrookClientError(
+                "no partitions are assigned: call assign() or subscribe() before poll()"
+            )
         deadline = time.monotonic() + max(timeout_s, 0.0)
         while True:
             version = self.notifier.version
+            group = self.group
+            if self.subscribed and group is not None:
+                group.last_poll = time.monotonic()
+                if group.fatal_error is not None:
+                    raise group.fatal_error
+                if group.rejoin_needed or self._owned is None or self._join is not None:
+                    joined = yield from self._rebalance_steps(deadline)
+                    if not joined:
+                        return []
+                    continue
+                self._maybe_auto_commit()
             self._raise_partition_errors()
             records = self._collect()
             if records:
@@ -263,6 +380,203 @@ class _ConsumerCore:
             self._fetcher_wakeup.set()
         return out
 
+    # -- consumer groups --------------------------------------------------------------------
+
+    def _group(self, what: str) -> ConsumerCoordinator:
+        self._check_open()
+        if self.group is None:
+            raise BrookClientError(f"{what} needs group.id: this consumer belongs to no group")
+        return self.group
+
+    def subscribe(
+        self,
+        topics: Iterable[str],
+        on_assign: PartitionsCallback | None,
+        on_revoke: PartitionsCallback | None,
+    ) -> None:
+        group = self._group("subscribe")
+        names = _topics(topics)
+        if not names:
+            raise ValueError("subscribe needs at least one topic; unsubscribe() stops consuming")
+        if self.subscriptions.partitions and not self.subscribed:
+            raise BrookClientError(
+                "the consumer has manually assigned partitions: call assign([]) or "
+                "unsubscribe() before subscribe()"
+            )
+        self.subscribed = True
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        # Plain attribute writes and the thread-safe metadata cache; the join itself happens
+        # in poll.
+        group.subscribe(names)
+        self.notifier.notify()
+
+    def _submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        """Run ``coro`` on the loop from any thread; waiters wake when it finishes."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        self._pending.add(future)
+
+        def finished(done: concurrent.futures.Future[_T]) -> None:
+            self._pending.discard(done)
+            self.notifier.notify()
+
+        future.add_done_callback(finished)
+        return future
+
+    def _wait_steps(self, future: concurrent.futures.Future[_T], deadline: float) -> Steps[bool]:
+        """Wait for ``future`` until ``deadline``; True when it finished."""
+        while True:
+            version = self.notifier.version
+            if future.done():
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            yield version, remaining
+
+    def _positions(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        with self.subscriptions.lock:
+            return {
+                tp: OffsetAndMetadata(state.position)
+                for tp, state in self.subscriptions.partitions.items()
+                if state.position is not None
+            }
+
+    def _revoke_steps(self, timeout_s: float) -> Steps[None]:
+        """Eager revocation: commit (auto-commit), call on_revoke while the partitions are
+        still assigned (so it may commit their positions, as with Kafka), give them all up."""
+        owned = self._owned
+        if owned is None:
+            return
+        group = self.group
+        assert group is not None
+        if self.config.enable_auto_commit and group.generation_id >= 0:
+            offsets = self._positions()
+            if offsets:
+                deadline = time.monotonic() + timeout_s
+                future = self._submit(group.commit(offsets, deadline, group_managed=True))
+                if (yield from self._wait_steps(future, deadline + _CLOSE_MARGIN_S)):
+                    error = future.exception()
+                    if error is not None:
+                        _log.warning("auto-commit before revoking partitions failed: %s", error)
+        try:
+            if self._on_revoke is not None:
+                self._on_revoke(list(owned))
+        finally:
+            self._owned = None
+            self.subscriptions.assign([])
+            self._changed()
+
+    async def _join_and_fetch(
+        self, group: ConsumerCoordinator
+    ) -> tuple[list[TopicPartition], dict[TopicPartition, OffsetAndMetadata | None]]:
+        # Joining waits for the whole group (up to the rebalance timeout); a poll that ends
+        # sooner leaves it running and the next poll picks it up.
+        deadline = time.monotonic() + max(
+            self.default_timeout_s, self.config.max_poll_interval_ms / 1000
+        )
+        partitions = await group.join(deadline)
+        try:
+            committed = await group.fetch_committed(partitions, deadline)
+        except BaseException:
+            # Without positions the assignment cannot be used; join again next poll.
+            group.rejoin_needed = True
+            raise
+        return partitions, committed
+
+    def _rebalance_steps(self, deadline: float) -> Steps[bool]:
+        group = self.group
+        assert group is not None
+        yield from self._revoke_steps(self.default_timeout_s)
+        if self._join is None:
+            self._join = self._submit(self._join_and_fetch(group))
+        join = self._join
+        if not (yield from self._wait_steps(join, deadline)):
+            return False
+        self._join = None
+        error = join.exception()
+        if isinstance(error, ClientTimeoutError):
+            _log.info("joining group %s is taking long: %s", group.group_id, error)
+            return False
+        if error is not None:
+            raise error
+        partitions, committed = join.result()
+        self.subscriptions.assign(partitions)
+        with self.subscriptions.lock:
+            for tp, found in committed.items():
+                if found is not None:
+                    self.subscriptions.state(tp).seek(found.offset, None)
+        self._owned = list(partitions)
+        self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+        self._changed()
+        if self._on_assign is not None:
+            self._on_assign(list(partitions))
+        return True
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.config.enable_auto_commit or self.group is None:
+            return
+        now = time.monotonic()
+        if now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self.config.auto_commit_interval_ms / 1000
+        offsets = self._positions()
+        if offsets:
+            self._log_failure(self.commit_future(offsets, self.default_timeout_s), "auto-commit")
+
+    @staticmethod
+    def _log_failure(future: concurrent.futures.Future[None], what: str) -> None:
+        def report(done: concurrent.futures.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                _log.warning("%s failed: %s", what, done.exception())
+
+        future.add_done_callback(report)
+
+    def commit_offsets(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        self._group("commit")
+        if offsets is None:
+            if self.subscribed and self._owned is None:
+                return {}
+            return self._positions()
+        return _commit_offsets(offsets)
+
+    def commit_future(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], timeout_s: float
+    ) -> concurrent.futures.Future[None]:
+        group = self._group("commit")
+        return self._submit(
+            group.commit(offsets, time.monotonic() + timeout_s, group_managed=self.subscribed)
+        )
+
+    def committed_future(
+        self, partitions: Iterable[TopicPartition], timeout_s: float
+    ) -> concurrent.futures.Future[dict[TopicPartition, OffsetAndMetadata | None]]:
+        group = self._group("committed")
+        wanted = [_topic_partition(tp) for tp in partitions]
+        return self._submit(group.fetch_committed(wanted, time.monotonic() + timeout_s))
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._group("group_metadata").metadata()
+
+    def leave_steps(self, timeout_s: float) -> Steps[None]:
+        """unsubscribe / close: revoke (committing with auto-commit), then leave the group."""
+        group = self.group
+        if not self.subscribed or group is None:
+            return
+        join, self._join = self._join, None
+        if join is not None:
+            join.cancel()
+        if group.fatal_error is None:
+            yield from self._revoke_steps(timeout_s)
+        self._owned = None
+        self.subscribed = False
+        self.subscriptions.assign([])
+        future = self._submit(group.leave("the consumer unsubscribed or closed"))
+        yield from self._wait_steps(future, time.monotonic() + timeout_s + _CLOSE_MARGIN_S)
+        self._changed()
+
     # -- offset look-ups --------------------------------------------------------------------
 
     @staticmethod
@@ -309,16 +623,21 @@ class _ConsumerCore:
 
     async def close(self) -> None:
         self.closed = True
+        for future in list(self._pending):
+            future.cancel()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.group is not None:
+            await self.group.close()
         await self.network.close()
 
 
 class Consumer(Closing):
-    """A blocking consumer with manual partition assignment.
+    """A blocking consumer: manual partition assignment (``assign``) or a consumer group
+    (``subscribe`` with ``group.id``).
 
     Settings: a dict of Kafka consumer settings and/or keyword arguments
     (``auto_offset_reset="earliest"``), see ``brook.client.config``. Timeouts are in seconds;
@@ -393,19 +712,104 @@ class Consumer(Closing):
         )
 
     def poll(self, timeout: float) -> list[ConsumerRecord]:
-        """Up to max.poll.records records, waiting up to ``timeout`` seconds for some."""
+        """Up to max.poll.records records, waiting up to ``timeout`` seconds for some.
+
+        When subscribed, poll also takes part in rebalances (see the module docstring) and
+        raises FencedInstanceIdError once another consumer took this one's group.instance.id.
+        """
         core = self._core
         return drive(core.poll_steps(timeout), core.notifier)
 
-    def close(self) -> None:
-        """Stop fetching and release the I/O thread and connections. Idempotent."""
-        if self._core.closed:
+    # -- consumer groups --------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str],
+        on_assign: PartitionsCallback | None = None,
+        on_revoke: PartitionsCallback | None = None,
+    ) -> None:
+        """Consume ``topics`` as a member of group ``group.id``: the group shares their
+        partitions among its members. ``on_assign``/``on_revoke`` are called from ``poll``
+        with the partitions given to / taken from this consumer. Replaces an earlier
+        subscription (a changed topic list rebalances the group)."""
+        self._core.subscribe(topics, on_assign, on_revoke)
+
+    def unsubscribe(self) -> None:
+        """Give up the partitions (committing them with auto-commit, calling on_revoke) and
+        leave the group; the consumer can then assign() or subscribe() again."""
+        core = self._core
+        core._check_open()
+        drive(core.leave_steps(core.default_timeout_s), core.notifier)
+
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        asynchronous: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit ``offsets`` (default: the position of every assigned partition, i.e. the
+        next record poll would return) for group ``group.id``.
+
+        A committed offset is the next offset to read, as in Kafka. Returns once the
+        coordinator acknowledged the commit; raises CommitFailedError when the group
+        rebalanced since the partitions were assigned. ``asynchronous=True`` returns at once
+        (a failure is logged; use commit_async to see it)."""
+        if asynchronous:
+            self.commit_async(offsets)
             return
-        self._core.closed = True
+        core = self._core
+        chosen = core.commit_offsets(offsets)
+        if not chosen:
+            return
+        timeout_s = self._timeout_s(timeout)
+        future = core.commit_future(chosen, timeout_s)
+        _result(future, timeout_s)
+
+    def commit_async(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Start a commit and return its future (done when the coordinator acknowledged)."""
+        core = self._core
+        chosen = core.commit_offsets(offsets)
+        future = core.commit_future(chosen, core.default_timeout_s)
+        core._log_failure(future, "asynchronous commit")
+        return future
+
+    def committed(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition (None where nothing is committed)."""
+        timeout_s = self._timeout_s(timeout)
+        return _result(self._core.committed_future(partitions, timeout_s), timeout_s)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group id, generation, member id and group.instance.id."""
+        return self._core.group_metadata()
+
+    def close(self) -> None:
+        """Leave the group (committing first with auto-commit; a static member stays until
+        its session expires), stop fetching and release the I/O thread and connections.
+        Idempotent."""
+        core = self._core
+        if core.closed:
+            return
         try:
-            self._thread.run(self._core.close(), _CLOSE_MARGIN_S)
+            drive(core.leave_steps(core.default_timeout_s), core.notifier)
+        except Exception as error:  # closing must release the thread whatever happened
+            _log.warning("leaving the group on close failed: %s", error)
+        core.closed = True
+        try:
+            self._thread.run(core.close(), _CLOSE_MARGIN_S)
         finally:
             self._thread.stop()
+
+
+def _result(future: concurrent.futures.Future[_T], timeout_s: float) -> _T:
+    try:
+        return future.result(timeout_s + _CLOSE_MARGIN_S)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        raise ClientTimeoutError(f"operation did not finish within {timeout_s} s") from None
 
 
 class AsyncConsumer(AsyncClosing):
@@ -487,7 +891,61 @@ class AsyncConsumer(AsyncClosing):
         core = self._started()
         return await drive_async(core.poll_steps(timeout), core.notifier)
 
+    def subscribe(
+        self,
+        topics: Iterable[str],
+        on_assign: PartitionsCallback | None = None,
+        on_revoke: PartitionsCallback | None = None,
+    ) -> None:
+        """As Consumer.subscribe; the callbacks run inside ``await poll()``."""
+        self._started().subscribe(topics, on_assign, on_revoke)
+
+    async def unsubscribe(self) -> None:
+        core = self._started()
+        core._check_open()
+        await drive_async(core.leave_steps(core.default_timeout_s), core.notifier)
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        asynchronous: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> None:
+        """As Consumer.commit."""
+        if asynchronous:
+            self.commit_async(offsets)
+            return
+        core = self._started()
+        chosen = core.commit_offsets(offsets)
+        if chosen:
+            await asyncio.wrap_future(core.commit_future(chosen, self._timeout_s(timeout)))
+
+    def commit_async(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> asyncio.Future[None]:
+        core = self._started()
+        future = core.commit_future(core.commit_offsets(offsets), core.default_timeout_s)
+        core._log_failure(future, "asynchronous commit")
+        return asyncio.wrap_future(future)
+
+    async def committed(
+        self,
+        partitions: Iterable[TopicPartition],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        core = self._started()
+        return await asyncio.wrap_future(
+            core.committed_future(partitions, self._timeout_s(timeout))
+        )
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._started().group_metadata()
+
     async def close(self) -> None:
         core = self._core
         if core is not None and not core.closed:
+            try:
+                await drive_async(core.leave_steps(core.default_timeout_s), core.notifier)
+            except Exception as error:  # closing must release the connections regardless
+                _log.warning("leaving the group on close failed: %s", error)
             await core.close()
