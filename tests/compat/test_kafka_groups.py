@@ -9,10 +9,14 @@ with OffsetFetch.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 import pytest
+from cluster_fixture import wait_until
 from test_kafka_clients import (
     CLIENT_TIMEOUT_MS,
     CONSUME_TIMEOUT_S,
@@ -28,6 +32,9 @@ from test_kafka_clients import (
     expected_records,
     kafka_python_produce,
 )
+
+from brook.client import Consumer
+from brook.launcher import LocalCluster, Role
 
 pytestmark = pytest.mark.integration
 
@@ -136,11 +143,11 @@ def test_two_confluent_consumers_in_a_group_split_the_partitions(bootstrap: str)
     check_round_trip(topic, consumed[0] + consumed[1])
 
 
-def _kafka_python_read_back(bootstrap: str, topic: str, group: str) -> Consumed:
-    """Every record of ``topic``, read by a kafka-python group member that then commits."""
-    from kafka import KafkaConsumer, TopicPartition
+def _kafka_python_consumer(bootstrap: str, topic: str, group: str, **config: Any) -> Any:
+    """A kafka-python member of ``group`` subscribed to ``topic``, committing only when told."""
+    from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(
+    return KafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
         group_id=group,
@@ -148,7 +155,15 @@ def _kafka_python_read_back(bootstrap: str, topic: str, group: str) -> Consumed:
         enable_auto_commit=False,
         session_timeout_ms=SESSION_TIMEOUT_MS,
         heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+        **config,
     )
+
+
+def _kafka_python_read_back(bootstrap: str, topic: str, group: str) -> Consumed:
+    """Every record of ``topic``, read by a kafka-python group member that then commits."""
+    from kafka import TopicPartition
+
+    consumer = _kafka_python_consumer(bootstrap, topic, group)
     consumed: Consumed = []
     try:
         deadline = time.monotonic() + CONSUME_TIMEOUT_S
@@ -284,3 +299,196 @@ def test_confluent_idempotent_producer_writes_every_record_exactly_once(bootstra
     finally:
         consumer.close()
     check_round_trip(topic, consumed)
+
+
+# -- kafka-python leading a group that another member joins -------------------------------------
+
+LEADER_ROUNDS = 3
+# kafka-python's poll blocks up to this long on a join in flight: long enough that a rebalance
+# completes inside one poll call (see _KafkaPythonMember).
+KAFKA_PYTHON_POLL_MS = 1000
+BROOK_POLL_S = 0.1
+MEMBER_STOP_TIMEOUT_S = 30.0
+
+
+class _KafkaPythonMember:
+    """A kafka-python group member polled by a thread of its own, as an application would poll
+    it, while the test drives the other member; it records its assignment, its records, and
+    every assignment it computed as the group's leader.
+
+    kafka-python (3.0.12, and its main branch) loses a completed join in two ways when poll()
+    returns while its JoinGroup/SyncGroup round is still in flight, and the round then completes
+    between two polls: if the member still wants to rejoin, the next poll discards the finished
+    round and joins again (the leader's new join starts another rebalance, so a loop shorter than
+    a rebalance can repeat this for tens of seconds); if it no longer does (a rejoin asked for
+    only because the topic's metadata arrived after the first assignment, which the leader's
+    assignment of the in-flight round then records), the round is never finished: heartbeats
+    stay disabled and no assignment is taken, forever. Hence a thread of its own with a poll
+    longer than a rebalance, and the topic's metadata read before the first join."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._owned: set[int] = set()
+        self._records: Consumed = []
+        self._error: BaseException | None = None
+        self._led_members: list[int] = []
+        record_leadership: Callable[[int], None] = self._led
+
+        class RecordingRangeAssignor(RangePartitionAssignor):  # type: ignore[misc]
+            @classmethod
+            def assign(cls, cluster: Any, members: Any) -> Any:
+                record_leadership(len(members))
+                return super().assign(cluster, members)
+
+        self._consumer = _kafka_python_consumer(
+            bootstrap, topic, group, partition_assignment_strategy=[RecordingRangeAssignor]
+        )
+        try:
+            assert topic in self._consumer.topics()
+        except BaseException:
+            self._consumer.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name="kafka-python-member")
+
+    def _led(self, members: int) -> None:
+        with self._lock:
+            self._led_members.append(members)
+
+    def led(self) -> list[int]:
+        """The number of members of each group assignment it computed as the leader."""
+        with self._lock:
+            return list(self._led_members)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                batches = self._consumer.poll(timeout_ms=KAFKA_PYTHON_POLL_MS)
+                owned = {tp.partition for tp in self._consumer.assignment()}
+                with self._lock:
+                    self._owned = owned
+                    for records in batches.values():
+                        self._records.extend(
+                            (r.partition, r.offset, r.key, r.value, list(r.headers))
+                            for r in records
+                        )
+        except BaseException as error:
+            self._error = error
+        finally:
+            self._consumer.close()
+
+    def owned(self) -> set[int]:
+        """The partitions it owns, as of its last poll; fails the test if its thread died."""
+        assert self._error is None, f"the kafka-python member failed: {self._error!r}"
+        with self._lock:
+            return set(self._owned)
+
+    def records(self) -> Consumed:
+        with self._lock:
+            return list(self._records)
+
+    def __enter__(self) -> _KafkaPythonMember:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(MEMBER_STOP_TIMEOUT_S)
+        assert not self._thread.is_alive(), "the kafka-python member did not stop"
+
+
+def _poll_until(
+    brook: Consumer,
+    consumed: Consumed,
+    condition: Callable[[], bool],
+    what: str,
+    state: Callable[[], str],
+) -> None:
+    """Polls the Brook member into ``consumed`` until ``condition()`` holds."""
+    deadline = time.monotonic() + GROUP_SETTLE_TIMEOUT_S
+    while True:
+        consumed.extend(
+            (r.partition, r.offset, r.key, r.value, list(r.headers))
+            for r in brook.poll(BROOK_POLL_S)
+        )
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {GROUP_SETTLE_TIMEOUT_S} s waiting for {what}; {state()}")
+
+
+def _brook_member_joins_a_kafka_python_leader(
+    cluster: LocalCluster, bootstrap: str, topic: str
+) -> None:
+    everything = set(range(PARTITIONS))
+    group = f"{topic}-group"
+    create_topic_kafka_python(bootstrap, topic)
+    with _KafkaPythonMember(bootstrap, topic, group) as leader:
+        wait_until(
+            lambda: leader.owned() == everything,
+            "kafka-python to lead the group alone",
+            GROUP_SETTLE_TIMEOUT_S,
+        )
+        assert leader.led() and set(leader.led()) == {1}
+        settings = {
+            "bootstrap.servers": cluster.bootstrap_servers(Role.STORAGE_NODE),
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+        }
+        with Consumer(settings) as brook:
+            brook.subscribe([topic])
+            consumed: Consumed = []
+
+            def ours() -> set[int]:
+                return {tp.partition for tp in brook.assignment()}
+
+            def shared() -> bool:
+                theirs, mine = leader.owned(), ours()
+                split = bool(theirs and mine) and theirs.isdisjoint(mine)
+                return split and theirs | mine == everything
+
+            def state() -> str:
+                return (
+                    f"{topic}: kafka-python owns {sorted(leader.owned())} (led {leader.led()}), "
+                    f"Brook owns {sorted(ours())}"
+                )
+
+            _poll_until(brook, consumed, shared, "the two to share the partitions", state)
+            split = (leader.owned(), ours())
+            assert leader.led()[-1] == 2, "kafka-python did not assign both members"
+
+            kafka_python_produce(bootstrap, topic)
+            _poll_until(
+                brook,
+                consumed,
+                lambda: len(leader.records()) + len(consumed) >= RECORDS,
+                "both members to consume what was produced",
+                state,
+            )
+            assert (leader.owned(), ours()) == split, "the group rebalanced again"
+            theirs = leader.records()
+            assert {p for p, *_ in theirs} == split[0]
+            assert {p for p, *_ in consumed} == split[1]
+            check_round_trip(topic, theirs + consumed)
+
+
+def test_kafka_python_leader_and_a_brook_member_joining_it_share_partitions_and_consume(
+    compat_cluster: LocalCluster, bootstrap: str
+) -> None:
+    """kafka-python leads a group alone; a Brook consumer joins, which makes kafka-python rejoin
+    and assign both. Each round ends with every partition owned by exactly one of them,
+    kafka-python's last assignment computed for both, and each consuming exactly the records of
+    its own partitions, once."""
+    for round_number in range(LEADER_ROUNDS):
+        _brook_member_joins_a_kafka_python_leader(
+            compat_cluster, bootstrap, f"groups-kafka-python-leader-{round_number}"
+        )

@@ -640,7 +640,9 @@ def test_a_kafka_client_and_a_brook_consumer_share_one_group(
             delivered.extend((r.partition, r.offset) for r in brook.poll(POLL_S))
             return True if brook.assignment() == _all_partitions("mixed") else None
 
-        # The Brook consumer leads the group and assigns the Kafka client its share.
+        # The Brook consumer leads the group and assigns the Kafka client its share. (A
+        # kafka-python leader is tests/compat/test_kafka_groups.py's case: this loop, polling
+        # each client for 0.1 s in turn, would trip kafka-python's join races described there.)
         _wait(brook_alone, "the Brook consumer to join", STABLE_TIMEOUT_S)
         kafka_consumer = KafkaConsumer(
             "mixed",

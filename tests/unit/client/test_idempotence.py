@@ -4,11 +4,17 @@ what each answer of the leader means (no node needed: the accumulator is driven 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from client_test_support import TOPIC, StaticMetadata, static_cluster
 
-from brook.client.accumulator import PartitionQueue, ProducerBatch, RecordAccumulator
+from brook.client.accumulator import (
+    NeedMemory,
+    PartitionQueue,
+    ProducerBatch,
+    RecordAccumulator,
+)
 from brook.client.config import producer_config
 from brook.client.errors import ClientTimeoutError, ConfigError
 from brook.client.idempotence import (
@@ -25,6 +31,7 @@ from brook.errors import ErrorCode
 from brook.record import Compression, iter_records, read_header, validate_batches
 
 PRODUCER_ID = 4000
+GROWS = 1 << 20
 EPOCH = 3
 _LOOP = asyncio.new_event_loop()  # never run: Wakeup only needs a loop to post to
 
@@ -113,17 +120,24 @@ def test_sequences_wrap_to_zero_after_int32_max() -> None:
 
 
 def _idempotent_accumulator(
-    cluster: ClusterView, *, in_flight_max: int = 5, delivery_timeout_ms: int = 120_000
+    cluster: ClusterView,
+    *,
+    in_flight_max: int = 5,
+    delivery_timeout_ms: int = 120_000,
+    max_request_size: int = 300,
+    buffer_memory: int = 1 << 20,
 ) -> tuple[RecordAccumulator, IdempotenceState]:
+    # max.request.size 300 leaves a batch no room to grow past batch.size (200) while it waits
+    # to be sent: these tests follow batches of one record. GROWS lifts that cap.
     state = IdempotenceState()
     accumulator = RecordAccumulator(
         metadata=StaticMetadata(cluster),
         notifier=Notifier(),
         wakeup=Wakeup(_LOOP),
         batch_size=200,
-        buffer_memory=1 << 20,
+        buffer_memory=buffer_memory,
         linger_ms=0,
-        max_request_size=1 << 20,
+        max_request_size=max_request_size,
         delivery_timeout_ms=delivery_timeout_ms,
         compression=Compression.NONE,
         partitioner_ignore_keys=False,
@@ -322,6 +336,120 @@ def test_fatal_error_makes_send_raise() -> None:
     with pytest.raises(type(fenced), match="fenced"):
         accumulator.append(TOPIC, b"v", None, None, 0, None)
     assert _drain(accumulator, cluster) == []
+
+
+# -- batches waiting to be sent -----------------------------------------------------------------
+
+
+def _fill_window(
+    accumulator: RecordAccumulator, cluster: ClusterView
+) -> tuple[PartitionQueue, list[ProducerBatch]]:
+    """Five one-record batches of partition 0 in flight: its window is full."""
+    drained = []
+    for _ in range(5):
+        _fill(accumulator, 1)
+        drained += _drain(accumulator, cluster)
+    assert len(drained) == 5
+    return drained[0][0], [batch for _, batch in drained]
+
+
+def _late_values(count: int) -> list[bytes]:
+    return [b"late-%094d" % i for i in range(count)]
+
+
+def test_a_batch_waiting_for_a_full_window_grows_and_goes_out_as_one_batch_in_order() -> None:
+    cluster = static_cluster(1)
+    accumulator, _ = _idempotent_accumulator(cluster, max_request_size=GROWS)
+    queue, in_flight = _fill_window(accumulator, cluster)
+    values = _late_values(20)
+    for value in values:  # each alone fills batch.size (200 bytes)
+        accumulator.append(TOPIC, value, None, None, 0, None)
+    assert _drain(accumulator, cluster) == [], "the window is full"
+
+    accumulator.complete(queue, [in_flight[0]], 0, -1)
+    [(_, grown)] = _drain(accumulator, cluster)
+
+    assert (grown.base_sequence, grown.count) == (5, 20)
+    assert [batch.count for batch in in_flight] == [1] * 5, "sent batches never take records"
+    payload = grown.seal(accumulator.compression)
+    (header,) = validate_batches(payload, max_batch_bytes=1 << 20)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (
+        PRODUCER_ID,
+        EPOCH,
+        5,
+    )
+    assert [record.value for record in iter_records(payload)] == values
+    for batch in in_flight[1:]:
+        accumulator.complete(queue, [batch], 0, -1)
+    accumulator.complete(queue, [grown], 5, -1)
+    assert accumulator.has_free_bytes(1 << 20), "a grown batch gives back all it reserved"
+
+
+def test_a_batch_waiting_for_a_request_slot_of_its_node_grows_until_it_is_drained() -> None:
+    cluster = static_cluster(1)
+    accumulator, _ = _idempotent_accumulator(cluster, max_request_size=GROWS)
+    values = _late_values(10)
+    accumulator.append(TOPIC, values[0], None, None, 0, None)
+    # The node already has max.in.flight.requests.per.connection requests in flight.
+    requests, _, _ = accumulator.drain(cluster, float("inf"), lambda node: 0)
+    assert requests == []
+    for value in values[1:]:
+        accumulator.append(TOPIC, value, None, None, 0, None)
+
+    [(_, grown)] = _drain(accumulator, cluster)
+    _fill(accumulator, 1)
+    [(_, later)] = _drain(accumulator, cluster)
+
+    assert (grown.base_sequence, grown.count) == (0, 10)
+    assert [record.value for record in iter_records(grown.seal(Compression.NONE))] == values
+    assert (later.base_sequence, later.count) == (10, 1), "a drained batch takes no records"
+
+
+def test_a_waiting_batch_grows_no_larger_than_max_request_size() -> None:
+    cluster = static_cluster(1)
+    accumulator, _ = _idempotent_accumulator(cluster, max_request_size=1000)
+    queue, in_flight = _fill_window(accumulator, cluster)
+    values = _late_values(30)
+    for value in values:
+        accumulator.append(TOPIC, value, None, None, 0, None)
+
+    for batch in in_flight:
+        accumulator.complete(queue, [batch], 0, -1)
+    later = [batch for _, batch in _drain(accumulator, cluster)]
+
+    payloads = [batch.seal(accumulator.compression) for batch in later]
+    assert all(len(payload) <= 1000 for payload in payloads)
+    assert len(later) < len(values), "the batches grew past batch.size"
+    assert [batch.base_sequence for batch in later] == [
+        5 + sum(batch.count for batch in later[:index]) for index in range(len(later))
+    ]
+    assert [r.value for payload in payloads for r in iter_records(payload)] == values
+
+
+def test_a_waiting_batch_grows_only_within_buffer_memory() -> None:
+    cluster = static_cluster(1)
+    # Five in-flight batches and one waiting reserve 200 bytes each: nothing is left.
+    accumulator, _ = _idempotent_accumulator(cluster, max_request_size=GROWS, buffer_memory=1200)
+    _fill_window(accumulator, cluster)
+    accumulator.append(TOPIC, _late_values(1)[0], None, None, 0, None)
+
+    with pytest.raises(NeedMemory):
+        accumulator.append(TOPIC, _late_values(2)[1], None, None, 0, None)
+
+
+def test_a_record_does_not_join_a_batch_with_less_than_half_its_delivery_timeout_left() -> None:
+    cluster = static_cluster(1)
+    accumulator, _ = _idempotent_accumulator(
+        cluster, max_request_size=GROWS, delivery_timeout_ms=200
+    )
+    first, second = _late_values(2)
+    accumulator.append(TOPIC, first, None, None, 0, None)
+    time.sleep(0.15)  # past half of the 200 ms, well before the batch expires
+    accumulator.append(TOPIC, second, None, None, 0, None)
+
+    drained = [batch for _, batch in _drain(accumulator, cluster)]
+
+    assert [batch.count for batch in drained] == [1, 1]
 
 
 # -- restamping -------------------------------------------------------------------------------

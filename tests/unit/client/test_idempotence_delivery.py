@@ -205,9 +205,10 @@ def test_many_in_flight_batches_survive_failures_in_order_and_exactly_once(
 
     double.faults["Produce"] = flaky
     sent = [b"%04d" % i for i in range(300)]
-    with Producer(
-        {"bootstrap.servers": dedup.address, **FAST, "batch.size": 200, "linger.ms": 1}
-    ) as producer:
+    # max.request.size leaves a waiting batch no room to grow past batch.size: about 25
+    # batches, so that several are in flight when the faults hit.
+    settings = {"batch.size": 200, "max.request.size": 300, "linger.ms": 1}
+    with Producer({"bootstrap.servers": dedup.address, **FAST, **settings}) as producer:
         futures = [producer.send("single", value) for value in sent]
         offsets = [future.result(RESULT_TIMEOUT_S).offset for future in futures]
 
