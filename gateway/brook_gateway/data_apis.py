@@ -4,12 +4,19 @@ nodes with the record batches passed through as bytes.
 A request touching partitions led by several storage nodes becomes one gRPC call per node,
 sent concurrently; a node that does not answer gives its partitions the retriable error
 standing for the failure, so the client refreshes its metadata and retries.
+
+acks=0 and acks=1 Produce requests are merged on their way to a storage node
+(ProduceCoalescer): a client such as librdkafka pipelines many small requests, each with a
+batch or two, and a gRPC call costs the gateway and the node far more than the bytes it
+carries (bench/README.md, gateway section).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from brook.errors import ErrorCode
@@ -21,7 +28,7 @@ from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.upstream import UpstreamError
 
-__all__ = ["data_handlers"]
+__all__ = ["ProduceCoalescer", "data_handlers"]
 
 _ACKS: Final = {
     0: storage_pb2.ACKS_NONE,
@@ -36,6 +43,10 @@ _MAX_TIMESTAMP: Final = -3
 PRODUCE_SERVED_MIN: Final = 3
 
 _Part = tuple[str, int, Any]
+# Records bytes one merged Produce call carries at most (a single larger request goes alone):
+# far below the node's queued.max.request.bytes and socket.request.max.bytes, so merging never
+# makes a call the node would refuse that its parts would not have been refused alone.
+PRODUCE_MERGED_BYTES_MAX: Final = 1024 * 1024
 
 
 async def _fan_out(
@@ -63,6 +74,11 @@ async def _fan_out(
             for part in items:
                 fail(part, code, str(e))
 
+    if len(routed.by_address) == 1:
+        # The common case, one leader node: no task to make for a gather of one.
+        [(address, items)] = routed.by_address.items()
+        await one(address, items)
+        return
     await asyncio.gather(*(one(a, items) for a, items in routed.by_address.items()))
 
 
@@ -132,6 +148,171 @@ def _metadata(backend: Backend) -> ApiHandler:
     return ApiHandler(ApiKey.METADATA, handle, versions=(0, 5), error_response=error)
 
 
+ProduceResponses = Sequence[storage_pb2.PartitionProduceResponse]
+SendProduce = Callable[[str, storage_pb2.Acks, int, list[_Part]], Awaitable[ProduceResponses]]
+"""(address, acks, timeout_ms, parts) -> one Produce call's responses, in the order of parts."""
+
+
+@dataclass(slots=True, eq=False)
+class _Waiting:
+    parts: list[_Part]
+    size_bytes: int
+    done: asyncio.Future[ProduceResponses | None]
+    """Its responses once a call that carried it returned; None: its turn to send a call."""
+
+
+@dataclass(slots=True, eq=False)
+class _Lane:
+    """The Produce requests of one client connection to one storage node (with one acks and
+    timeout): at most one call in flight, the requests arriving meanwhile wait in order."""
+
+    waiting: deque[_Waiting] = field(default_factory=deque)
+
+
+class ProduceCoalescer:
+    """Merges the Produce requests a client pipelines to one storage node into fewer calls.
+
+    While a lane's call is in flight, requests queue; when it returns, the oldest waiting
+    request sends the next call, carrying every waiting request it can: in arrival order, a
+    partition at most once per call (the node refuses repeats, and a later batch must not
+    overtake an earlier one of its partition), up to ``merged_bytes_max`` of records. No
+    request waits for company: an idle lane sends at once. One call in flight per connection
+    and node keeps each partition's batches in the order the client sent them, as Kafka's
+    one-request-at-a-time connections do.
+
+    The node answers a call's partitions in the order they were sent; each request gets its
+    slice. A failed or cancelled call fails every request it carried with the same error.
+    Which requests come here is the caller's choice (the Produce handler keeps acks=all out).
+    """
+
+    def __init__(self, send: SendProduce, merged_bytes_max: int) -> None:
+        if merged_bytes_max < 1:
+            raise ValueError(f"merged_bytes_max must be at least 1, not {merged_bytes_max}")
+        self._send = send
+        self._merged_bytes_max = merged_bytes_max
+        self._lanes: dict[tuple[str, str, int, int], _Lane] = {}
+
+    @property
+    def lanes(self) -> int:
+        """Lanes with a call in flight (idle lanes are dropped)."""
+        return len(self._lanes)
+
+    async def produce(
+        self,
+        connection: str,
+        address: str,
+        acks: storage_pb2.Acks,
+        timeout_ms: int,
+        parts: list[_Part],
+    ) -> ProduceResponses:
+        """The node's responses to `parts`, in their order; UpstreamError if the call that
+        carried them got no answer."""
+        key = (connection, address, acks, timeout_ms)
+        me = _Waiting(
+            parts,
+            sum(len(records or b"") for _, _, records in parts),
+            asyncio.get_running_loop().create_future(),
+        )
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        else:
+            lane.waiting.append(me)
+            try:
+                responses = await me.done
+            except BaseException:
+                self._leave(key, lane, me)
+                raise
+            if responses is not None:
+                return responses
+        try:
+            return await self._lead(address, acks, timeout_ms, lane, me)
+        finally:
+            self._pass_turn(key, lane)
+
+    async def _lead(
+        self, address: str, acks: storage_pb2.Acks, timeout_ms: int, lane: _Lane, me: _Waiting
+    ) -> ProduceResponses:
+        carried = [me, *self._take(lane, me.parts, me.size_bytes)]
+        others = carried[1:]
+        try:
+            responses = await self._send(
+                address, acks, timeout_ms, [part for w in carried for part in w.parts]
+            )
+        except Exception as e:
+            _fail(others, e)
+            raise
+        except BaseException:
+            _fail(
+                others,
+                UpstreamError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    "the Produce call carrying this request was cancelled",
+                ),
+            )
+            raise
+        expected = sum(len(w.parts) for w in carried)
+        if len(responses) != expected:
+            failure = UpstreamError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"the storage node answered {len(responses)} partitions of {expected}",
+            )
+            _fail(others, failure)
+            raise failure
+        start = len(me.parts)
+        for other in others:
+            end = start + len(other.parts)
+            if not other.done.done():
+                other.done.set_result(responses[start:end])
+            start = end
+        return responses[: len(me.parts)]
+
+    def _take(self, lane: _Lane, first: list[_Part], size_bytes: int) -> list[_Waiting]:
+        """Removes from the lane the waiting requests the next call can carry besides
+        `first`'s parts."""
+        seen = {(topic, partition) for topic, partition, _ in first}
+        taken: list[_Waiting] = []
+        kept: deque[_Waiting] = deque()
+        for waiting in lane.waiting:
+            keys = {(topic, partition) for topic, partition, _ in waiting.parts}
+            fits = size_bytes + waiting.size_bytes <= self._merged_bytes_max
+            if fits and seen.isdisjoint(keys) and not waiting.done.done():
+                taken.append(waiting)
+                size_bytes += waiting.size_bytes
+            else:
+                kept.append(waiting)
+            # A request left behind blocks its partitions for the rest of this call too.
+            seen |= keys
+        lane.waiting = kept
+        return taken
+
+    def _pass_turn(self, key: tuple[str, str, int, int], lane: _Lane) -> None:
+        """The lane's call is over: the oldest waiting request sends the next, or the lane
+        goes idle."""
+        while lane.waiting:
+            head = lane.waiting.popleft()
+            if not head.done.done():
+                head.done.set_result(None)
+                return
+        del self._lanes[key]
+
+    def _leave(self, key: tuple[str, str, int, int], lane: _Lane, me: _Waiting) -> None:
+        """A waiting request was cancelled: out of the queue, and if the turn to send had just
+        come to it, on to the next."""
+        if me in lane.waiting:
+            lane.waiting.remove(me)
+        elif me.done.done() and not me.done.cancelled() and me.done.exception() is None:
+            if me.done.result() is None:
+                self._pass_turn(key, lane)
+
+
+def _fail(carried: list[_Waiting], error: BaseException) -> None:
+    """Every request still waiting for the call that carried it gets ``error``."""
+    for waiting in carried:
+        if not waiting.done.done():
+            waiting.done.set_exception(error)
+
+
 def _produce_error(request: Message, context: RequestContext, code: int) -> Message:
     del context
     return {
@@ -149,6 +330,25 @@ def _produce_error(request: Message, context: RequestContext, code: int) -> Mess
 
 
 def _produce(backend: Backend) -> ApiHandler:
+    async def send(
+        address: str, acks: storage_pb2.Acks, timeout_ms: int, parts: list[_Part]
+    ) -> ProduceResponses:
+        response = await backend.upstreams.call(
+            backend.upstreams.storage(address).Produce,
+            storage_pb2.ProduceRequest(
+                acks=acks,
+                timeout_ms=timeout_ms,
+                partitions=[
+                    storage_pb2.PartitionProduceData(topic=t, partition=p, records=r or b"")
+                    for t, p, r in parts
+                ],
+            ),
+        )
+        partitions: ProduceResponses = response.partitions
+        return partitions
+
+    coalescer = ProduceCoalescer(send, PRODUCE_MERGED_BYTES_MAX)
+
     async def handle(request: Message, context: RequestContext) -> Message | None:
         acks = _ACKS.get(request["acks"])
         if acks is None:
@@ -166,18 +366,14 @@ def _produce(backend: Backend) -> ApiHandler:
             }
 
         async def call(address: str, items: list[_Part]) -> None:
-            response = await backend.upstreams.call(
-                backend.upstreams.storage(address).Produce,
-                storage_pb2.ProduceRequest(
-                    acks=acks,
-                    timeout_ms=max(request["timeout_ms"], 0),
-                    partitions=[
-                        storage_pb2.PartitionProduceData(topic=t, partition=p, records=r or b"")
-                        for t, p, r in items
-                    ],
-                ),
-            )
-            for r in response.partitions:
+            timeout_ms = max(request["timeout_ms"], 0)
+            if acks == storage_pb2.ACKS_ALL:
+                # An acks=all call lasts a replication round; queued behind it, a partition
+                # would get one batch per round. Concurrent calls let each round carry all.
+                responses = await send(address, acks, timeout_ms, items)
+            else:
+                responses = await coalescer.produce(context.peer, address, acks, timeout_ms, items)
+            for r in responses:
                 results[(r.topic, r.partition)] = {
                     "index": r.partition,
                     "error_code": int(r.error_code),

@@ -13,7 +13,6 @@ Unknown tagged fields (a newer peer's additions) are kept under `UNKNOWN_TAGS` a
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
 from typing import Any, Final
 
 from brook_gateway.protocol.primitives import UUID_ZERO, ProtocolError, Reader, Writer
@@ -284,7 +283,16 @@ class MessageCodec:
         return {field.name: default_value(field) for field in self.spec.fields}
 
 
-@cache
+# Keyed by the spec's identity: a MessageSpec is a frozen dataclass whose generated hash walks
+# every nested field spec, several times per request on the hot path. A cached codec holds its
+# spec, so an id here cannot be reused by another spec.
+_CODECS: Final[dict[tuple[int, int], MessageCodec]] = {}
+
+
 def codec_for(spec: MessageSpec, version: int) -> MessageCodec:
     """The compiled codec of `spec` at `version` (compiled once, then shared)."""
-    return MessageCodec(spec, version)
+    key = (id(spec), version)
+    codec = _CODECS.get(key)
+    if codec is None:
+        codec = _CODECS[key] = MessageCodec(spec, version)
+    return codec

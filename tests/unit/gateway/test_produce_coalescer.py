@@ -1,0 +1,259 @@
+"""The gateway's ProduceCoalescer: Produce requests pipelined by one client connection to one
+storage node become fewer calls, without reordering a partition's batches or mixing up whose
+answer is whose."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from brook_gateway.data_apis import ProduceCoalescer
+from brook_gateway.upstream import UpstreamError
+
+from brook.errors import ErrorCode
+from brook.v1 import storage_pb2
+
+STEP_TIMEOUT_S = 5.0
+ACKS = storage_pb2.ACKS_LEADER
+NODE = "127.0.0.1:9001"
+CONNECTION = "127.0.0.1:50000"
+
+Part = tuple[str, int, bytes]
+
+
+@dataclass
+class RecordingNode:
+    """Stands in for the storage node's Produce: records each call and answers every partition
+    with an offset of its own; while ``hold`` is set, each call waits for its gate."""
+
+    hold: bool = False
+    fail_with: Exception | None = None
+    calls: list[list[Part]] = field(default_factory=list)
+    gates: list[asyncio.Event] = field(default_factory=list)
+    next_offset: int = 0
+
+    async def send(
+        self, address: str, acks: int, timeout_ms: int, parts: list[Part]
+    ) -> Sequence[storage_pb2.PartitionProduceResponse]:
+        del address, acks, timeout_ms
+        self.calls.append(list(parts))
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        if self.hold:
+            await gate.wait()
+        if self.fail_with is not None:
+            raise self.fail_with
+        responses = []
+        for topic, partition, _ in parts:
+            responses.append(
+                storage_pb2.PartitionProduceResponse(
+                    topic=topic, partition=partition, base_offset=self.next_offset
+                )
+            )
+            self.next_offset += 1
+        return responses
+
+    def release(self, index: int) -> None:
+        self.gates[index].set()
+
+    def release_all(self) -> None:
+        self.hold = False
+        for gate in self.gates:
+            gate.set()
+
+
+Answer = asyncio.Task[Sequence[storage_pb2.PartitionProduceResponse]]
+
+
+async def settle() -> None:
+    """Lets every task that can run do so (a hand-over takes a few loop turns)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def started(
+    coalescer: ProduceCoalescer, *parts: Part, connection: str = CONNECTION, node: str = NODE
+) -> Answer:
+    task = asyncio.create_task(coalescer.produce(connection, node, ACKS, 1000, list(parts)))
+    await settle()
+    return task
+
+
+async def finish(*tasks: Answer) -> list[list[tuple[str, int, int]]]:
+    async with asyncio.timeout(STEP_TIMEOUT_S):
+        results = await asyncio.gather(*tasks)
+    return [[(r.topic, r.partition, r.base_offset) for r in result] for result in results]
+
+
+def test_requests_queued_behind_a_call_travel_together_in_the_next_call() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        first = await started(coalescer, ("t", 0, b"a"))
+        queued = [await started(coalescer, ("t", p, b"b")) for p in (1, 2, 3)]
+        assert len(node.calls) == 1
+        node.release_all()
+        answers = await finish(first, *queued)
+        assert node.calls == [[("t", 0, b"a")], [("t", 1, b"b"), ("t", 2, b"b"), ("t", 3, b"b")]]
+        # Each request gets the answers to its own partitions, from the call that carried it.
+        assert answers == [[("t", 0, 0)], [("t", 1, 1)], [("t", 2, 2)], [("t", 3, 3)]]
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_an_idle_lane_sends_a_request_at_once_without_waiting_for_company() -> None:
+    async def scenario() -> None:
+        node = RecordingNode()
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        assert await finish(await started(coalescer, ("t", 0, b"a"))) == [[("t", 0, 0)]]
+        assert await finish(await started(coalescer, ("t", 0, b"b"))) == [[("t", 0, 1)]]
+        assert node.calls == [[("t", 0, b"a")], [("t", 0, b"b")]]
+
+    asyncio.run(scenario())
+
+
+def test_a_partition_is_in_a_call_once_and_its_batches_keep_their_order() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        first = await started(coalescer, ("t", 9, b"x"))
+        a = await started(coalescer, ("t", 0, b"A"))
+        b = await started(coalescer, ("t", 0, b"B"), ("t", 1, b"B"))
+        c = await started(coalescer, ("t", 1, b"C"))
+        d = await started(coalescer, ("t", 2, b"D"))
+        node.release_all()
+        await finish(first, a, b, c, d)
+        # B repeats partition 0, so it waits; C's partition 1 is behind B's, so C waits too;
+        # D overtakes nobody and goes along.
+        assert node.calls[1:] == [
+            [("t", 0, b"A"), ("t", 2, b"D")],
+            [("t", 0, b"B"), ("t", 1, b"B")],
+            [("t", 1, b"C")],
+        ]
+        sent = [part for call in node.calls for part in call]
+        assert [r for _, p, r in sent if p == 0] == [b"A", b"B"]
+        assert [r for _, p, r in sent if p == 1] == [b"B", b"C"]
+
+    asyncio.run(scenario())
+
+
+def test_a_call_carries_at_most_the_merged_bytes_and_a_larger_request_goes_alone() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=10)
+        first = await started(coalescer, ("t", 0, b"x"))
+        small = [await started(coalescer, ("t", p, b"12345")) for p in (1, 2, 3)]
+        big = await started(coalescer, ("t", 4, b"0123456789abcdef"))
+        node.release_all()
+        await finish(first, *small, big)
+        assert [len(call) for call in node.calls] == [1, 2, 1, 1]
+        assert node.calls[3] == [("t", 4, b"0123456789abcdef")]
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_call_fails_every_request_it_carried_and_the_lane_goes_on() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        first = await started(coalescer, ("t", 0, b"a"))
+        carried = [await started(coalescer, ("t", p, b"b")) for p in (1, 2)]
+        node.release(0)
+        await finish(first)
+        await settle()
+        assert node.calls[1] == [("t", 1, b"b"), ("t", 2, b"b")]
+        node.fail_with = UpstreamError(ErrorCode.NETWORK_EXCEPTION, "node gone")
+        node.release(1)
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            outcomes = await asyncio.gather(*carried, return_exceptions=True)
+        for outcome in outcomes:
+            assert isinstance(outcome, UpstreamError)
+            assert outcome.code == ErrorCode.NETWORK_EXCEPTION
+        node.fail_with = None
+        node.release_all()
+        assert await finish(await started(coalescer, ("t", 0, b"c"))) == [[("t", 0, 1)]]
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_waiting_request_is_never_sent_and_blocks_nobody() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        first = await started(coalescer, ("t", 0, b"a"))
+        gone = await started(coalescer, ("t", 1, b"gone"))
+        after = await started(coalescer, ("t", 1, b"after"))
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        node.release_all()
+        await finish(first, after)
+        assert node.calls == [[("t", 0, b"a")], [("t", 1, b"after")]]
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_sender_passes_the_lane_on_to_the_next_request() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        first = await started(coalescer, ("t", 0, b"a"))
+        second = await started(coalescer, ("t", 0, b"b"))
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        await settle()
+        assert node.calls == [[("t", 0, b"a")], [("t", 0, b"b")]]
+        node.release_all()
+        assert await finish(second) == [[("t", 0, 0)]]
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_the_requests_a_cancelled_call_carried_are_answered_request_timed_out() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        first = await started(coalescer, ("t", 0, b"a"))
+        sender = await started(coalescer, ("t", 1, b"b"))
+        rider = await started(coalescer, ("t", 2, b"b"))
+        node.release(0)
+        await finish(first)
+        await settle()
+        assert node.calls[1] == [("t", 1, b"b"), ("t", 2, b"b")]
+        sender.cancel()
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            outcomes = await asyncio.gather(sender, rider, return_exceptions=True)
+        assert isinstance(outcomes[0], asyncio.CancelledError)
+        assert isinstance(outcomes[1], UpstreamError)
+        assert outcomes[1].code == ErrorCode.REQUEST_TIMED_OUT
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_connections_and_nodes_have_lanes_of_their_own() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        one = await started(coalescer, ("t", 0, b"a"), connection="127.0.0.1:1")
+        other = await started(coalescer, ("t", 0, b"b"), connection="127.0.0.1:2")
+        elsewhere = await started(coalescer, ("u", 0, b"c"), node="127.0.0.1:9002")
+        # None waits for another's call.
+        assert len(node.calls) == 3
+        assert coalescer.lanes == 3
+        node.release_all()
+        await finish(one, other, elsewhere)
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_merged_bytes_max_below_one_is_refused() -> None:
+    node = RecordingNode()
+    with pytest.raises(ValueError, match="merged_bytes_max"):
+        ProduceCoalescer(node.send, merged_bytes_max=0)
