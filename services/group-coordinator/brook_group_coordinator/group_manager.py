@@ -9,24 +9,29 @@ looking for the new owner).
 
 Writes: a partition is claimed (``PartitionClaims``: fenced against older owners, see
 fencing.py) before it is replayed, and its appends are serialized (one in flight per
-partition). An append that costs the partition (``OffsetsWriteError``: fenced by a newer
-owner, or an outcome or sequence state that is unknown) drops it at once, so its groups answer
-NOT_COORDINATOR, and ``on_partition_lost`` lets the service load it again if it is still
-assigned here. Offset commits are appended (and acknowledged by the in-sync replicas) before
-the client is answered; one whose outcome is unknown is answered with an error, never NONE.
-A group's metadata is appended whenever its persisted shape changes, in order per partition,
-but the SyncGroup answer does not wait for it (unlike Kafka): if that write is lost in a
-fail-over, the members of the lost generation get UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION from
-the new coordinator and rejoin; no offset is lost.
+partition). Group commit: writes that queue up behind the in-flight append of their partition
+go out together, as ONE append (one batch, one sequence) once it completes, bounded by
+``batch_bytes_max`` and ``batch_records_max``; every writer in it is answered when that append
+is (success only once it is acknowledged, its error to all of them otherwise). A writer that
+gives up waiting is left out if its records have not been sent yet. An append that costs the
+partition (``OffsetsWriteError``: fenced by a newer owner, or an outcome or sequence state that
+is unknown) drops it at once, so its groups answer NOT_COORDINATOR, and ``on_partition_lost``
+lets the service load it again if it is still assigned here. Offset commits are appended (and
+acknowledged by the in-sync replicas) before the client is answered; one whose outcome is
+unknown is answered with an error, never NONE. A group's metadata is appended whenever its
+persisted shape changes, in order per partition, but the SyncGroup answer does not wait for it
+(unlike Kafka): if that write is lost in a fail-over, the members of the lost generation get
+UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION from the new coordinator and rejoin; no offset is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from brook.errors import BrookError, ErrorCode
 from brook_group_coordinator.fencing import OffsetsWriteError
@@ -62,7 +67,15 @@ from brook_group_coordinator.records import (
 )
 from brook_group_coordinator.timers import Timers
 
-__all__ = ["CommitPartition", "GroupManager", "PartitionResult", "commit_error"]
+__all__ = [
+    "GROUP_COMMIT_BATCH_BYTES_MAX",
+    "GROUP_COMMIT_RECORDS_MAX",
+    "RECORD_OVERHEAD_BYTES_MAX",
+    "CommitPartition",
+    "GroupManager",
+    "PartitionResult",
+    "commit_error",
+]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -70,6 +83,17 @@ _T = TypeVar("_T")
 # How much longer than the member's own timeout a JoinGroup/SyncGroup waits for its answer:
 # the state machine's timers answer first; this only guards against a bug leaving it hanging.
 ANSWER_MARGIN_MS = 5_000
+# Group commit bounds. Bytes: half of the offsets topic's default max.message.bytes (1 MiB +
+# 12, the broker default the controllers leave in place): with it, a merged batch is never
+# refused as too large where each of its writes alone would have been accepted; counted with
+# RECORD_OVERHEAD_BYTES_MAX per record, which over-estimates the encoding. Records: bounds the
+# time one batch takes to encode and the number of writers one failure answers.
+GROUP_COMMIT_BATCH_BYTES_MAX: Final = 512 * 1024
+GROUP_COMMIT_RECORDS_MAX: Final = 2048
+# A RecordBatch v2 record's framing at most: length, offset delta, key and value lengths
+# (varints of up to 5 bytes), timestamp delta (a varint of up to 10), attributes and header
+# count (1 each). The batch header (61 bytes) is left to the margin under max.message.bytes.
+RECORD_OVERHEAD_BYTES_MAX: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +127,19 @@ class GroupManager:
         partition_count: int,
         claims: PartitionClaims | None = None,
         on_partition_lost: Callable[[int, int, bool], None] | None = None,
+        batch_bytes_max: int = GROUP_COMMIT_BATCH_BYTES_MAX,
+        batch_records_max: int = GROUP_COMMIT_RECORDS_MAX,
     ) -> None:
         """``claims``: how a partition is fenced against older owners before it is replayed
         (None: not at all, for a log only this process writes). ``on_partition_lost(partition,
-        coordinator_epoch, fenced)``: called after a failed append dropped a partition."""
+        coordinator_epoch, fenced)``: called after a failed append dropped a partition.
+        ``batch_bytes_max``, ``batch_records_max``: how far queued writes are merged into one
+        append (a single write larger than that still goes out, alone)."""
+        if batch_bytes_max <= 0 or batch_records_max <= 0:
+            raise ValueError(
+                f"group commit bounds must be positive: {batch_bytes_max} bytes, "
+                f"{batch_records_max} records"
+            )
         self._limits = limits
         self._offset_limits = offset_limits
         self._timers = timers
@@ -117,7 +150,11 @@ class GroupManager:
         self.owned: dict[int, OwnedPartition] = {}
         self._groups: dict[str, Group] = {}
         self._offsets: dict[str, GroupOffsets] = {}
+        self._batch_bytes_max = batch_bytes_max
+        self._batch_records_max = batch_records_max
         self._write_locks: dict[int, asyncio.Lock] = {}
+        self._queued: dict[int, deque[_QueuedWrite]] = {}
+        self._flushers: dict[int, asyncio.Task[None]] = {}
         self._writes: set[asyncio.Task[None]] = set()
 
     # -- ownership --------------------------------------------------------------------------
@@ -259,17 +296,110 @@ class GroupManager:
         owned: OwnedPartition | None,
     ) -> None:
         """Appends for the ownership ``owned`` only: a write queued behind a failed one must
-        not go out under the next ownership of the partition, unchecked against its state."""
-        async with self._write_lock(partition):
-            if owned is None or self.owned.get(partition) is not owned:
-                raise BrookError(
-                    ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} is not owned here"
+        not go out under the next ownership of the partition, unchecked against its state.
+        Returns once the append holding the records is acknowledged (see group commit in the
+        module docstring)."""
+        if not records:
+            raise ValueError("an append needs at least one record")
+        if owned is None or self.owned.get(partition) is not owned:
+            raise BrookError(
+                ErrorCode.NOT_COORDINATOR, f"__consumer_offsets-{partition} is not owned here"
+            )
+        size_bytes = sum(
+            len(key) + len(value or b"") + RECORD_OVERHEAD_BYTES_MAX for key, value in records
+        )
+        write = _QueuedWrite(records, owned, size_bytes, asyncio.get_running_loop().create_future())
+        self._queued.setdefault(partition, deque()).append(write)
+        if partition not in self._flushers:
+            self._flushers[partition] = asyncio.get_running_loop().create_task(
+                self._flush(partition), name=f"offsets-append-{partition}"
+            )
+        # Cancelling the caller cancels ``done``: left out if not sent yet, else ignored. The
+        # append itself is the flusher's, so one impatient caller never leaves the others'
+        # batch with an unknown outcome.
+        await write.done
+
+    async def _flush(self, partition: int) -> None:
+        """Sends the partition's queued writes, one merged append at a time, until none is
+        left; the only task appending to the partition (claims aside, under the same lock)."""
+        queue = self._queued[partition]
+        try:
+            while queue:
+                async with self._write_lock(partition):
+                    batch = self._next_batch(partition, queue)
+                    if batch:
+                        await self._send(partition, batch)
+        finally:
+            # No await since the loop saw the queue empty: nothing was queued unseen. Left
+            # over only if this task was cancelled; those writes were never sent.
+            del self._flushers[partition]
+            del self._queued[partition]
+            _fail(
+                queue,
+                BrookError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"__consumer_offsets-{partition}: appends stopped before this one was sent",
+                ),
+            )
+
+    def _next_batch(self, partition: int, queue: deque[_QueuedWrite]) -> list[_QueuedWrite]:
+        """The writes at the head of the queue that go out together: those still waiting and
+        made for the current ownership, within the group commit bounds. Others are answered."""
+        current = self.owned.get(partition)
+        batch: list[_QueuedWrite] = []
+        size_bytes = 0
+        count = 0
+        while queue:
+            write = queue[0]
+            if write.done.done():  # its caller gave up before it was sent
+                queue.popleft()
+                continue
+            if write.owned is not current:
+                queue.popleft()
+                write.done.set_exception(
+                    BrookError(
+                        ErrorCode.NOT_COORDINATOR,
+                        f"__consumer_offsets-{partition} is not owned here",
+                    )
                 )
-            try:
-                await self._log.append(partition, records)
-            except OffsetsWriteError as e:
-                self._lose(owned, e)
-                raise
+                continue
+            if batch and (
+                size_bytes + write.size_bytes > self._batch_bytes_max
+                or count + len(write.records) > self._batch_records_max
+            ):
+                break
+            queue.popleft()
+            batch.append(write)
+            size_bytes += write.size_bytes
+            count += len(write.records)
+        return batch
+
+    async def _send(self, partition: int, batch: list[_QueuedWrite]) -> None:
+        owned = batch[0].owned  # the current one: _next_batch keeps no other
+        records = [record for write in batch for record in write.records]
+        try:
+            await self._log.append(partition, records)
+        except asyncio.CancelledError:
+            _fail(
+                batch,
+                OffsetsWriteError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"__consumer_offsets-{partition}: the append was cancelled with its "
+                    "outcome unknown",
+                    fenced=False,
+                ),
+            )
+            raise
+        except OffsetsWriteError as e:
+            _fail(batch, e)
+            self._lose(owned, e)
+        except Exception as e:
+            _fail(batch, e)
+        else:
+            # In queue order: a later write of the same key is applied after an earlier one.
+            for write in batch:
+                if not write.done.done():
+                    write.done.set_result(None)
 
     def _lose(self, owned: OwnedPartition, error: OffsetsWriteError) -> None:
         if self.owned.get(owned.partition) is not owned:
@@ -329,9 +459,12 @@ class GroupManager:
             _log.warning("group metadata not stored", extra={"group": group_id, "error": e.message})
 
     async def close(self) -> None:
-        """Waits for queued group-metadata writes (each bounded by the log's own timeout)."""
+        """Waits for queued group-metadata writes and appends (each bounded by the log's own
+        timeout)."""
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
+        if self._flushers:
+            await asyncio.gather(*self._flushers.values(), return_exceptions=True)
         for partition in list(self.owned):
             self.unload_partition(partition)
 
@@ -595,6 +728,21 @@ def _write_failure(error: BrookError) -> ErrorCode:
         # The partition was dropped: the client re-finds the coordinator and asks again.
         return ErrorCode.NOT_COORDINATOR
     return commit_error(error.code)
+
+
+@dataclass(slots=True)
+class _QueuedWrite:
+    records: Sequence[tuple[bytes, bytes | None]]
+    owned: OwnedPartition
+    # The records' size in a batch, at most (RECORD_OVERHEAD_BYTES_MAX each).
+    size_bytes: int
+    done: asyncio.Future[None]
+
+
+def _fail(batch: Sequence[_QueuedWrite], error: BaseException) -> None:
+    for write in batch:
+        if not write.done.done():
+            write.done.set_exception(error)
 
 
 def _settle(future: asyncio.Future[_T], result: _T) -> None:

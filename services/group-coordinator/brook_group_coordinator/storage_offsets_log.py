@@ -2,7 +2,10 @@
 
 Append: the records become one RecordBatch v2 (``brook.record.build_batch``), produced to the
 partition's leader with acks=all, so a commit is acknowledged only once every in-sync replica
-has it. The whole append, retries included, is bounded by offsets.commit.timeout.ms.
+has it. The whole append, retries included, is bounded by offsets.commit.timeout.ms. The
+group manager merges the writes queued behind a partition's in-flight append into its next
+one (group commit); here an append is one batch with one sequence, built once, so a retry
+sends the same bytes and nothing joins a batch once it has been sent.
 
 Fencing (``fencing.py``): ``claim`` makes this coordinator the partition's writer for its
 coordinator epoch (producer id ``OFFSETS_FENCING_PRODUCER_ID_BASE + partition``, producer

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -17,9 +17,9 @@ from brook_group_coordinator.directory import CoordinatorDirectory
 from brook_group_coordinator.group import GroupLimits
 from brook_group_coordinator.group_manager import GroupManager
 from brook_group_coordinator.offsets import OffsetLimits
-from brook_group_coordinator.offsets_log import LogRecord
 from brook_group_coordinator.ownership import offsets_partition_for
 from brook_group_coordinator.timers import LoopTimers
+from memory_offsets_log import MemoryOffsetsLog
 from storage_double import PartitionData, RunningDouble
 
 from brook.client.admin import OffsetAndMetadata
@@ -40,23 +40,6 @@ JOIN_TIMEOUT_S = 10.0
 EVENTS = [TopicPartition("events", p) for p in range(3)]
 
 
-class _MemoryLog:
-    """__consumer_offsets as lists in memory."""
-
-    def __init__(self) -> None:
-        self.partitions: dict[int, list[LogRecord]] = {}
-
-    async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> int:
-        log = self.partitions.setdefault(partition, [])
-        for key, value in records:
-            log.append(LogRecord(len(log), key, value))
-        return len(log) - 1
-
-    async def read(self, partition: int, from_offset: int) -> AsyncIterator[LogRecord]:
-        for record in list(self.partitions.get(partition, []))[from_offset:]:
-            yield record
-
-
 @dataclass
 class Served:
     address: str
@@ -71,7 +54,7 @@ async def serving(storage: RunningDouble, *, load: bool = True) -> AsyncIterator
         limits=GroupLimits(100, 60_000, initial_rebalance_delay_ms=0, members_max=100),
         offset_limits=OffsetLimits(metadata_bytes_max=64, retention_ms=60_000),
         timers=LoopTimers(asyncio.get_running_loop()),
-        log=_MemoryLog(),
+        log=MemoryOffsetsLog(),
         partition_count=OFFSETS_PARTITIONS,
     )
     directory = CoordinatorDirectory()

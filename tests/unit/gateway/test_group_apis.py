@@ -8,11 +8,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
-import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -37,13 +35,10 @@ from kafka.protocol.admin import groups as kafka_groups
 from kafka.protocol.consumer import group as kafka_group
 from kafka.protocol.metadata import find_coordinator as kafka_find_coordinator
 from kafka.protocol.producer import transaction as kafka_transaction
+from memory_offsets_log import MemoryOffsetsLog
 
 from brook.errors import ErrorCode
 from brook.v1 import common_pb2, group_pb2_grpc, metadata_pb2
-
-# The in-memory __consumer_offsets the coordinator's own unit tests use; one implementation.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "group_coordinator"))
-from memory_offsets_log import MemoryOffsetsLog
 
 TIMEOUT_S = 30.0
 OFFSETS_PARTITIONS = 4
