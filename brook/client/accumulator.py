@@ -25,6 +25,10 @@ a batch is drained it keeps taking records past batch.size (up to ``WAITING_BATC
 and max.request.size): one batch per partition per request would otherwise make a backlog of
 small batches cost a request each, where the non-idempotent producer sends the backlog in one
 request.
+
+A batch the node refuses as too large (the topic's max.message.bytes is below it) is split
+into batches of at most batch.size that take its place, and its sequence range
+(``split_too_large``); its topic's batches stop growing from then on.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from brook.client.types import Header, RecordMetadata
 from brook.record import BATCH_OVERHEAD, Compression
 from brook.record.records import (
     RECORD_FRAMING_BYTES_MAX,
+    decode_records,
     encode_batch,
     encode_record_tail,
     frame_record,
@@ -134,8 +139,11 @@ class ProducerBatch:
         "limit_bytes",
         "log_append_time",
         "max_timestamp",
+        "parent",
         "partition",
         "payload",
+        "pieces",
+        "pieces_left",
         "producer_epoch",
         "producer_id",
         "reserved_bytes",
@@ -187,6 +195,12 @@ class ProducerBatch:
         self.stamp: tuple[int, int, int] | None = None
         self.base_offset = -1
         self.log_append_time = -1
+        # Split after the node refused it as too large (RecordAccumulator.split_too_large): its
+        # records went to ``pieces`` ((index of the piece's first record, piece), in order),
+        # and it is done when the last of them is. A piece points back at it.
+        self.pieces: list[tuple[int, ProducerBatch]] | None = None
+        self.pieces_left = 0
+        self.parent: ProducerBatch | None = None
         self.error: BaseException | None = None
         self.done = False
         self._event: threading.Event | None = None
@@ -243,6 +257,22 @@ class ProducerBatch:
     def fail(self, error: BaseException) -> None:
         self.error = error
         self._finish()
+
+    def finish_split(self) -> None:
+        """Every piece is done: wake the waiters on this batch (each record's outcome is its
+        piece's)."""
+        self._finish()
+
+    def settled(self, index: int) -> tuple[ProducerBatch, int]:
+        """The batch that carried record ``index`` of this one to the node, and the record's
+        index there (itself, unless it was split)."""
+        batch = self
+        while batch.pieces is not None:
+            for first, piece in reversed(batch.pieces):
+                if index >= first:
+                    batch, index = piece, index - first
+                    break
+        return batch, index
 
     def _finish(self) -> None:
         # Futures keep their batch alive; its bytes are not needed any more.
@@ -332,9 +362,7 @@ class RecordFuture:
             raise ClientTimeoutError(
                 f"record for {batch.topic}-{batch.partition} not acknowledged within {timeout} s"
             )
-        if batch.error is not None:
-            raise batch.error
-        return self._metadata()
+        return self._outcome()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         batch = self._batch
@@ -342,7 +370,7 @@ class RecordFuture:
             raise ClientTimeoutError(
                 f"record for {batch.topic}-{batch.partition} not acknowledged within {timeout} s"
             )
-        return batch.error
+        return batch.settled(self._index)[0].error
 
     def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
         """Call ``callback(self)`` once done (at once, in this thread, if it already is)."""
@@ -352,13 +380,14 @@ class RecordFuture:
         batch = self._batch
         if not batch.done:
             yield from batch.wait_async().__await__()
+        return self._outcome()
+
+    def _outcome(self) -> RecordMetadata:
+        """The record's metadata, or its delivery error raised (the batch is done)."""
+        batch, index = self._batch.settled(self._index)
         if batch.error is not None:
             raise batch.error
-        return self._metadata()
-
-    def _metadata(self) -> RecordMetadata:
-        batch = self._batch
-        offset = batch.base_offset + self._index if batch.base_offset >= 0 else -1
+        offset = batch.base_offset + index if batch.base_offset >= 0 else -1
         timestamp = batch.log_append_time if batch.log_append_time >= 0 else self._timestamp
         return RecordMetadata(batch.topic, batch.partition, offset, timestamp)
 
@@ -463,6 +492,9 @@ class RecordAccumulator:
         self._key_hashes: dict[bytes, int] = {}
         # When expire() next has work: the earliest deadline of a queued batch.
         self._next_expiry = float("inf")
+        # Topics whose node refused a batch as too large (max.message.bytes below what this
+        # producer sends): their waiting batches no longer grow past batch.size.
+        self._no_grow_topics: set[str] = set()
 
     # -- the send path (caller threads) ---------------------------------------------------
 
@@ -584,7 +616,7 @@ class RecordAccumulator:
         node's requests in flight allow, as it would have taken the first of the small ones.
         Nothing sent changes: a batch gets its sequence, and stops taking records, when it
         is drained."""
-        if not queue.batches or not self._sequenced:
+        if not queue.batches or not self._sequenced or queue.topic in self._no_grow_topics:
             return False
         last = queue.batches[-1]
         if last.send_order >= 0 or last.payload is not None:
@@ -916,6 +948,104 @@ class RecordAccumulator:
             self._next_expiry = min(self._next_expiry, batches[0].deadline)
         self._wakeup.set()
 
+    def split_too_large(self, queue: PartitionQueue, batch: ProducerBatch) -> bool:
+        """Put the records of ``batch``, refused by the node as too large (nothing written),
+        back at the head of ``queue`` as batches of at most batch.size; False when it holds one
+        record (which then fails: it can never be written).
+
+        As Kafka's producer (Sender on MESSAGE_TOO_LARGE, RecordAccumulator.splitAndReenqueue):
+        the pieces take the refused batch's place and, when it was sequenced, its sequence
+        range, first piece at its base sequence, so the batches sent after it keep theirs and
+        stay valid (no epoch bump: the refused batch is not in the log). Its topic's batches
+        stop growing past batch.size from then on."""
+        if batch.count <= 1 or batch.payload is None:
+            return False
+        pieces = self._pieces(batch, self._batch_size)
+        if len(pieces) == 1:
+            # Refused at batch.size or below (the topic's limit is lower still): halves, so
+            # that repeated refusals end at single records.
+            pieces = self._pieces(batch, BATCH_OVERHEAD + len(pieces[0].body) // 2)
+        with self._lock:
+            self._no_grow_topics.add(queue.topic)
+            first_index = 0
+            batch.pieces = []
+            for piece in pieces:
+                batch.pieces.append((first_index, piece))
+                first_index += piece.count
+            batch.pieces_left = len(pieces)
+            batch.payload = None
+            if batch.send_order >= 0:
+                self._split_sequenced(queue, batch, pieces)
+            else:
+                queue.batches.extendleft(reversed(pieces))
+                queue.muted = False
+            self._next_expiry = min(self._next_expiry, batch.deadline)
+        self._wakeup.set()
+        return True
+
+    def _pieces(self, batch: ProducerBatch, piece_bytes_max: int) -> list[ProducerBatch]:
+        """The records of sealed ``batch`` re-encoded into batches of at most
+        ``piece_bytes_max`` (uncompressed; a record larger than that alone in its batch), not
+        yet placed anywhere."""
+        assert batch.payload is not None
+        pieces: list[ProducerBatch] = []
+        piece: ProducerBatch | None = None
+        for _, timestamp, key, value, headers in decode_records(batch.payload, check_crc=False):
+            tail = encode_record_tail(key, value, headers)
+            if piece is not None:
+                record = frame_record(tail, timestamp - piece.base_timestamp, piece.count)
+                if BATCH_OVERHEAD + len(piece.body) + len(record) > piece_bytes_max:
+                    piece = None
+            if piece is None:
+                piece = ProducerBatch(
+                    batch.topic, batch.partition, batch.created, batch.deadline, 0
+                )
+                piece.base_timestamp = timestamp
+                piece.limit_bytes = piece_bytes_max
+                # Never takes records from send(): it is not any queue's open batch.
+                piece.sealed = True
+                piece.attempts = batch.attempts
+                piece.solo = batch.solo
+                piece.parent = batch
+                pieces.append(piece)
+                record = frame_record(tail, 0, 0)
+            piece.body += record
+            piece.count += 1
+            piece.max_timestamp = max(piece.max_timestamp, timestamp)
+        return pieces
+
+    def _split_sequenced(
+        self, queue: PartitionQueue, batch: ProducerBatch, pieces: list[ProducerBatch]
+    ) -> None:
+        """Give ``pieces`` the send order and sequence range of ``batch`` and queue them where
+        a retry of it would go (lock held)."""
+        if batch in queue.in_flight:
+            queue.in_flight.remove(batch)
+        # The pieces take send orders batch.send_order.. : the batches sent after it move up,
+        # keeping their order (send orders only rank a partition's batches).
+        shift = len(pieces) - 1
+        for later in (*queue.in_flight, *queue.batches):
+            if later.send_order > batch.send_order:
+                later.send_order += shift
+        queue.sends += shift
+        sequence = batch.base_sequence
+        for number, piece in enumerate(pieces):
+            piece.send_order = batch.send_order + number
+            piece.producer_id = batch.producer_id
+            piece.producer_epoch = batch.producer_epoch
+            piece.base_sequence = sequence
+            # The node wrote none of it: a pending epoch bump may renumber it safely.
+            piece.unwritten = True
+            sequence = add_sequence(sequence, piece.count)
+        index = 0
+        for queued in queue.batches:
+            if queued.send_order < 0 or queued.send_order > batch.send_order:
+                break
+            index += 1
+        for number, piece in enumerate(pieces):
+            queue.batches.insert(index + number, piece)
+        queue.muted = self._window_full(queue)
+
     def complete(
         self,
         queue: PartitionQueue,
@@ -943,6 +1073,7 @@ class RecordAccumulator:
     def _release(self, queue: PartitionQueue | None, batches: list[ProducerBatch]) -> None:
         # One lock round for a whole answer: the caller threads contend for this lock on
         # every send, and each wait for it can cost them a GIL hand-over.
+        split_done: list[ProducerBatch] = []
         with self._lock:
             for batch in batches:
                 self._free_bytes += batch.reserved_bytes
@@ -950,10 +1081,23 @@ class RecordAccumulator:
                 self._incomplete.discard(batch)
                 if queue is not None and batch.send_order >= 0 and batch in queue.in_flight:
                     queue.in_flight.remove(batch)
+                # The last piece of a split batch completes it (and it, its own parent's).
+                parent = batch.parent
+                while parent is not None:
+                    parent.pieces_left -= 1
+                    if parent.pieces_left > 0:
+                        break
+                    self._free_bytes += parent.reserved_bytes
+                    parent.reserved_bytes = 0
+                    self._incomplete.discard(parent)
+                    split_done.append(parent)
+                    parent = parent.parent
             if queue is not None:
                 # Answers of concurrent requests come in any order: the window stays full
                 # while its oldest batch is unanswered.
                 queue.muted = self._sequenced and self._window_full(queue)
+        for parent in split_done:
+            parent.finish_split()
         self._notifier.notify()
         if queue is not None:
             self._wakeup.set()

@@ -60,6 +60,11 @@ METADATA_REFRESH_CODES = frozenset(
 )
 
 
+# The node refused a batch as too large and wrote none of it: a batch of several records is
+# split and sent again (Kafka's Sender does the same on MESSAGE_TOO_LARGE).
+SPLIT_CODES = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE})
+
+
 class Sender:
     def __init__(
         self,
@@ -330,7 +335,8 @@ class Sender:
             self._accumulator.fail(queue, [batch], fenced)
             self._accumulator.abort_queued(fenced)
         elif judged is Verdict.FAIL:
-            self._accumulator.fail(queue, [batch], api_error(code, text))
+            if not (code in SPLIT_CODES and self._split(queue, batch, code, text)):
+                self._accumulator.fail(queue, [batch], api_error(code, text))
         else:
             if judged is Verdict.RETRY_AFTER_EPOCH_BUMP:
                 batch.unwritten = True
@@ -348,6 +354,28 @@ class Sender:
             failure = self._retry(queue, [batch], code, text)
             if failure is not None:
                 self._accumulator.fail(queue, [batch], failure)
+
+    def _split(
+        self, queue: PartitionQueue, batch: ProducerBatch, code: ErrorCode, text: str
+    ) -> bool:
+        """Send the records of a batch the node refused as too large again in smaller batches;
+        False for a batch of one record (it fails)."""
+        count, size_bytes = batch.count, batch.size_bytes
+        if not self._accumulator.split_too_large(queue, batch):
+            return False
+        _log.info(
+            "%s-%d refused a batch of %d records (%d bytes) with %s (%s); sending them again "
+            "in %d smaller batches, and %s's batches no longer grow past batch.size",
+            queue.topic,
+            queue.partition,
+            count,
+            size_bytes,
+            code.name,
+            text,
+            batch.pieces_left,
+            queue.topic,
+        )
+        return True
 
     def _retry(
         self, queue: PartitionQueue, batches: list[ProducerBatch], code: ErrorCode, text: str
@@ -373,6 +401,8 @@ class Sender:
     ) -> None:
         if code in METADATA_REFRESH_CODES:
             self._metadata.request_update()
+        if code in SPLIT_CODES and len(batches) == 1 and self._split(queue, batches[0], code, text):
+            return
         if not code.retriable and len(batches) > 1:
             # The node judged the partition's batches together; only one may be at fault.
             self._accumulator.split(queue, batches)

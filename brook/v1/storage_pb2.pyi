@@ -16,6 +16,11 @@ class Acks(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACKS_LEADER: _ClassVar[Acks]
     ACKS_ALL: _ClassVar[Acks]
 
+class ProduceOrigin(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRODUCE_ORIGIN_UNSPECIFIED: _ClassVar[ProduceOrigin]
+    PRODUCE_ORIGIN_COORDINATOR: _ClassVar[ProduceOrigin]
+
 class OffsetSpec(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     OFFSET_SPEC_UNSPECIFIED: _ClassVar[OffsetSpec]
@@ -28,6 +33,8 @@ ACKS_UNSPECIFIED: Acks
 ACKS_NONE: Acks
 ACKS_LEADER: Acks
 ACKS_ALL: Acks
+PRODUCE_ORIGIN_UNSPECIFIED: ProduceOrigin
+PRODUCE_ORIGIN_COORDINATOR: ProduceOrigin
 OFFSET_SPEC_UNSPECIFIED: OffsetSpec
 OFFSET_SPEC_EARLIEST: OffsetSpec
 OFFSET_SPEC_LATEST: OffsetSpec
@@ -36,16 +43,18 @@ OFFSET_SPEC_MAX_TIMESTAMP: OffsetSpec
 OFFSET_SPEC_OFFSET: OffsetSpec
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("acks", "timeout_ms", "partitions", "transactional_id")
+    __slots__ = ("acks", "timeout_ms", "partitions", "transactional_id", "origin")
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     acks: Acks
     timeout_ms: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionProduceData]
     transactional_id: str
-    def __init__(self, acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionProduceData, _Mapping]]] = ..., transactional_id: _Optional[str] = ...) -> None: ...
+    origin: ProduceOrigin
+    def __init__(self, acks: _Optional[_Union[Acks, str]] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionProduceData, _Mapping]]] = ..., transactional_id: _Optional[str] = ..., origin: _Optional[_Union[ProduceOrigin, str]] = ...) -> None: ...
 
 class PartitionProduceData(_message.Message):
     __slots__ = ("topic", "partition", "records")

@@ -404,3 +404,40 @@ def test_a_fenced_producer_writes_nothing_after_another_instance_bumps_its_epoch
             first.send(TOPIC, b"later still")
 
     assert _log(node, TOPIC) == [(0, b"before fencing"), (1, b"the new instance")]
+
+
+SMALL_TOPIC = "small-batches"
+SMALL_TOPIC_MESSAGE_BYTES_MAX = 16384
+
+
+def test_a_grown_batch_refused_by_a_topics_small_max_message_bytes_is_split_and_delivered(
+    cluster_factory: ClusterFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = cluster_factory(controllers=1, storage_nodes=1, group_coordinators=0, gateways=0)
+    node = cluster.grpc_address(cluster.names(Role.STORAGE_NODE)[0])
+    with Admin(cluster.controller_bootstrap_servers) as admin:
+        topic = NewTopic(
+            SMALL_TOPIC, 1, 1, configs={"max.message.bytes": str(SMALL_TOPIC_MESSAGE_BYTES_MAX)}
+        )
+        assert admin.create_topics([topic]) == {SMALL_TOPIC: None}
+        wait_until(
+            lambda: (
+                admin.describe_topics([SMALL_TOPIC])[SMALL_TOPIC].partitions[0].leader is not None
+            ),
+            "a leader for the topic",
+            WAIT_TIMEOUT_S,
+        )
+    sent = [b"split-%05d-" % i + b"s" * 50 for i in range(3000)]
+    caplog.set_level("INFO", logger="brook.client.sender")
+    # The long linger keeps the first batch waiting while ~190 KB of records arrive: it grows
+    # to 128 KiB, far past the topic's limit.
+    settings = {"linger.ms": 500, "batch.size": 4096, "delivery.timeout.ms": 60_000}
+    with Producer({"bootstrap.servers": node, **settings}) as producer:
+        futures = [producer.send(SMALL_TOPIC, value) for value in sent]
+        offsets = [future.result(RESULT_TIMEOUT_S).offset for future in futures]
+
+    assert any("MESSAGE_TOO_LARGE" in r.getMessage() for r in caplog.records), (
+        "the node refused a grown batch"
+    )
+    assert offsets == list(range(len(sent)))
+    assert _log(node, SMALL_TOPIC) == list(enumerate(sent))

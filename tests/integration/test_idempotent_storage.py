@@ -44,10 +44,16 @@ def _storage(address: str) -> Any:
     return storage_pb2_grpc.StorageServiceStub(grpc.insecure_channel(address))  # type: ignore[no-untyped-call]
 
 
-def _batch(producer_id: int, epoch: int, base_sequence: int, values: list[bytes]) -> bytes:
-    now_ms = int(time.time() * 1000)
+def _batch(
+    producer_id: int,
+    epoch: int,
+    base_sequence: int,
+    values: list[bytes],
+    timestamp_ms: int | None = None,
+) -> bytes:
+    created_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     return build_batch(
-        [(now_ms, None, value, []) for value in values],
+        [(created_ms, None, value, []) for value in values],
         producer_id=producer_id,
         producer_epoch=epoch,
         base_sequence=base_sequence,
@@ -81,11 +87,11 @@ def _init_producer_id(address: str, producer_id: int = -1, epoch: int = -1, **ex
         time.sleep(POLL_S)
 
 
-def _values(address: str, topic: str, partition: int = 0) -> list[bytes]:
-    """Every record value of the partition up to its high watermark, in log order."""
+def _values(address: str, topic: str, partition: int = 0, start_offset: int = 0) -> list[bytes]:
+    """Every record value of the partition from ``start_offset`` up to its high watermark."""
     stub = _storage(address)
     values: list[bytes] = []
-    offset = 0
+    offset = start_offset
     while True:
         response = stub.Fetch(
             storage_pb2.FetchRequest(
@@ -251,11 +257,40 @@ def test_a_sequence_gap_is_out_of_order_and_appends_nothing(small_cluster: Local
     _ok(_produce(address, topic, _batch(pid, epoch, 0, [b"0"])))
     gap = _produce(address, topic, _batch(pid, epoch, 2, [b"2"]))
     assert error_code(gap.error_code) is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    # Java's producer reads the log start offset to tell a lost state from a real gap.
+    assert gap.log_start_offset == 0
     assert _values(address, topic) == [b"0"]
-    unknown = _produce(address, topic, _batch(pid + 500, 0, 3, [b"x"]))
-    assert error_code(unknown.error_code) is ErrorCode.UNKNOWN_PRODUCER_ID
     _ok(_produce(address, topic, _batch(pid, epoch, 1, [b"1"])))
     assert _values(address, topic) == [b"0", b"1"]
+
+
+def test_an_unknown_producer_is_taken_at_any_sequence_and_then_held_to_order(
+    small_cluster: LocalCluster,
+) -> None:
+    address = _node(small_cluster)
+    topic = "unknown-producer"
+    _create_topic(small_cluster, topic, 1)
+    # An id this partition has never seen (Kafka >= 2.5: its state may have expired).
+    pid = _init_producer_id(address).producer_id
+    _ok(_produce(address, topic, _batch(pid, 0, 7, [b"7"])))
+    _ok(_produce(address, topic, _batch(pid, 0, 8, [b"8"])))
+    deleted = (
+        _storage(address)
+        .DeleteRecords(
+            storage_pb2.DeleteRecordsRequest(
+                partitions=[storage_pb2.DeleteRecordsPartition(topic=topic, partition=0, offset=1)],
+                timeout_ms=int(RPC_TIMEOUT_S * 1000),
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        .partitions[0]
+    )
+    assert error_code(deleted.error_code) is ErrorCode.NONE
+    gap = _produce(address, topic, _batch(pid, 0, 10, [b"10"]))
+    assert error_code(gap.error_code) is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    # The partition's real log start, which Java's producer compares with its last ack.
+    assert gap.log_start_offset == 1
+    assert _values(address, topic, start_offset=1) == [b"8"]
 
 
 def test_a_producer_fenced_by_an_epoch_bump_is_rejected_and_nothing_it_sends_is_logged(
@@ -423,3 +458,61 @@ def test_producer_ids_never_repeat_across_storage_nodes_and_a_controller_leader_
         replicated_factory.start(cluster, victim)
     assert len(ids) == len(nodes) * (IDS_BEFORE_KILL + IDS_AFTER_KILL)
     assert len(set(ids)) == len(ids), "a producer id was handed out twice"
+
+
+EXPIRATION_MS = 2_000
+EXPIRATION_CHECK_INTERVAL_MS = 100
+BUSY_PAUSE_S = 0.2
+# Client timestamps a month old, as MirrorMaker keeps a source's.
+OLD_CLIENT_AGE_MS = 30 * 86_400_000
+
+
+def test_a_busy_producer_with_old_timestamps_keeps_its_state_and_an_idle_one_loses_it(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = cluster_factory(
+        controllers=1,
+        storage_nodes=1,
+        group_coordinators=0,
+        gateways=0,
+        config_overrides={
+            "controller": {"offsets.topic.num.partitions": "1"},
+            "storage-node": {
+                "producer.id.expiration.ms": str(EXPIRATION_MS),
+                "producer.id.expiration.check.interval.ms": str(EXPIRATION_CHECK_INTERVAL_MS),
+            },
+        },
+    )
+    address = _node(cluster)
+    topic = "old-timestamps"
+    # Time retention would delete month-old records; this test is about producer state.
+    _create_topic(cluster, topic, 1, **{"retention.ms": "-1"})
+    pid = _init_producer_id(address).producer_id
+    old_ms = int(time.time() * 1000) - OLD_CLIENT_AGE_MS
+    # Busy for longer than the expiration, every batch a month old by its timestamp.
+    batches = []
+    started = time.monotonic()
+    seq = 0
+    last_append_s = 0.0
+    while time.monotonic() - started < 1.5 * EXPIRATION_MS / 1000:
+        batch = _batch(pid, 0, seq, [b"%d" % seq], timestamp_ms=old_ms)
+        last_append_s = time.time()
+        _ok(_produce(address, topic, batch))
+        batches.append(batch)
+        seq += 1
+        time.sleep(BUSY_PAUSE_S)
+    # Still known: a retry of the last batch is answered as a duplicate, a gap is refused.
+    _ok(_produce(address, topic, batches[-1]))
+    gap = _produce(address, topic, _batch(pid, 0, seq + 5, [b"gap"], timestamp_ms=old_ms))
+    assert error_code(gap.error_code) is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert _values(address, topic) == [b"%d" % i for i in range(seq)]
+
+    # Idle: once forgotten, the same gap is taken as an unknown producer's first batch.
+    def forgotten() -> bool:
+        answer = _produce(address, topic, _batch(pid, 0, seq + 5, [b"gap"], timestamp_ms=old_ms))
+        return error_code(answer.error_code) is ErrorCode.NONE
+
+    _wait(forgotten, "the idle producer to expire")
+    # Duplicates and refused batches do not count as activity; the last append does.
+    assert (time.time() - last_append_s) * 1000 >= EXPIRATION_MS
+    assert _values(address, topic) == [b"%d" % i for i in range(seq)] + [b"gap"]

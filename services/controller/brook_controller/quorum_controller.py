@@ -30,6 +30,7 @@ from typing import Final, TypeVar
 
 from brook.config import Config, Voter
 from brook.errors import BrookError, ErrorCode
+from brook.reserved import RESERVED_PRODUCER_ID_BASE
 from brook.v1 import admin_pb2, common_pb2, controller_pb2, metadata_pb2
 from brook_controller.brokers import (
     LeaseTracker,
@@ -58,10 +59,6 @@ __all__ = ["ControllerSettings", "QuorumController", "check_producer_id_block", 
 WRITE_ATTEMPTS_MAX: Final = 5
 # Kafka's producer id block size.
 PRODUCER_ID_BLOCK_SIZE: Final = 1000
-# Producer ids from here up are the group coordinators' (brook_group_coordinator.fencing,
-# one per __consumer_offsets partition, fencing a deposed coordinator's writes); a block
-# reaching into them would let a client producer pass for a coordinator.
-RESERVED_PRODUCER_ID_BASE: Final = 2**62
 MAINTENANCE_INTERVAL_S: Final = 0.5
 LEASE_CHECK_INTERVAL_MS_MAX: Final = 250
 ENGINE_CHECK_INTERVAL_S: Final = 0.5
@@ -114,7 +111,8 @@ def new_cluster_id() -> str:
 
 
 def check_producer_id_block(first: int) -> None:
-    """Refuses a block that would reach the producer ids reserved for the coordinators."""
+    """Refuses a block that would reach the producer ids reserved for the coordinators
+    (brook.reserved): a client given one could pass for a coordinator."""
     if first + PRODUCER_ID_BLOCK_SIZE > RESERVED_PRODUCER_ID_BASE:
         # Kafka's answer to exhausted producer ids is an unknown server error too.
         raise BrookError(

@@ -6,8 +6,9 @@ with the producer epoch set to its coordinator epoch for p. Taking a partition o
 fence batch in the new epoch first, so the leader answers INVALID_PRODUCER_EPOCH to every later
 batch of an older owner, whether it knows it lost the partition or not.
 
-The controllers never hand out producer ids from the base up (quorum_controller.py keeps its
-own copy of the constant; tests/unit/controller checks that the two agree).
+The base is brook.reserved's RESERVED_PRODUCER_ID_BASE: the controllers never hand out ids
+from it up, and the storage nodes take batches with such ids only from produce requests marked
+PRODUCE_ORIGIN_COORDINATOR (storage_offsets_log.py sets it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Final
 
 from brook.errors import BrookError, ErrorCode
+from brook.reserved import RESERVED_PRODUCER_ID_BASE
 
 __all__ = [
     "OFFSETS_FENCING_PRODUCER_ID_BASE",
@@ -24,7 +26,7 @@ __all__ = [
     "producer_epoch_for",
 ]
 
-OFFSETS_FENCING_PRODUCER_ID_BASE: Final = 2**62
+OFFSETS_FENCING_PRODUCER_ID_BASE: Final = RESERVED_PRODUCER_ID_BASE
 # A producer epoch is an int16 in RecordBatch v2.
 PRODUCER_EPOCH_MAX: Final = 2**15 - 1
 

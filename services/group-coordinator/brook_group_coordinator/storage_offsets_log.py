@@ -69,9 +69,6 @@ READ_ATTEMPTS_MAX: Final = 10
 _APPENDED_MAYBE: Final = frozenset(
     {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 )
-_SEQUENCE_LOST: Final = frozenset(
-    {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID}
-)
 # The next sequence is not known: learn it from the log's last batch at the next claim.
 _SEQUENCE_UNKNOWN: Final = -1
 
@@ -102,8 +99,6 @@ class _Writer:
     producer_epoch: int
     next_sequence: int
     fenced: bool = False
-    # The leader answered UNKNOWN_PRODUCER_ID: whatever the log says, start again at 0.
-    forgotten: bool = False
     # (batch bytes, record count) of a batch that may or may not be in the log.
     in_doubt: tuple[bytes, int] | None = None
 
@@ -201,9 +196,7 @@ class StorageOffsetsLog:
             await self._send(partition, writer, batch, count)
             return None
         if writer.next_sequence == _SEQUENCE_UNKNOWN:
-            after_tail = await self._sequence_from_log(partition, writer)
-            writer.next_sequence = 0 if writer.forgotten else after_tail
-            writer.forgotten = False
+            writer.next_sequence = await self._sequence_from_log(partition, writer)
             if writer.next_sequence != 0:
                 return None
         _, high_watermark = await self.bounds(partition)
@@ -283,6 +276,9 @@ class StorageOffsetsLog:
             request = storage_pb2.ProduceRequest(
                 acks=storage_pb2.ACKS_ALL,
                 timeout_ms=max(1, int(remaining_s * 1000)),
+                # Storage nodes refuse __consumer_offsets and the reserved producer ids to
+                # any other origin.
+                origin=storage_pb2.PRODUCE_ORIGIN_COORDINATOR,
                 partitions=[
                     storage_pb2.PartitionProduceData(
                         topic=OFFSETS_TOPIC, partition=partition, records=batch
@@ -337,13 +333,14 @@ class StorageOffsetsLog:
                 f"{where}: a newer coordinator has written: {error.message}",
                 fenced=True,
             )
-        if error.code in _SEQUENCE_LOST:
+        if error.code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             writer.in_doubt = None
-            # Out of order: the log is not what this writer believes. Unknown producer: the
-            # leader forgot it (producer.id.expiration.ms), so it takes sequence 0 from anyone;
-            # the next claim checks in the log that no newer epoch has written and fences again.
+            # The leader's state is not what this writer believes: typically the leader forgot
+            # this producer (producer.id.expiration.ms) and then took a deposed owner's batch
+            # as an unknown producer's first, at its older epoch (docs/decisions.md, "Fencing
+            # coordinator writes"). The next claim reads the log's last batch: a newer epoch
+            # there fences this writer, an older one is fenced again at sequence 0.
             writer.next_sequence = _SEQUENCE_UNKNOWN
-            writer.forgotten = error.code is ErrorCode.UNKNOWN_PRODUCER_ID
             return OffsetsWriteError(error.code, f"{where}: {error.message}", fenced=False)
         if appended_maybe:
             writer.in_doubt = (batch, count)

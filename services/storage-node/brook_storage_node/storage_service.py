@@ -16,6 +16,10 @@ manager's partitions; the rules it applies, in Kafka's terms:
   fences the older instance at every partition it writes to next.
 - A retried idempotent batch is answered with its original offsets and not appended again
   (log/producer_state.py).
+- Only a produce marked PRODUCE_ORIGIN_COORDINATOR may write an internal topic (else
+  INVALID_TOPIC_EXCEPTION, as Kafka answers clients) or a batch with a producer id reserved
+  for the group coordinators (else INVALID_RECORD): either would break their fencing
+  (brook/reserved.py). ProduceRecords is always a client's.
 - Produce appends the client's RecordBatch v2 bytes as they are (the log validates headers
   and CRCs and assigns offsets; records are never decoded). acks=0 answers once the request
   is checked and its appends are queued, and never reports append errors (Kafka's client gets
@@ -47,7 +51,8 @@ import grpc
 from opentelemetry import propagate, trace
 
 from brook.errors import ErrorCode
-from brook.record import BatchBuilder, Compression
+from brook.record import BatchBuilder, Compression, RecordError, scan_batches
+from brook.reserved import is_reserved_producer_id
 from brook.telemetry import meter, tracer
 from brook.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from brook_storage_node.delayed_fetch import DataWaiter
@@ -210,6 +215,20 @@ def _raise_if(error: ErrorResult | None) -> None:
         raise PartitionError(error.code, error.message)
 
 
+# Append failures Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog);
+# every other one carries the partition's log start offset.
+_NO_LOG_START_ERRORS: Final = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+
+
 def _produce_error(
     topic: str, partition: int, error: ErrorResult
 ) -> storage_pb2.PartitionProduceResponse:
@@ -280,7 +299,13 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             items = [_ProduceItem(p.topic, p.partition, p.records) for p in request.partitions]
             size = sum(len(item.records) for item in items)
             responses = await self._produce(
-                "Produce", request.acks, request.timeout_ms, items, size, context
+                "Produce",
+                request.acks,
+                request.timeout_ms,
+                items,
+                size,
+                context,
+                coordinator=request.origin == storage_pb2.PRODUCE_ORIGIN_COORDINATOR,
             )
             return storage_pb2.ProduceResponse(partitions=responses)
 
@@ -313,6 +338,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         context: Any,
         *,
         plain: bool = False,
+        coordinator: bool = False,
     ) -> list[storage_pb2.PartitionProduceResponse]:
         if not self._produce_bytes.try_acquire(size_bytes):
             self._instruments.rejected.add(1, {"rpc.method": method})
@@ -327,7 +353,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             request_error = self._produce_request_error(acks, timeout_ms)
             if request_error is not None:
                 return [_produce_error(i.topic, i.partition_index, request_error) for i in items]
-            self._resolve_produce(items, plain=plain)
+            self._resolve_produce(items, plain=plain, coordinator=coordinator)
             if acks == storage_pb2.ACKS_NONE:
                 self._queue_unacknowledged(items, size_bytes)
                 released = True
@@ -355,14 +381,22 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             return ErrorResult(ErrorCode.INVALID_REQUEST, f"timeout_ms {timeout_ms} is negative")
         return None
 
-    def _resolve_produce(self, items: list[_ProduceItem], *, plain: bool) -> None:
-        """Check addresses and leadership (and build the batches of plain records); each
-        item either gets its partition or an error response."""
+    def _resolve_produce(
+        self, items: list[_ProduceItem], *, plain: bool, coordinator: bool
+    ) -> None:
+        """Check addresses, leadership and, unless a coordinator writes, that no internal
+        topic or reserved producer id is written (and build the batches of plain records);
+        each item either gets its partition or an error response."""
         errors = _address_errors([(item.topic, item.partition_index) for item in items])
         for item, address_error in zip(items, errors, strict=True):
             try:
                 _raise_if(address_error)
-                item.partition = self._replicas.leader_partition(item.topic, item.partition_index)
+                partition = self._replicas.leader_partition(item.topic, item.partition_index)
+                refused = None if coordinator else self._client_write_error(item)
+                if refused is not None:
+                    item.response = _produce_error(item.topic, item.partition_index, refused)
+                    continue
+                item.partition = partition
                 if plain:
                     item.records = _build_batch(item, item.partition)
             except Exception as exc:
@@ -372,6 +406,28 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                     item.partition_index,
                     exc.result if isinstance(exc, _RecordBuildError) else error_result(exc),
                 )
+
+    def _client_write_error(self, item: _ProduceItem) -> ErrorResult | None:
+        """Why a client may not write this entry, if it may not: Kafka's ReplicaManager
+        refuses internal topics to every origin but the coordinators', and a batch with a
+        coordinator's producer id would fence the coordinators or break their reload."""
+        topic = self._replicas.view.topic(item.topic)
+        if topic is not None and topic.internal:
+            return ErrorResult(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"{item.topic} is an internal topic: only the group coordinators write it "
+                "(commit offsets with OffsetCommit instead)",
+            )
+        reserved = _reserved_producer_batch(item.records)
+        if reserved is None:
+            return None
+        index, producer_id = reserved
+        return ErrorResult(
+            ErrorCode.INVALID_RECORD,
+            f"record batch {index} carries producer id {producer_id}, reserved for the group "
+            "coordinators; producer ids come from InitProducerId",
+            batch_index=index,
+        )
 
     async def _append(self, item: _ProduceItem, *, acks_all: bool) -> None:
         partition = item.partition
@@ -386,6 +442,9 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 max_batch_bytes=partition.settings.log_config.max_message_bytes,
             )
             item.response = _produce_error(item.topic, item.partition_index, result)
+            if result.code not in _NO_LOG_START_ERRORS:
+                # Java's producer reads it to tell a lost producer state from a real gap.
+                item.response.log_start_offset = partition.log_start_offset
             return
         item.appended = info
 
@@ -418,6 +477,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 response = _produce_error(item.topic, item.partition_index, error_result(exc))
                 # The batch is in the leader's log; as Kafka does, say where.
                 response.base_offset = info.first_offset
+                response.log_start_offset = info.log_start_offset
                 item.response = response
 
     def _response(self, item: _ProduceItem) -> storage_pb2.PartitionProduceResponse:
@@ -885,6 +945,18 @@ def _init_producer_id_error(request: storage_pb2.InitProducerIdRequest) -> Error
             ErrorCode.INVALID_REQUEST,
             f"producer epoch {request.producer_epoch} is above int16's {PRODUCER_EPOCH_LIMIT}",
         )
+    return None
+
+
+def _reserved_producer_batch(records: bytes) -> tuple[int, int] | None:
+    """(index, producer id) of the first batch in ``records`` with a reserved producer id."""
+    try:
+        for index, (_, header) in enumerate(scan_batches(records)):
+            if is_reserved_producer_id(header.producer_id):
+                return index, header.producer_id
+    except RecordError:
+        # Malformed bytes: the log refuses the whole entry and names the fault better.
+        return None
     return None
 
 

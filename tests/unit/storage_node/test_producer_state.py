@@ -23,7 +23,6 @@ from brook_storage_node.log.producer_state import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     ProducerStateManager,
-    UnknownProducerIdError,
     snapshot_file_name,
 )
 from brook_storage_node.log.topic_partition import TopicPartition
@@ -158,14 +157,21 @@ def test_an_older_epoch_is_fenced_and_a_newer_one_must_restart_at_sequence_zero(
         log.close()
 
 
-def test_an_unknown_producer_must_start_at_sequence_zero(tmp_path: Path) -> None:
+def test_an_unknown_producers_first_batch_is_taken_at_any_sequence_and_then_held_to_order(
+    tmp_path: Path,
+) -> None:
     log = _open(tmp_path)
     try:
-        with pytest.raises(UnknownProducerIdError) as unknown:
-            log.append(_batch(7), leader_epoch=0)
-        assert unknown.value.error_code == 59
-        assert log.log_end_offset == 0
-        log.append(_batch(0), leader_epoch=0)
+        # Kafka >= 2.5: its state may have expired while batches were in flight.
+        log.append(_batch(7, epoch=2), leader_epoch=0)
+        log.append(_batch(8, epoch=2), leader_epoch=0)
+        assert log.append(_batch(7, epoch=2), leader_epoch=0).duplicate
+        end = log.log_end_offset
+        with pytest.raises(OutOfOrderSequenceError) as gap:
+            log.append(_batch(10, epoch=2), leader_epoch=0)
+        assert gap.value.error_code == 45
+        assert log.log_end_offset == end
+        assert _values(log) == [b"7-0", b"8-0"]
     finally:
         log.close()
 
@@ -184,6 +190,7 @@ def test_sequences_wrap_from_int32_max_to_zero(tmp_path: Path) -> None:
         ),
         0,
         START_MS,
+        append_time_ms=START_MS,
     )
     entry = state.entry(PID)
     assert entry is not None and entry.last_seq == INT32_MAX
@@ -369,7 +376,7 @@ def test_snapshots_past_the_recovered_log_end_are_discarded(tmp_path: Path) -> N
     directory = tmp_path / TOPIC_DIR
     state = ProducerStateManager(directory)
     # A snapshot claiming batches the log does not have (the disk lost them).
-    state.apply(read_header(_batch(1)), 1, START_MS)
+    state.apply(read_header(_batch(1)), 1, START_MS, append_time_ms=START_MS)
     state.write_snapshot(50)
     reopened = _open(tmp_path)
     try:
@@ -399,19 +406,89 @@ def test_snapshots_below_the_log_start_are_deleted(tmp_path: Path) -> None:
 # -- expiration -------------------------------------------------------------------------------
 
 
-def test_a_producer_idle_past_the_expiration_is_forgotten(tmp_path: Path) -> None:
+EXPIRATION_MS = 800
+# A client timestamp far older than any expiration (MirrorMaker keeping a source's timestamps).
+OLD_CLIENT_MS = START_MS - 30 * 86_400_000
+
+
+def test_a_producer_idle_past_the_expiration_is_forgotten_and_then_continues_where_it_was(
+    tmp_path: Path,
+) -> None:
     clock = _Clock()
     log = _open(tmp_path, clock)
     try:
-        log.append(_batch(0, pid=1, timestamp=START_MS), leader_epoch=0)
-        log.append(_batch(0, pid=2, timestamp=START_MS + 500), leader_epoch=0)
+        log.append(_batch(0, pid=1), leader_epoch=0)
+        clock.now_ms = START_MS + 500
+        log.append(_batch(0, pid=2), leader_epoch=0)
         clock.now_ms = START_MS + 1000
-        assert log.expire_producers(800) == [1]
-        with pytest.raises(UnknownProducerIdError):
-            log.append(_batch(1, pid=1), leader_epoch=0)
+        assert log.expire_producers(EXPIRATION_MS) == [1]
+        assert log.producer_state.entry(1) is None
+        # Its next batch is taken as it comes; from then on it is tracked again.
+        log.append(_batch(1, pid=1), leader_epoch=0)
+        with pytest.raises(OutOfOrderSequenceError):
+            log.append(_batch(3, pid=1), leader_epoch=0)
         log.append(_batch(1, pid=2), leader_epoch=0)
     finally:
         log.close()
+
+
+def test_a_busy_producer_with_old_client_timestamps_is_not_expired(tmp_path: Path) -> None:
+    clock = _Clock()
+    log = _open(tmp_path, clock)
+    try:
+        for seq in range(4):
+            log.append(_batch(seq, timestamp=OLD_CLIENT_MS), leader_epoch=0)
+            clock.now_ms += EXPIRATION_MS // 2
+            assert log.expire_producers(EXPIRATION_MS) == []
+        assert log.append(_batch(3, timestamp=OLD_CLIENT_MS), leader_epoch=0).duplicate
+        # Idle, by the node's clock, for the whole expiration: forgotten.
+        clock.now_ms += EXPIRATION_MS
+        assert log.expire_producers(EXPIRATION_MS) == [PID]
+    finally:
+        log.close()
+
+
+def test_a_follower_measures_idleness_from_its_own_appends(tmp_path: Path) -> None:
+    leader_clock, follower_clock = _Clock(), _Clock()
+    leader = _open(tmp_path / "leader", leader_clock)
+    follower = _open(tmp_path / "follower", follower_clock)
+    try:
+        leader.append(_batch(0, timestamp=OLD_CLIENT_MS), leader_epoch=0)
+        follower_clock.now_ms += EXPIRATION_MS // 2
+        _copy_to_follower(leader, follower)
+        follower_clock.now_ms += EXPIRATION_MS // 2
+        assert follower.expire_producers(EXPIRATION_MS) == []
+        follower_clock.now_ms += EXPIRATION_MS // 2
+        assert follower.expire_producers(EXPIRATION_MS) == [PID]
+    finally:
+        leader.close()
+        follower.close()
+
+
+def test_batches_replayed_at_recovery_count_as_appended_at_load_and_snapshots_keep_the_time(
+    tmp_path: Path,
+) -> None:
+    clock = _Clock()
+    log = _open(tmp_path, clock)
+    log.append(_batch(0, timestamp=OLD_CLIENT_MS), leader_epoch=0)
+    log.close()
+    for snapshot in (tmp_path / TOPIC_DIR).glob(f"*{SNAPSHOT_SUFFIX}"):
+        snapshot.unlink()
+    clock.now_ms = START_MS + 5 * EXPIRATION_MS
+    replayed = _open(tmp_path, clock)
+    try:
+        entry = replayed.producer_state.entry(PID)
+        assert entry is not None and entry.last_append_time_ms == clock.now_ms
+        assert replayed.expire_producers(EXPIRATION_MS) == []
+    finally:
+        replayed.close()
+    # The close's snapshot holds that time; a reopening later does not refresh it.
+    clock.now_ms += EXPIRATION_MS
+    restored = _open(tmp_path, clock)
+    try:
+        assert restored.expire_producers(EXPIRATION_MS) == [PID]
+    finally:
+        restored.close()
 
 
 def test_the_log_manager_expires_idle_producers_periodically(tmp_path: Path) -> None:

@@ -273,7 +273,7 @@ class PartitionLog:
                     if duplicate is not None:
                         return self._duplicate_info(duplicate, validated)
             info = self._append_locked(validated, now_ms)
-            self._apply_producer_batches(validated)
+            self._apply_producer_batches(validated, now_ms)
             return info
 
     def _duplicate_info(self, batch: BatchMetadata, validated: ValidatedAppend) -> LogAppendInfo:
@@ -288,10 +288,12 @@ class PartitionLog:
             duplicate=True,
         )
 
-    def _apply_producer_batches(self, validated: ValidatedAppend) -> None:
+    def _apply_producer_batches(self, validated: ValidatedAppend, now_ms: int) -> None:
         for (header, first_offset), batch in zip(validated.headers, validated.batches, strict=True):
             if is_producer_batch(header):
-                self.producer_state.apply(header, first_offset, batch.max_timestamp)
+                self.producer_state.apply(
+                    header, first_offset, batch.max_timestamp, append_time_ms=now_ms
+                )
 
     def append_as_follower(self, records: Buffer) -> LogAppendInfo:
         """Append batches copied from the leader, offsets and epochs as the leader set them.
@@ -304,8 +306,9 @@ class PartitionLog:
             validated = validate_follower_append(
                 records, log_end_offset=self._log_end_offset, config=self._config
             )
-            info = self._append_locked(validated, self._clock_ms())
-            self._apply_producer_batches(validated)
+            now_ms = self._clock_ms()
+            info = self._append_locked(validated, now_ms)
+            self._apply_producer_batches(validated, now_ms)
             return info
 
     def _append_locked(self, validated: ValidatedAppend, now_ms: int) -> LogAppendInfo:
@@ -703,11 +706,19 @@ class PartitionLog:
         state.delete_snapshots_below(self._log_start_offset)
         loaded = state.load_latest_snapshot(self._log_end_offset)
         start = self._segments[0].base_offset if loaded is None else loaded
+        # A replayed batch's timestamp may be its client's clock; idleness is measured from
+        # the load (producer_state.py, expiration).
+        load_time_ms = self._clock_ms()
         replayed = 0
         for segment in self._segments.from_offset(start):
             for header in segment.batch_headers_from(start):
                 if is_producer_batch(header):
-                    state.apply(header, header.base_offset, header.max_timestamp)
+                    state.apply(
+                        header,
+                        header.base_offset,
+                        header.max_timestamp,
+                        append_time_ms=load_time_ms,
+                    )
                     replayed += 1
         _log.debug(
             "%s: producer state from snapshot %s and %d replayed batches: %d producers",

@@ -1,9 +1,14 @@
 """Idempotent producers' state on one partition (Kafka's ProducerStateManager; seed 001, 4.6).
 
-Per producer id: the current producer epoch and the last ``BATCHES_RETAINED`` batches appended
-in that epoch (first and last sequence, first and last offset, timestamp). A leader checks each
-producer batch against it before appending (``check_append``):
+Per producer id: the current producer epoch, the node's wall-clock time of its last append and
+the last ``BATCHES_RETAINED`` batches appended in that epoch (first and last sequence, first and
+last offset, max timestamp). A leader checks each producer batch against it before appending
+(``check_append``), by the rules of Kafka >= 2.5 (ProducerAppendInfo.checkSequence):
 
+- a producer id this partition has no state for (new here, or expired after
+  producer.id.expiration.ms) is accepted at any epoch and sequence: its state may have gone
+  while the producer still had batches in flight, and Java's producer (>= 2.5) and librdkafka
+  count on this; the state then starts from that batch;
 - epoch older than the current one: INVALID_PRODUCER_EPOCH (what Kafka's produce path answers
   since 2.7; PRODUCER_FENCED belongs to the transaction coordinator), nothing appended;
 - epoch newer: the batch must start at sequence 0 (a new epoch restarts sequences), else
@@ -11,13 +16,20 @@ producer batch against it before appending (``check_append``):
 - same epoch: a batch with the first and last sequence of one of the retained batches is a
   retry of it: the caller answers with that batch's original offsets and appends nothing; a
   batch continuing the last sequence (int32 wrap included) is appended; anything else is
-  OUT_OF_ORDER_SEQUENCE_NUMBER;
-- a producer id this partition has no state for must start at sequence 0, else
-  UNKNOWN_PRODUCER_ID. Kafka >= 2.5 accepts any sequence there instead (its state may have
-  gone with retention); Brook keeps the stricter pre-2.5 answer because a batch that is not
-  the first one of an unknown producer is exactly a retry whose original may be gone or a
-  gap, and current clients (Java >= 2.5, librdkafka) answer it by bumping the epoch and
-  restarting at sequence 0, which loses and duplicates nothing (docs/decisions.md).
+  OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+UNKNOWN_PRODUCER_ID is never answered (as in Kafka >= 2.5).
+
+Expiration (``expire``) compares the node's clock with the node's clock at the producer's last
+append, not with a batch timestamp. Kafka compares with ``lastTimestamp``, the last batch's max
+timestamp, which on CreateTime topics is the client's clock: a producer that writes old
+timestamps (MirrorMaker keeping the source's, backfills) is forgotten at every expiration pass
+however busy it is. The leader and the followers record their own clock at their append;
+batches replayed from the log at recovery get the node's clock at load time (their batch
+timestamps may be the client's), so a restart gives the producers it replays a whole
+expiration period again; producers restored from a snapshot keep the append time recorded in
+it (snapshots written before this rule hold the batch's max timestamp there instead, which at
+worst expires a producer early once).
 
 Followers and recovery apply batches with ``apply`` and no checks: the leader checked them,
 and applying what the log holds is how a new leader already knows every producer's sequences.
@@ -59,7 +71,6 @@ __all__ = [
     "ProducerStateEntry",
     "ProducerStateError",
     "ProducerStateManager",
-    "UnknownProducerIdError",
     "in_sequence",
     "is_producer_batch",
     "snapshot_file_name",
@@ -76,7 +87,7 @@ _OFFSET_DIGITS: Final = 20
 _SNAPSHOT_VERSION: Final = 1
 # version int16, crc uint32 (of everything after it), producer count int32
 _FILE_HEADER: Final = struct.Struct(">hIi")
-# producer id int64, epoch int16, last timestamp int64, batch count int8
+# producer id int64, epoch int16, last append time int64, batch count int8
 _PRODUCER: Final = struct.Struct(">qhqb")
 # first seq int32, last seq int32, first offset int64, last offset int64, timestamp int64
 _BATCH: Final = struct.Struct(">iiqqq")
@@ -93,10 +104,6 @@ class OutOfOrderSequenceError(ProducerStateError):
 
 class InvalidProducerEpochError(ProducerStateError):
     error_code = int(ErrorCode.INVALID_PRODUCER_EPOCH)
-
-
-class UnknownProducerIdError(ProducerStateError):
-    error_code = int(ErrorCode.UNKNOWN_PRODUCER_ID)
 
 
 def is_producer_batch(header: BatchHeader) -> bool:
@@ -123,7 +130,8 @@ def parse_snapshot_file_name(name: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
-    """One appended producer batch, as its retries are recognised and answered."""
+    """One appended producer batch, as its retries are recognised and answered
+    (``timestamp_ms``: the batch's max timestamp, which a retry's answer repeats)."""
 
     first_seq: int
     last_seq: int
@@ -137,7 +145,8 @@ class ProducerStateEntry:
     producer_id: int
     producer_epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_RETAINED))
-    last_timestamp_ms: int = -1
+    # The node's wall clock at the last append of this producer (not a client timestamp).
+    last_append_time_ms: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -178,12 +187,6 @@ class ProducerStateManager:
         first_seq = header.base_sequence
         entry = self._producers.get(producer_id)
         if entry is None:
-            if first_seq != 0:
-                raise UnknownProducerIdError(
-                    f"producer {producer_id} has no state on this partition (new, expired "
-                    f"after producer.id.expiration.ms, or its batches deleted) and its batch "
-                    f"starts at sequence {first_seq}, not 0; bump the epoch and restart at 0"
-                )
             return None
         if epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
@@ -208,8 +211,12 @@ class ProducerStateManager:
             )
         return None
 
-    def apply(self, header: BatchHeader, first_offset: int, timestamp_ms: int) -> None:
-        """Record an appended producer batch (already checked, or copied from the leader)."""
+    def apply(
+        self, header: BatchHeader, first_offset: int, timestamp_ms: int, *, append_time_ms: int
+    ) -> None:
+        """Record an appended producer batch (already checked, or copied from the leader):
+        ``timestamp_ms`` is the batch's max timestamp, ``append_time_ms`` the node's clock at
+        the append (what expiration measures idleness from)."""
         producer_id = header.producer_id
         entry = self._producers.get(producer_id)
         if entry is None or entry.producer_epoch != header.producer_epoch:
@@ -226,18 +233,18 @@ class ProducerStateManager:
                 timestamp_ms,
             )
         )
-        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+        entry.last_append_time_ms = max(entry.last_append_time_ms, append_time_ms)
 
     def clear(self) -> None:
         self._producers.clear()
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
-        """Forget producers whose last batch is ``expiration_ms`` or more old (Kafka's
-        producer.id.expiration.ms); returns their ids."""
+        """Forget producers whose last append was ``expiration_ms`` or more before ``now_ms``
+        by the node's clock (producer.id.expiration.ms); returns their ids."""
         expired = [
             producer_id
             for producer_id, entry in self._producers.items()
-            if now_ms - entry.last_timestamp_ms >= expiration_ms
+            if now_ms - entry.last_append_time_ms >= expiration_ms
         ]
         for producer_id in expired:
             del self._producers[producer_id]
@@ -261,7 +268,7 @@ class ProducerStateManager:
             body += _PRODUCER.pack(
                 entry.producer_id,
                 entry.producer_epoch,
-                entry.last_timestamp_ms,
+                entry.last_append_time_ms,
                 len(entry.batches),
             )
             for batch in entry.batches:
@@ -330,11 +337,11 @@ def _read_snapshot(data: bytes) -> list[ProducerStateEntry]:
     position = _FILE_HEADER.size
     producers = []
     for _ in range(count):
-        producer_id, epoch, last_timestamp_ms, batch_count = _PRODUCER.unpack_from(data, position)
+        producer_id, epoch, last_append_time_ms, batch_count = _PRODUCER.unpack_from(data, position)
         position += _PRODUCER.size
         if not 0 < batch_count <= BATCHES_RETAINED:
             raise ValueError(f"producer {producer_id} has {batch_count} batches")
-        entry = ProducerStateEntry(producer_id, epoch, last_timestamp_ms=last_timestamp_ms)
+        entry = ProducerStateEntry(producer_id, epoch, last_append_time_ms=last_append_time_ms)
         for _ in range(batch_count):
             entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, position)))
             position += _BATCH.size
