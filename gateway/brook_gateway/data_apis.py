@@ -28,7 +28,7 @@ from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.upstream import UpstreamError
 
-__all__ = ["ProduceCoalescer", "data_handlers"]
+__all__ = ["PartitionOrder", "ProduceCoalescer", "data_handlers"]
 
 _ACKS: Final = {
     0: storage_pb2.ACKS_NONE,
@@ -306,6 +306,86 @@ class ProduceCoalescer:
                 self._pass_turn(key, lane)
 
 
+# acks=all Produce requests with more record bytes than this are ordered behind the same
+# connection's earlier requests for their partitions (PartitionOrder). A smaller call travels to
+# the node in one HTTP/2 DATA frame (16 KiB by default), so it arrives, and is appended, in the
+# order it was sent; a larger one's frames can interleave with a later call's.
+ORDERED_PRODUCE_BYTES_MIN: Final = 16 * 1024 - 1024
+
+
+class PartitionOrder:
+    """Keeps a connection's acks=all Produce requests in send order per partition where the
+    transport could reorder them, while requests for other partitions go on concurrently.
+
+    Kafka's broker serves one request of a connection at a time, so a client pipelining
+    requests without idempotence still gets each partition's batches appended in the order it
+    sent them. acks=all calls are not merged (a call lasts a replication round) but go
+    concurrently; the node appends them in the order they arrive, which is the order they were
+    sent unless a large call's frames are overtaken by a later call's. So a request waits for
+    the connection's earlier LARGE requests for its partitions (`enter` with ``large``), and
+    only large requests are waited for: small ones cannot be overtaken. `enter` must be called
+    in arrival order, before the request's first await."""
+
+    def __init__(self) -> None:
+        self._tails: dict[tuple[str, str, int], asyncio.Future[None]] = {}
+
+    @property
+    def partitions(self) -> int:
+        """Partitions with a request in flight (for tests: finished ones are forgotten)."""
+        return len(self._tails)
+
+    def enter(
+        self, connection: str, partitions: list[tuple[str, int]], *, large: bool = True
+    ) -> tuple[list[asyncio.Future[None]], asyncio.Future[None]]:
+        """(the requests to wait for, this request's own turn to complete with `leave`). A
+        request that is not ``large`` waits like any other but nobody waits for it."""
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        before: list[asyncio.Future[None]] = []
+        for topic, partition in partitions:
+            key = (connection, topic, partition)
+            previous = self._tails.get(key)
+            if previous is not None and previous is not mine and previous not in before:
+                before.append(previous)
+            if large:
+                self._tails[key] = mine
+        return before, mine
+
+    def leave(
+        self,
+        connection: str,
+        partitions: list[tuple[str, int]],
+        before: list[asyncio.Future[None]],
+        mine: asyncio.Future[None],
+    ) -> None:
+        """The request is answered (or gone): the next one of each partition may go, once the
+        requests it followed are done too (a request cancelled while it waited must not let
+        its successor overtake its predecessor)."""
+        pending = [previous for previous in before if not previous.done()]
+        if not pending:
+            self._complete(connection, partitions, mine)
+            return
+        remaining = len(pending)
+
+        def one_done(_: asyncio.Future[None]) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining == 0:
+                self._complete(connection, partitions, mine)
+
+        for previous in pending:
+            previous.add_done_callback(one_done)
+
+    def _complete(
+        self, connection: str, partitions: list[tuple[str, int]], mine: asyncio.Future[None]
+    ) -> None:
+        if not mine.done():
+            mine.set_result(None)
+        for topic, partition in partitions:
+            key = (connection, topic, partition)
+            if self._tails.get(key) is mine:
+                del self._tails[key]
+
+
 def _fail(carried: list[_Waiting], error: BaseException) -> None:
     """Every request still waiting for the call that carried it gets ``error``."""
     for waiting in carried:
@@ -348,6 +428,7 @@ def _produce(backend: Backend) -> ApiHandler:
         return partitions
 
     coalescer = ProduceCoalescer(send, PRODUCE_MERGED_BYTES_MAX)
+    order = PartitionOrder()
 
     async def handle(request: Message, context: RequestContext) -> Message | None:
         acks = _ACKS.get(request["acks"])
@@ -368,8 +449,9 @@ def _produce(backend: Backend) -> ApiHandler:
         async def call(address: str, items: list[_Part]) -> None:
             timeout_ms = max(request["timeout_ms"], 0)
             if acks == storage_pb2.ACKS_ALL:
-                # An acks=all call lasts a replication round; queued behind it, a partition
-                # would get one batch per round. Concurrent calls let each round carry all.
+                # An acks=all call lasts a replication round: merged calls would make every
+                # partition of a connection wait for the slowest. Calls go concurrently, each
+                # partition's in send order (PartitionOrder).
                 responses = await send(address, acks, timeout_ms, items)
             else:
                 responses = await coalescer.produce(context.peer, address, acks, timeout_ms, items)
@@ -392,7 +474,21 @@ def _produce(backend: Backend) -> ApiHandler:
             for t in request["topic_data"]
             for p in t["partition_data"]
         ]
-        await _fan_out(backend, parts, call, fail)
+        if acks == storage_pb2.ACKS_ALL:
+            # Before any await: the order of `enter` calls is the connection's send order.
+            keys = [(t, p) for t, p, _ in parts]
+            size_bytes = sum(len(records or b"") for _, _, records in parts)
+            large = size_bytes > ORDERED_PRODUCE_BYTES_MIN
+            before, mine = order.enter(context.peer, keys, large=large)
+            try:
+                for previous in before:
+                    # Shielded: a cancelled request must not cancel the turn it waits for.
+                    await asyncio.shield(previous)
+                await _fan_out(backend, parts, call, fail)
+            finally:
+                order.leave(context.peer, keys, before, mine)
+        else:
+            await _fan_out(backend, parts, call, fail)
         if request["acks"] == 0:
             return None
         return {

@@ -1,7 +1,8 @@
-"""Many small Produce requests pipelined on one connection, as librdkafka sends them, through
-the gateway, which merges them into fewer calls to the storage node: every record must land
-once, in the order it was produced within its partition, at the offset its delivery report
-gave it."""
+"""Produce requests pipelined on one connection, as librdkafka sends them without idempotence,
+through the gateway: small acks=1 ones, which it merges into fewer calls to the storage node, and
+large acks=all ones, which it sends concurrently but orders per partition (PartitionOrder).
+Every record must land once, in the order it was produced within its partition, at the offset
+its delivery report gave it."""
 
 from __future__ import annotations
 
@@ -23,14 +24,29 @@ PIPELINING_PRODUCER: dict[str, Any] = {
     "batch.num.messages": 10,
     "enable.idempotence": False,
 }
+# acks=all with batches far over one HTTP/2 frame, many requests per partition in flight.
+LARGE_PIPELINING_PRODUCER: dict[str, Any] = {
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.num.messages": 100_000,
+    "batch.size": 256 * 1024,
+    "enable.idempotence": False,
+}
+LARGE_VALUE_BYTES = 2000
 
 
-def produce(bootstrap: str, topic: str) -> dict[bytes, tuple[int, int]]:
+def _value(i: int, padding: int) -> bytes:
+    return f"v{i}".encode().ljust(padding, b".")
+
+
+def produce(
+    bootstrap: str, topic: str, config: dict[str, Any], padding: int
+) -> dict[bytes, tuple[int, int]]:
     """Produces RECORDS values round-robin over the partitions; (partition, offset) of each
     value as its delivery report told."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, **PIPELINING_PRODUCER})
+    producer = Producer({"bootstrap.servers": bootstrap, **config})
     delivered: dict[bytes, tuple[int, int]] = {}
     errors: list[Any] = []
 
@@ -42,7 +58,7 @@ def produce(bootstrap: str, topic: str) -> dict[bytes, tuple[int, int]]:
 
     for i in range(RECORDS):
         producer.produce(
-            topic, value=f"v{i}".encode(), partition=i % PARTITIONS, on_delivery=on_delivery
+            topic, value=_value(i, padding), partition=i % PARTITIONS, on_delivery=on_delivery
         )
         producer.poll(0)
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
@@ -72,21 +88,28 @@ def consume(bootstrap: str, topic: str) -> list[tuple[int, int, bytes]]:
     return consumed
 
 
-def test_pipelined_small_produce_requests_land_in_order_at_their_reported_offsets(
-    bootstrap: str,
+@pytest.mark.parametrize(
+    ("name", "config", "padding"),
+    [
+        ("small-acks-1", PIPELINING_PRODUCER, 0),
+        ("large-acks-all", LARGE_PIPELINING_PRODUCER, LARGE_VALUE_BYTES),
+    ],
+)
+def test_pipelined_produce_requests_land_in_order_at_their_reported_offsets(
+    bootstrap: str, name: str, config: dict[str, Any], padding: int
 ) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    topic = "pipelined-produce"
+    topic = f"pipelined-produce-{name}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(CLIENT_TIMEOUT_S)
 
-    delivered = produce(bootstrap, topic)
+    delivered = produce(bootstrap, topic, config, padding)
     consumed = consume(bootstrap, topic)
 
     assert len(delivered) == RECORDS
     for partition in range(PARTITIONS):
-        produced = [f"v{i}".encode() for i in range(partition, RECORDS, PARTITIONS)]
+        produced = [_value(i, padding) for i in range(partition, RECORDS, PARTITIONS)]
         stored = sorted((o, v) for p, o, v in consumed if p == partition)
         # Once each, at consecutive offsets, in the order they were produced.
         assert [o for o, _ in stored] == list(range(len(produced)))
