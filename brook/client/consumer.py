@@ -177,6 +177,7 @@ class _ConsumerCore:
                 group_instance_id=config.group_instance_id,
                 config=config,
                 metadata=self.metadata,
+                network=self.network,
                 notifier=self.notifier,
                 wakeup=group_wakeup,
                 locator=storage_node_locator(
@@ -630,8 +631,6 @@ class _ConsumerCore:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self.group is not None:
-            await self.group.close()
         await self.network.close()
 
 

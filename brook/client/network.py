@@ -1,4 +1,5 @@
-"""gRPC channels to storage nodes: one per node address, reused, and closed with the client.
+"""gRPC channels to storage nodes and group coordinators: one per address, reused, and closed
+with the client.
 
 A channel multiplexes every request of a client to that node over one HTTP/2 connection, so
 the producer's concurrent produce requests and the consumer's long-polls share it. Transport
@@ -14,7 +15,7 @@ from typing import Any
 import grpc
 
 from brook.errors import ErrorCode
-from brook.v1 import storage_pb2_grpc
+from brook.v1 import group_pb2_grpc, storage_pb2_grpc
 
 __all__ = ["KEEPALIVE_TIMEOUT_MS", "KEEPALIVE_TIME_MS", "Network", "rpc_error"]
 
@@ -61,18 +62,32 @@ class Network:
         ]
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, storage_pb2_grpc.StorageServiceStub] = {}
+        self._group_stubs: dict[str, group_pb2_grpc.GroupCoordinatorServiceStub] = {}
         self._closed = False
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            if self._closed:
+                raise RuntimeError("the client's network is closed")
+            channel = grpc.aio.insecure_channel(address, options=self._options)
+            self._channels[address] = channel
+        return channel
 
     def storage(self, address: str) -> storage_pb2_grpc.StorageServiceStub:
         """The StorageService stub for the node at ``address`` (host:port)."""
         stub = self._stubs.get(address)
         if stub is None:
-            if self._closed:
-                raise RuntimeError("the client's network is closed")
-            channel = grpc.aio.insecure_channel(address, options=self._options)
-            self._channels[address] = channel
-            stub = storage_pb2_grpc.StorageServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub = storage_pb2_grpc.StorageServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
             self._stubs[address] = stub
+        return stub
+
+    def groups(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
+        """The GroupCoordinatorService stub for the coordinator at ``address`` (host:port)."""
+        stub = self._group_stubs.get(address)
+        if stub is None:
+            stub = group_pb2_grpc.GroupCoordinatorServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
+            self._group_stubs[address] = stub
         return stub
 
     async def close(self) -> None:
@@ -80,6 +95,7 @@ class Network:
         channels = list(self._channels.values())
         self._channels.clear()
         self._stubs.clear()
+        self._group_stubs.clear()
         for channel in channels:
             await channel.close(grace=None)
 

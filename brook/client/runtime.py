@@ -15,6 +15,7 @@ through two small primitives:
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import contextlib
@@ -188,11 +189,11 @@ async def drive_async(steps: Steps[T], notifier: Notifier) -> T:
         steps.close()
 
 
-class Closing:
+class Closing(abc.ABC):
     """``with client:`` closes the client on the way out."""
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
     def __enter__(self) -> Self:
         return self
@@ -206,14 +207,14 @@ class Closing:
         self.close()
 
 
-class AsyncClosing:
+class AsyncClosing(abc.ABC):
     """``async with client:`` starts the client, and closes it on the way out."""
 
-    async def start(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def start(self) -> None: ...
 
-    async def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def close(self) -> None: ...
 
     async def __aenter__(self) -> Self:
         await self.start()

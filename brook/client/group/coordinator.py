@@ -24,7 +24,6 @@ Errors follow Kafka's consumer:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import random
@@ -56,11 +55,11 @@ from brook.client.group.protocol import (
     encode_subscription,
 )
 from brook.client.metadata import Metadata
-from brook.client.network import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS, Network, rpc_error
+from brook.client.network import Network, rpc_error
 from brook.client.runtime import Notifier, Wakeup, backoff_s
 from brook.client.types import TopicPartition
 from brook.errors import ErrorCode, error_code
-from brook.v1 import common_pb2, group_pb2, group_pb2_grpc, storage_pb2
+from brook.v1 import common_pb2, group_pb2, storage_pb2
 
 __all__ = [
     "COORDINATOR_ERRORS",
@@ -90,9 +89,6 @@ _COMMIT_FAILED = frozenset(
 # Kafka's consumer gives a JoinGroup this long beyond the rebalance timeout, since the
 # coordinator holds it for up to that long by design.
 _JOIN_MARGIN_MS = 5000
-# Group RPCs carry subscriptions and assignments: small, but a large group's JoinGroup answer
-# to the leader lists every member.
-_GROUP_MESSAGE_BYTES_MAX = 16 * 1024 * 1024
 _T = TypeVar("_T")
 
 # Returns the host:port of coordinators to send FindCoordinator to.
@@ -156,35 +152,6 @@ def storage_node_locator(
     return locate
 
 
-class _Channels:
-    """gRPC channels to coordinators, one per address, closed with the consumer."""
-
-    def __init__(self, client_id: str) -> None:
-        self._options: list[tuple[str, Any]] = [
-            ("grpc.max_send_message_length", _GROUP_MESSAGE_BYTES_MAX),
-            ("grpc.max_receive_message_length", _GROUP_MESSAGE_BYTES_MAX),
-            ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-            ("grpc.keepalive_permit_without_calls", 0),
-            ("grpc.use_local_subchannel_pool", 1),
-            ("grpc.primary_user_agent", f"brook-python ({client_id})" if client_id else "brook"),
-        ]
-        self._channels: dict[str, grpc.aio.Channel] = {}
-
-    def stub(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=self._options)
-            self._channels[address] = channel
-        return group_pb2_grpc.GroupCoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
-
-    async def close(self) -> None:
-        channels = list(self._channels.values())
-        self._channels.clear()
-        for channel in channels:
-            await channel.close(grace=None)
-
-
 class _Retry(Exception):
     """An attempt failed in a way the next attempt may fix (after back-off)."""
 
@@ -208,6 +175,7 @@ class ConsumerCoordinator:
         group_instance_id: str | None,
         config: ConsumerConfig,
         metadata: Metadata,
+        network: Network,
         notifier: Notifier,
         wakeup: Wakeup,
         locator: CoordinatorLocator,
@@ -228,7 +196,7 @@ class ConsumerCoordinator:
         self._heartbeat_interval_s = heartbeat_interval_ms / 1000
         self._max_poll_interval_ms = max_poll_interval_ms
         self._request_timeout_s = config.request_timeout_ms / 1000
-        self._channels = _Channels(config.client_id)
+        self._network = network
         self._coordinator: tuple[int, str] | None = None
         self._coordinator_failures = 0
 
@@ -301,7 +269,7 @@ class ConsumerCoordinator:
         problems: list[str] = []
         for address in addresses:
             try:
-                response = await self._channels.stub(address).FindCoordinator(
+                response = await self._network.groups(address).FindCoordinator(
                     group_pb2.FindCoordinatorRequest(
                         key_type=group_pb2.COORDINATOR_TYPE_GROUP, keys=[self.group_id]
                     ),
@@ -331,7 +299,7 @@ class ConsumerCoordinator:
         """``method`` on the group's coordinator; transport failures become _Retry."""
         address = await self._coordinator_address()
         try:
-            return await getattr(self._channels.stub(address), method)(request, timeout=timeout_s)
+            return await getattr(self._network.groups(address), method)(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as error:
             code, text = rpc_error(error)
             if code is ErrorCode.REQUEST_TIMED_OUT:
@@ -781,7 +749,3 @@ class ConsumerCoordinator:
         self.state = MemberState.UNJOINED
         self.assignment = []
         self.rejoin_needed = True
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._channels.close()

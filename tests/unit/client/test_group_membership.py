@@ -124,6 +124,7 @@ class Member:
             group_instance_id=self.config.group_instance_id,
             config=self.config,
             metadata=self.metadata,
+            network=served.network,
             notifier=self.notifier,
             wakeup=wakeup,
             locator=locate,
@@ -144,7 +145,6 @@ class Member:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.group.close()
 
 
 def run(
