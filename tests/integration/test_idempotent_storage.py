@@ -125,6 +125,25 @@ def _create_topic(cluster: LocalCluster, topic: str, replication: int, **configs
 
         _wait(ready, f"{topic} to have a leader and a full ISR")
 
+    # The controllers name the leader a moment before that node has opened the partition
+    # (it answers NOT_LEADER_OR_FOLLOWER, "becoming the leader", meanwhile).
+    address = _leader_address(cluster, topic)
+
+    def served() -> bool:
+        response = _storage(address).ListOffsets(
+            storage_pb2.ListOffsetsRequest(
+                partitions=[
+                    storage_pb2.ListOffsetsPartition(
+                        topic=topic, partition=0, spec=storage_pb2.OFFSET_SPEC_LATEST
+                    )
+                ]
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        return error_code(response.partitions[0].error_code) is ErrorCode.NONE
+
+    _wait(served, f"the leader of {topic} to serve it")
+
 
 def _leader_address(cluster: LocalCluster, topic: str) -> str:
     with Admin(cluster.controller_bootstrap_servers) as admin:
