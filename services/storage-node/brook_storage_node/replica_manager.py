@@ -33,6 +33,7 @@ from typing import Protocol
 
 from brook.errors import ErrorCode
 from brook_storage_node.errors import LeaderHint, PartitionError
+from brook_storage_node.leadership_gate import LeadershipGates
 from brook_storage_node.log import LogConfig, LogManager, TopicPartition
 from brook_storage_node.metadata_view import (
     NO_LEADER,
@@ -117,6 +118,8 @@ class ReplicaManager:
         self._settings: dict[str, TopicSettings] = {}
         # Partitions this node should serve but could not open: reported as storage errors.
         self._failed: dict[TopicPartition, str] = {}
+        # Produce requests for partitions this node is becoming the leader of wait here.
+        self.gates = LeadershipGates(self._becoming_leader)
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -153,6 +156,10 @@ class ReplicaManager:
                 tp = TopicPartition(info.topic, info.partition)
                 self._failed[tp] = f"{type(exc).__name__}: {exc}"
                 _log.exception("cannot take up %s", tp)
+            finally:
+                # Requests waiting for this partition go now, not after the whole delta.
+                self.gates.settle()
+        self.gates.settle()
 
     async def _apply_partition(self, info: PartitionInfo) -> None:
         tp = TopicPartition(info.topic, info.partition)
@@ -224,6 +231,7 @@ class ReplicaManager:
         led = [p for p in self.hosted() if p.is_leader]
         for partition in led:
             partition.make_offline(self._lease_reason(reason))
+        self.gates.settle()
         _log.info("stopped leading %d partitions: %s", len(led), reason)
 
     def on_lease_acquired(self) -> None:
@@ -232,6 +240,7 @@ class ReplicaManager:
             info = self.view.partition(tp.topic, tp.partition)
             if info is not None and info.leader == self.node_id and not partition.is_leader:
                 self._lead(partition, info, self.topic_settings(tp.topic))
+        self.gates.settle()
 
     def topic_settings(self, topic: str) -> TopicSettings:
         """The node's defaults with ``topic``'s overrides (cached until they change)."""
@@ -293,12 +302,24 @@ class ReplicaManager:
             message = f"node {info.leader} leads {tp}, not this node"
         return PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, message, leader_hint=hint)
 
+    def _becoming_leader(self, tp: TopicPartition) -> bool:
+        """The image names this node the leader of ``tp``, which it may lead, but it does not
+        lead it yet: its log is being opened (or the change is still being applied)."""
+        partition = self._partitions.get(tp)
+        if partition is not None and partition.is_leader:
+            return False
+        if tp in self._failed or not self.may_lead():
+            return False
+        info = self.view.partition(tp.topic, tp.partition)
+        return info is not None and info.leader == self.node_id
+
     def leader_hint(self, info: PartitionInfo) -> LeaderHint:
         broker = self.view.broker(info.leader)
         endpoints = broker.endpoints if broker is not None else ()
         return LeaderHint(info.leader, info.leader_epoch, endpoints)
 
     def wake_all(self) -> None:
-        """Wake every waiting fetch and subscription (shutdown)."""
+        """Wake every waiting fetch, subscription and gated produce (shutdown)."""
+        self.gates.open_all()
         for partition in self.hosted():
             partition.wake_listeners()

@@ -65,7 +65,7 @@ from brook_storage_node.errors import (
 )
 from brook_storage_node.fetch import FetchTarget, apply_error, read_targets, resolve_targets
 from brook_storage_node.limits import InFlightBytes, StorageLimits
-from brook_storage_node.log import LogAppendInfo
+from brook_storage_node.log import LogAppendInfo, TopicPartition
 from brook_storage_node.log.topic_partition import check_topic_name
 from brook_storage_node.metadata_view import NO_LEADER, endpoint_protos
 from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, Partition
@@ -349,11 +349,31 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 f"queued.max.request.bytes={self._produce_bytes.limit_bytes}; retry later",
             )
         released = False
+        # Before the first await: a request's place at a gate is its arrival order.
+        turns = self._replicas.gates.enter(
+            TopicPartition(i.topic, i.partition_index) for i in items
+        )
         try:
             request_error = self._produce_request_error(acks, timeout_ms)
             if request_error is not None:
                 return [_produce_error(i.topic, i.partition_index, request_error) for i in items]
+            late: set[TopicPartition] = set()
+            if turns is not None:
+                wait_ms = self._limits.wait_ms_max if timeout_ms == 0 else timeout_ms
+                late = await turns.wait(min(wait_ms, self._limits.wait_ms_max) / 1000)
             self._resolve_produce(items, plain=plain, coordinator=coordinator)
+            for item in items:
+                if TopicPartition(item.topic, item.partition_index) in late:
+                    item.partition = None
+                    item.response = _produce_error(
+                        item.topic,
+                        item.partition_index,
+                        ErrorResult(
+                            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                            f"this node is still becoming the leader of "
+                            f"{item.topic}-{item.partition_index}; retry",
+                        ),
+                    )
             if acks == storage_pb2.ACKS_NONE:
                 self._queue_unacknowledged(items, size_bytes)
                 released = True
@@ -361,12 +381,17 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             acks_all = acks != storage_pb2.ACKS_LEADER
             for item in items:
                 await self._append(item, acks_all=acks_all)
+            if turns is not None:
+                # Appended: the next request at these partitions' gates may append.
+                turns.release()
             self._count_in(items)
             if acks_all:
                 wait_ms = self._limits.wait_ms_max if timeout_ms == 0 else timeout_ms
                 await self._await_replication(items, min(wait_ms, self._limits.wait_ms_max))
             return [self._response(item) for item in items]
         finally:
+            if turns is not None:
+                turns.release()
             if not released:
                 self._produce_bytes.release(size_bytes)
 
