@@ -18,10 +18,12 @@ partition queued meanwhile in its next request (up to ``max.request.size``), bac
 
 An idempotent producer (``idempotence`` given) orders by sequence numbers instead, as Kafka
 does: each request carries one batch per partition, numbered when first drained, and a
-partition may have up to ``in_flight_max`` of them unacknowledged. A batch that must be retried
-goes back into its queue in sequence order and is not sent again before every earlier batch of
-its partition has been answered (brook.client.idempotence says what each answer means). Until
-a batch is drained it keeps taking records past batch.size (up to ``WAITING_BATCH_BYTES_MAX``
+partition may have up to ``in_flight_max`` of them unacknowledged (one, until its leader has
+appended a batch of this producer id: it takes an unknown producer's first batch at any
+sequence, so nothing may be sent beside a first batch that could be refused). A batch that must
+be retried goes back into its queue in sequence order and is not sent again before every
+earlier batch of its partition has been answered (brook.client.idempotence says what each
+answer means). Until a batch is drained it keeps taking records past batch.size (up to ``WAITING_BATCH_BYTES_MAX``
 and max.request.size): one batch per partition per request would otherwise make a backlog of
 small batches cost a request each, where the non-idempotent producer sends the backlog in one
 request.
@@ -402,6 +404,7 @@ class PartitionQueue:
         "next_sequence",
         "open",
         "partition",
+        "producer_known",
         "sends",
         "topic",
     )
@@ -420,6 +423,13 @@ class PartitionQueue:
         self.in_flight: list[ProducerBatch] = []
         self.next_sequence = 0
         self.sends = 0
+        # Idempotent: the leader has appended a batch of this partition under the current
+        # producer id (in any epoch). Until then one batch at a time: a leader that does not
+        # know the producer takes its first batch at any sequence (as Kafka's, since 2.5), so
+        # a later batch landing before a refused or failed first one would be kept, and the
+        # first one's records would follow it out of order. (A known producer's new epoch must
+        # start at sequence 0, so an epoch bump does not make it unknown.)
+        self.producer_known = False
 
 
 class DrainedRequest:
@@ -772,6 +782,8 @@ class RecordAccumulator:
         if bumping and (first.send_order < 0 or first.unwritten):
             return False
         in_flight = queue.in_flight
+        if in_flight and not queue.producer_known:
+            return False
         if first.send_order < 0:
             # A new batch: the oldest unacknowledged batch and the newest must stay within
             # in_flight_max of each other, not just the count in flight. The leader
@@ -829,7 +841,9 @@ class RecordAccumulator:
         """Idempotent: no new batch of ``queue`` may be sent before an answer (lock held).
         Every answer wakes the sender, so until then send() need not."""
         in_flight = queue.in_flight
-        return bool(in_flight) and queue.sends - in_flight[0].send_order >= self._in_flight_max
+        return bool(in_flight) and (
+            not queue.producer_known or queue.sends - in_flight[0].send_order >= self._in_flight_max
+        )
 
     def ready_for_epoch_bump(self) -> bool:
         """Idempotent: nothing is in flight and every sequenced batch still queued is known
@@ -857,12 +871,15 @@ class RecordAccumulator:
         idempotence = self.idempotence
         assert idempotence is not None
         with self._lock:
+            new_producer = producer_id != idempotence.producer_id
             idempotence.producer_id = producer_id
             idempotence.epoch = epoch
             idempotence.bump_reason = ""
             for queue in self._queues.values():
                 assert not queue.in_flight, "an epoch changes only with nothing in flight"
                 queue.next_sequence = 0
+                if new_producer:
+                    queue.producer_known = False
                 for batch in queue.batches:
                     if batch.send_order < 0:
                         break  # retried batches are in front, new ones behind them
@@ -1060,7 +1077,7 @@ class RecordAccumulator:
             batch.complete(offset, log_append_time)
             if offset >= 0:
                 offset += batch.count
-        self._release(queue, batches)
+        self._release(queue, batches, appended=True)
 
     def fail(
         self, queue: PartitionQueue | None, batches: list[ProducerBatch], error: BaseException
@@ -1070,11 +1087,19 @@ class RecordAccumulator:
             batch.fail(error)
         self._release(queue, batches)
 
-    def _release(self, queue: PartitionQueue | None, batches: list[ProducerBatch]) -> None:
+    def _release(
+        self,
+        queue: PartitionQueue | None,
+        batches: list[ProducerBatch],
+        *,
+        appended: bool = False,
+    ) -> None:
         # One lock round for a whole answer: the caller threads contend for this lock on
         # every send, and each wait for it can cost them a GIL hand-over.
         split_done: list[ProducerBatch] = []
         with self._lock:
+            if appended and queue is not None:
+                queue.producer_known = True
             for batch in batches:
                 self._free_bytes += batch.reserved_bytes
                 batch.reserved_bytes = 0

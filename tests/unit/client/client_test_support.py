@@ -81,3 +81,20 @@ def all_drained(
     for request in requests:
         for queue, batches in request.entries:
             yield queue.partition, [batch.seal(accumulator.compression) for batch in batches]
+
+
+def make_producer_known(
+    accumulator: RecordAccumulator, cluster: ClusterView, producer_id: int, epoch: int
+) -> None:
+    """Idempotent ``accumulator``: as after an epoch bump, the leader of each partition of
+    TOPIC has appended a batch of ``producer_id`` (in ``epoch`` - 1), so new batches pipeline
+    from the first one on; sequences start at 0 in ``epoch``. (A partition the leader does not
+    know the producer on sends one batch at a time until one is acknowledged.)"""
+    accumulator.reset_sequences(producer_id, epoch - 1)
+    for info in cluster.topics[TOPIC].partitions:
+        accumulator.append(TOPIC, b"earlier epoch", None, None, info.partition, None)
+        requests, _, _ = accumulator.drain(cluster, float("inf"), lambda node: 1 << 30)
+        [request] = requests
+        [(queue, [batch])] = request.entries
+        accumulator.complete(queue, [batch], 0, -1)
+    accumulator.reset_sequences(producer_id, epoch)

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 import pytest
-from client_test_support import TOPIC, StaticMetadata, static_cluster
+from client_test_support import TOPIC, StaticMetadata, make_producer_known, static_cluster
 
 from brook.client.accumulator import (
     NeedMemory,
@@ -122,6 +122,7 @@ def test_sequences_wrap_to_zero_after_int32_max() -> None:
 def _idempotent_accumulator(
     cluster: ClusterView,
     *,
+    known: bool = True,
     in_flight_max: int = 5,
     delivery_timeout_ms: int = 120_000,
     max_request_size: int = 300,
@@ -144,7 +145,10 @@ def _idempotent_accumulator(
         idempotence=state,
         in_flight_max=in_flight_max,
     )
-    accumulator.reset_sequences(PRODUCER_ID, EPOCH)
+    if known:
+        make_producer_known(accumulator, cluster, PRODUCER_ID, EPOCH)
+    else:
+        accumulator.reset_sequences(PRODUCER_ID, EPOCH)
     return accumulator, state
 
 
@@ -209,7 +213,7 @@ def test_at_most_in_flight_max_batches_of_a_partition_are_unacknowledged() -> No
     assert per_partition.count(0) == 5
     assert per_partition.count(1) == 2
     assert _drain(accumulator, cluster) == []
-    first_queue, first = drained[0]
+    first_queue, first = next((q, b) for q, b in drained if q.partition == 0)
     accumulator.complete(first_queue, [first], 0, -1)
     assert [b.base_sequence for _, b in _drain(accumulator, cluster)] == [5]
 
@@ -265,6 +269,40 @@ def test_new_batches_queue_behind_retries() -> None:
 
     assert drained[0] is b0
     assert [b.base_sequence for b in drained] == [0, 1]
+
+
+def test_until_the_leader_knows_the_producer_a_partition_sends_one_batch_at_a_time() -> None:
+    cluster = static_cluster(1)
+    accumulator, _ = _idempotent_accumulator(cluster, known=False)
+    _fill(accumulator, 3)
+
+    # The leader takes an unknown producer's first batch at any sequence: had b1 been sent
+    # beside b0 and b0 been refused, b1 would be in the log ahead of b0's records.
+    [(q, b0)] = _drain(accumulator, cluster)
+    assert _drain(accumulator, cluster) == []
+    accumulator.requeue(q, [b0], 0.0)
+    [(_, retried)] = _drain(accumulator, cluster)
+    assert retried is b0
+    assert _drain(accumulator, cluster) == []
+
+    accumulator.complete(q, [b0], 0, -1)
+    assert [b.base_sequence for _, b in _drain(accumulator, cluster)] == [1, 2]
+
+    # An epoch bump keeps the producer known (a known producer's new epoch must start at 0)...
+    _complete_all(accumulator, q)
+    accumulator.reset_sequences(PRODUCER_ID, EPOCH + 1)
+    _fill(accumulator, 2)
+    assert [b.base_sequence for _, b in _drain(accumulator, cluster)] == [0, 1]
+    # ... a new producer id does not.
+    _complete_all(accumulator, q)
+    accumulator.reset_sequences(PRODUCER_ID + 1, 0)
+    _fill(accumulator, 2)
+    assert [b.base_sequence for _, b in _drain(accumulator, cluster)] == [0]
+
+
+def _complete_all(accumulator: RecordAccumulator, queue: PartitionQueue) -> None:
+    for batch in list(queue.in_flight):
+        accumulator.complete(queue, [batch], 0, -1)
 
 
 def test_an_epoch_bump_waits_for_retries_of_unknown_outcome_and_renumbers_only_unwritten_ones() -> (

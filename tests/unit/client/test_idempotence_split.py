@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from client_test_support import TOPIC, StaticMetadata, static_cluster
+from client_test_support import TOPIC, StaticMetadata, make_producer_known, static_cluster
 from storage_double import RunningDouble, StorageDouble
 from test_idempotence_delivery import FAST, RESULT_TIMEOUT_S, DedupDouble
 
@@ -47,7 +47,7 @@ def _accumulator(cluster: ClusterView) -> RecordAccumulator:
         idempotence=IdempotenceState(),
         in_flight_max=5,
     )
-    accumulator.reset_sequences(PRODUCER_ID, EPOCH)
+    make_producer_known(accumulator, cluster, PRODUCER_ID, EPOCH)
     return accumulator
 
 
