@@ -23,10 +23,10 @@ appended a batch of this producer id: it takes an unknown producer's first batch
 sequence, so nothing may be sent beside a first batch that could be refused). A batch that must
 be retried goes back into its queue in sequence order and is not sent again before every
 earlier batch of its partition has been answered (brook.client.idempotence says what each
-answer means). Until a batch is drained it keeps taking records past batch.size (up to ``WAITING_BATCH_BYTES_MAX``
-and max.request.size): one batch per partition per request would otherwise make a backlog of
-small batches cost a request each, where the non-idempotent producer sends the backlog in one
-request.
+answer means). Until a batch is drained it keeps taking records past batch.size (up to
+``WAITING_BATCH_BYTES_MAX`` and max.request.size): one batch per partition per request would
+otherwise make a backlog of small batches cost a request each, where the non-idempotent
+producer sends the backlog in one request.
 
 A batch the node refuses as too large (the topic's max.message.bytes is below it) is split
 into batches of at most batch.size that take its place, and its sequence range
@@ -94,6 +94,11 @@ _INT64_MAX: Final = 2**63 - 1
 # 8196 bytes), and far below Kafka's default max.message.bytes (1 MiB), so that a grown
 # batch is not refused where its batch.size parts would have been accepted.
 WAITING_BATCH_BYTES_MAX: Final = 128 * 1024
+# How long a partition's leader is trusted to still know an idempotent producer after its
+# last append there. The leader forgets an idle producer after producer.id.expiration.ms (a
+# day by default); a partition idle longer than this sends its next first batch alone, which
+# costs one round trip.
+PRODUCER_STATE_TRUSTED_S: Final = 60.0
 
 
 class ClusterSource(Protocol):
@@ -400,6 +405,7 @@ class PartitionQueue:
     __slots__ = (
         "batches",
         "in_flight",
+        "last_appended",
         "muted",
         "next_sequence",
         "open",
@@ -428,8 +434,11 @@ class PartitionQueue:
         # know the producer takes its first batch at any sequence (as Kafka's, since 2.5), so
         # a later batch landing before a refused or failed first one would be kept, and the
         # first one's records would follow it out of order. (A known producer's new epoch must
-        # start at sequence 0, so an epoch bump does not make it unknown.)
+        # start at sequence 0, so an epoch bump does not make it unknown.) The leader forgets
+        # an idle producer (producer.id.expiration.ms): after PRODUCER_STATE_TRUSTED_S without
+        # an append, or an answer saying it has lost the state, the partition starts over.
         self.producer_known = False
+        self.last_appended = 0.0
 
 
 class DrainedRequest:
@@ -717,8 +726,16 @@ class RecordAccumulator:
                     # Waiting for a producer id: the sender is woken when it arrives.
                     return requests, None, False
                 bumping = bool(idempotence.bump_reason)
+            # The clock of last_appended (``now`` may be a caller's "everything is due").
+            clock = time.monotonic()
             for queue in self._queues.values():
                 if sequenced:
+                    if (
+                        queue.producer_known
+                        and not queue.in_flight
+                        and clock - queue.last_appended > PRODUCER_STATE_TRUSTED_S
+                    ):
+                        queue.producer_known = False
                     # Waiting for a node's request slot lasts until this pass at most.
                     queue.muted = self._window_full(queue)
                 if not queue.batches:
@@ -889,6 +906,12 @@ class RecordAccumulator:
                     batch.unwritten = False
                     queue.next_sequence = add_sequence(queue.next_sequence, batch.count)
         self._wakeup.set()
+
+    def producer_unknown(self, queue: PartitionQueue) -> None:
+        """Idempotent: ``queue``'s leader has lost this producer's state (it said so): one
+        batch at a time again until it appends one."""
+        with self._lock:
+            queue.producer_known = False
 
     def disable_idempotence(self) -> None:
         """Send without sequences from now on (nothing has been sequenced yet)."""
@@ -1100,6 +1123,7 @@ class RecordAccumulator:
         with self._lock:
             if appended and queue is not None:
                 queue.producer_known = True
+                queue.last_appended = time.monotonic()
             for batch in batches:
                 self._free_bytes += batch.reserved_bytes
                 batch.reserved_bytes = 0

@@ -340,6 +340,7 @@ class Sender:
         else:
             if judged is Verdict.RETRY_AFTER_EPOCH_BUMP:
                 batch.unwritten = True
+                self._accumulator.producer_unknown(queue)
                 idempotence.request_epoch_bump(
                     f"{queue.topic}-{queue.partition} answered {code.name}: {text}"
                 )

@@ -10,17 +10,18 @@ here requests wait at a gate for the partition, one after another in the order t
 the gate goes once the last of them has appended: a request arriving later finds no gate and
 cannot overtake them.
 
-``ReplicaManager`` owns the gates: it opens one when a request names a partition it is
-becoming the leader of (``enter``) and settles them whenever a partition's state changes. A
-settled gate lets its requests through one at a time; whether the partition is led by then
-(or failed, or moved away), the request's own lookup tells.
+``ReplicaManager`` owns the gates: one is made when a request names a partition the node is
+becoming the leader of (``enter``; the request's other partitions get open gates, so that it
+cannot be overtaken there either), and the manager settles them whenever a partition's state
+changes. A settled gate lets its requests through one at a time; whether the partition is led
+by then (or failed, or moved away), the request's own lookup tells.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
 from brook_storage_node.log import TopicPartition
 
@@ -46,11 +47,21 @@ class AppendTurns:
 
     async def wait(self, timeout_s: float) -> set[TopicPartition]:
         """Wait until it is this request's turn at every gate, at most ``timeout_s``; the
-        partitions whose turn did not come (the request must not append to them)."""
+        partitions whose turn did not come, where the request gives up its place at once (it
+        must not append to them)."""
         turns = [turn for _, turn in self._places if not turn.done()]
         if turns:
             await asyncio.wait(turns, timeout=max(timeout_s, 0.0))
-        return {tp for tp, turn in self._places if not turn.done()}
+        late = {tp for tp, turn in self._places if not turn.done()}
+        if late:
+            kept = []
+            for tp, turn in self._places:
+                if tp in late:
+                    self._gates.leave(tp, turn)
+                else:
+                    kept.append((tp, turn))
+            self._places = kept
+        return late
 
     def release(self) -> None:
         """This request has appended (or given up): the next one at each gate may go."""
@@ -70,25 +81,38 @@ class LeadershipGates:
     def __len__(self) -> int:
         return len(self._gates)
 
-    def enter(self, tps: Iterable[TopicPartition]) -> AppendTurns | None:
-        """Take this request's place at the gate of each partition that has one or needs one;
-        None when none does (the usual case: the node leads them all). Call on arrival,
-        before the request's first await, so that places follow arrival order."""
-        places: list[tuple[TopicPartition, asyncio.Future[None]]] = []
+    def enter(self, tps: Sequence[TopicPartition]) -> AppendTurns | None:
+        """Take this request's place at the gates of its partitions; None when none of them
+        has or needs one (the usual case: the node leads them all, or none is on its way).
+        Call on arrival, before the request's first await, so that places follow arrival
+        order.
+
+        Once one partition needs a gate, the request takes a place at every one of its
+        partitions, an open gate for those already led: it appends to none of them before its
+        turn comes at the others, and a later request for an already-led partition must not
+        append there before it."""
+        gates = self._gates
         for tp in tps:
-            gate = self._gates.get(tp)
+            if tp in gates or self._becoming(tp):
+                break
+        else:
+            return None
+        places: list[tuple[TopicPartition, asyncio.Future[None]]] = []
+        # A partition named twice (refused later as a repeat) takes one place, not two.
+        for tp in dict.fromkeys(tps):
+            gate = gates.get(tp)
+            becoming = self._becoming(tp)
             if gate is None:
-                if not self._becoming(tp):
-                    continue
-                gate = self._gates[tp] = _Gate()
-            elif gate.settled and self._becoming(tp):
+                gate = gates[tp] = _Gate()
+                gate.settled = not becoming
+            elif gate.settled and becoming:
                 # Leadership came here again while the gate still drained.
                 gate.settled = False
             turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             gate.queue.append(turn)
             places.append((tp, turn))
             self._grant(gate)
-        return AppendTurns(self, places) if places else None
+        return AppendTurns(self, places)
 
     def settle(self) -> None:
         """A partition's state changed: every gate whose partition is no longer becoming
@@ -127,5 +151,7 @@ class LeadershipGates:
             gate.queue[0].set_result(None)
 
     def _drop_if_done(self, tp: TopicPartition, gate: _Gate) -> None:
-        if gate.settled and not gate.queue and self._gates.get(tp) is gate:
+        # An empty gate goes even if not yet open: the next request makes a new one if the
+        # partition is still on its way.
+        if not gate.queue and self._gates.get(tp) is gate:
             del self._gates[tp]

@@ -64,6 +64,7 @@ from brook_storage_node.errors import (
     wire_code,
 )
 from brook_storage_node.fetch import FetchTarget, apply_error, read_targets, resolve_targets
+from brook_storage_node.leadership_gate import AppendTurns
 from brook_storage_node.limits import InFlightBytes, StorageLimits
 from brook_storage_node.log import LogAppendInfo, TopicPartition
 from brook_storage_node.log.topic_partition import check_topic_name
@@ -229,6 +230,23 @@ _NO_LOG_START_ERRORS: Final = frozenset(
 )
 
 
+def _still_becoming(items: list[_ProduceItem], late: set[TopicPartition]) -> None:
+    """The items whose partition's gate did not open within the request's timeout: not
+    appended, NOT_LEADER_OR_FOLLOWER (the client retries)."""
+    for item in items:
+        if TopicPartition(item.topic, item.partition_index) in late:
+            item.partition = None
+            item.response = _produce_error(
+                item.topic,
+                item.partition_index,
+                ErrorResult(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"this node is still becoming the leader of "
+                    f"{item.topic}-{item.partition_index}; retry",
+                ),
+            )
+
+
 def _produce_error(
     topic: str, partition: int, error: ErrorResult
 ) -> storage_pb2.PartitionProduceResponse:
@@ -351,32 +369,31 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         released = False
         # Before the first await: a request's place at a gate is its arrival order.
         turns = self._replicas.gates.enter(
-            TopicPartition(i.topic, i.partition_index) for i in items
+            [TopicPartition(i.topic, i.partition_index) for i in items]
         )
         try:
             request_error = self._produce_request_error(acks, timeout_ms)
             if request_error is not None:
                 return [_produce_error(i.topic, i.partition_index, request_error) for i in items]
+            wait_ms = min(
+                self._limits.wait_ms_max if timeout_ms == 0 else timeout_ms,
+                self._limits.wait_ms_max,
+            )
             late: set[TopicPartition] = set()
             if turns is not None:
-                wait_ms = self._limits.wait_ms_max if timeout_ms == 0 else timeout_ms
-                late = await turns.wait(min(wait_ms, self._limits.wait_ms_max) / 1000)
+                # The gate's wait comes out of the request's timeout, not on top of it.
+                started = asyncio.get_running_loop().time()
+                late = await turns.wait(wait_ms / 1000)
+                waited_ms = (asyncio.get_running_loop().time() - started) * 1000
+                wait_ms = max(0, int(wait_ms - waited_ms))
             self._resolve_produce(items, plain=plain, coordinator=coordinator)
-            for item in items:
-                if TopicPartition(item.topic, item.partition_index) in late:
-                    item.partition = None
-                    item.response = _produce_error(
-                        item.topic,
-                        item.partition_index,
-                        ErrorResult(
-                            ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                            f"this node is still becoming the leader of "
-                            f"{item.topic}-{item.partition_index}; retry",
-                        ),
-                    )
+            if late:
+                _still_becoming(items, late)
             if acks == storage_pb2.ACKS_NONE:
-                self._queue_unacknowledged(items, size_bytes)
+                # The appends run in a task: the gates are left when it has made them.
+                self._queue_unacknowledged(items, size_bytes, turns)
                 released = True
+                turns = None
                 return [self._response(item) for item in items]
             acks_all = acks != storage_pb2.ACKS_LEADER
             for item in items:
@@ -386,8 +403,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 turns.release()
             self._count_in(items)
             if acks_all:
-                wait_ms = self._limits.wait_ms_max if timeout_ms == 0 else timeout_ms
-                await self._await_replication(items, min(wait_ms, self._limits.wait_ms_max))
+                await self._await_replication(items, wait_ms)
             return [self._response(item) for item in items]
         finally:
             if turns is not None:
@@ -526,8 +542,11 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             log_start_offset=info.log_start_offset,
         )
 
-    def _queue_unacknowledged(self, items: list[_ProduceItem], size_bytes: int) -> None:
-        """acks=0: append in a task of our own; its bytes stay counted until it is done."""
+    def _queue_unacknowledged(
+        self, items: list[_ProduceItem], size_bytes: int, turns: AppendTurns | None
+    ) -> None:
+        """acks=0: append in a task of our own; its bytes stay counted, and its places at
+        gates held, until it is done."""
 
         async def append_all() -> None:
             try:
@@ -542,6 +561,8 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                         )
                 self._count_in(items)
             finally:
+                if turns is not None:
+                    turns.release()
                 self._produce_bytes.release(size_bytes)
 
         task = asyncio.get_running_loop().create_task(append_all(), name="produce-acks-0")

@@ -10,6 +10,7 @@ import pytest
 from client_test_support import TOPIC, StaticMetadata, make_producer_known, static_cluster
 
 from brook.client.accumulator import (
+    PRODUCER_STATE_TRUSTED_S,
     NeedMemory,
     PartitionQueue,
     ProducerBatch,
@@ -298,6 +299,28 @@ def test_until_the_leader_knows_the_producer_a_partition_sends_one_batch_at_a_ti
     accumulator.reset_sequences(PRODUCER_ID + 1, 0)
     _fill(accumulator, 2)
     assert [b.base_sequence for _, b in _drain(accumulator, cluster)] == [0]
+
+
+def test_a_partition_starts_over_once_its_leader_may_have_forgotten_the_producer() -> None:
+    cluster = static_cluster(1)
+    accumulator, _ = _idempotent_accumulator(cluster)
+    _fill(accumulator, 2)
+    (q, _), _ = _drain(accumulator, cluster)
+    _complete_all(accumulator, q)
+
+    # Idle past what the leader is trusted to remember (producer.id.expiration.ms)...
+    q.last_appended -= PRODUCER_STATE_TRUSTED_S + 1
+    _fill(accumulator, 2)
+    assert len(_drain(accumulator, cluster)) == 1
+    _complete_all(accumulator, q)
+    _fill(accumulator, 2)
+    assert len(_drain(accumulator, cluster)) == 3, "an append makes it known again"
+    _complete_all(accumulator, q)
+
+    # ... or told that it lost the producer's state.
+    accumulator.producer_unknown(q)
+    _fill(accumulator, 2)
+    assert len(_drain(accumulator, cluster)) == 1
 
 
 def _complete_all(accumulator: RecordAccumulator, queue: PartitionQueue) -> None:

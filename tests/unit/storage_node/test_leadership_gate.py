@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -36,6 +37,7 @@ from brook.errors import ErrorCode, error_code
 from brook.v1 import storage_pb2
 
 SLOW_TOPIC = "fresh"
+READY_TOPIC = "ready"
 HELD_S = 10.0
 # Long enough for a request to reach the node and take its place at the gate.
 ARRIVAL_S = 0.1
@@ -63,12 +65,21 @@ def held_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 async def _becoming_leader(
     tmp_path: Path,
 ) -> AsyncIterator[tuple[Node, ReplicaManager, asyncio.Future[None]]]:
-    """A node told it leads the new SLOW_TOPIC-0, still opening its log: (the node, its
-    replica manager, the push of that metadata, done once the node has applied it)."""
+    """A node leading READY_TOPIC-0 and told it leads the new SLOW_TOPIC-0, still opening its
+    log: (the node, its replica manager, the push of that metadata, done once the node has
+    applied it)."""
     made: list[QueueMetadataSource] = []
 
     def build(port: int) -> QueueMetadataSource:
-        made.append(QueueMetadataSource(snapshot(broker_record(NODE_ID, port))))
+        made.append(
+            QueueMetadataSource(
+                snapshot(
+                    broker_record(NODE_ID, port),
+                    topic_record(READY_TOPIC),
+                    partition_record(READY_TOPIC, 0),
+                )
+            )
+        )
         return made[-1]
 
     async with running_node(tmp_path, source_for=build) as node:
@@ -173,5 +184,87 @@ def test_shutdown_answers_requests_still_waiting_at_a_gate(
             assert error_code(reply.partitions[0].error_code) is ErrorCode.NOT_LEADER_OR_FOLLOWER
             held_open.set()
             await applying
+
+    run(scenario)
+
+
+def _request(*parts: tuple[str, bytes], timeout_ms: int = 5000) -> storage_pb2.ProduceRequest:
+    return storage_pb2.ProduceRequest(
+        acks=storage_pb2.ACKS_ALL,
+        timeout_ms=timeout_ms,
+        partitions=[
+            storage_pb2.PartitionProduceData(topic=topic, partition=0, records=data)
+            for topic, data in parts
+        ],
+    )
+
+
+def test_a_later_request_does_not_overtake_a_waiting_one_on_a_partition_already_led(
+    tmp_path: Path, held_open: threading.Event
+) -> None:
+    async def scenario() -> None:
+        async with _becoming_leader(tmp_path) as (node, replicas, applying):
+            both = asyncio.ensure_future(
+                node.stub.Produce(
+                    _request(
+                        (READY_TOPIC, batch(1, prefix="first")),
+                        (SLOW_TOPIC, batch(1, prefix="fresh")),
+                    )
+                )
+            )
+            await asyncio.sleep(ARRIVAL_S)
+            later = asyncio.ensure_future(
+                node.stub.Produce(_request((READY_TOPIC, batch(1, prefix="second"))))
+            )
+            await asyncio.sleep(ARRIVAL_S)
+            assert not later.done(), "the later request appended while the earlier one waited"
+
+            held_open.set()
+            replies = await asyncio.gather(both, later)
+            await applying
+
+            for reply in replies:
+                assert [error_code(p.error_code) for p in reply.partitions] == [
+                    ErrorCode.NONE
+                ] * len(reply.partitions)
+            fetched = await node.stub.Fetch(fetch_request(READY_TOPIC, 0, 0, decode=True))
+            assert [r.value for r in fetched.partitions[0].decoded_records] == [
+                b"first-value-0",
+                b"second-value-0",
+            ]
+            assert len(replicas.gates) == 0
+
+    run(scenario)
+
+
+def test_a_partition_named_twice_is_refused_without_holding_its_gate(
+    tmp_path: Path, held_open: threading.Event
+) -> None:
+    async def scenario() -> None:
+        async with _becoming_leader(tmp_path) as (node, replicas, applying):
+            repeated = asyncio.ensure_future(
+                node.stub.Produce(
+                    _request((SLOW_TOPIC, batch(1, prefix="a")), (SLOW_TOPIC, batch(1, prefix="b")))
+                )
+            )
+            await asyncio.sleep(ARRIVAL_S)
+            behind = asyncio.ensure_future(
+                node.stub.Produce(_request((SLOW_TOPIC, batch(1, prefix="ok"))))
+            )
+            await asyncio.sleep(ARRIVAL_S)
+
+            held_open.set()
+            opened = time.monotonic()
+            refused, appended = await asyncio.gather(repeated, behind)
+            await applying
+
+            # Both are answered as soon as the log is open, not after the repeat's timeout.
+            assert time.monotonic() - opened < 2.0
+            assert {error_code(p.error_code) for p in refused.partitions} == {
+                ErrorCode.INVALID_REQUEST
+            }
+            assert error_code(appended.partitions[0].error_code) is ErrorCode.NONE
+            assert appended.partitions[0].base_offset == 0
+            assert len(replicas.gates) == 0
 
     run(scenario)
