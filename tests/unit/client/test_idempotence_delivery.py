@@ -53,6 +53,10 @@ class DedupDouble(StorageDouble):
         self._next_producer_id = 1000
         # Answers to drop after appending (the connection "dies" after the append).
         self.drop_answers = 0
+        # False: an unknown producer's batch must start at sequence 0 (UNKNOWN_PRODUCER_ID
+        # otherwise), as brokers before Kafka 2.5. True: taken at any sequence, as Brook's
+        # storage node and Kafka since 2.5.
+        self.unknown_producer_any_sequence = False
 
     async def InitProducerId(self, request: Any, context: Any) -> Any:
         if (answer := await self._fault("InitProducerId", request, context)) is not None:
@@ -100,7 +104,8 @@ class DedupDouble(StorageDouble):
             if entry is not None and header.producer_epoch < entry.epoch:
                 return refuse(ErrorCode.INVALID_PRODUCER_EPOCH)
             if entry is None or header.producer_epoch > entry.epoch:
-                if first != 0:
+                unknown_taken = entry is None and self.unknown_producer_any_sequence
+                if first != 0 and not unknown_taken:
                     return refuse(
                         ErrorCode.UNKNOWN_PRODUCER_ID
                         if entry is None
@@ -233,6 +238,53 @@ def test_a_lost_producer_state_bumps_the_epoch_and_delivers_everything_once(
     assert double.init_requests == [(-1, -1), (producer_id, 0)], "one epoch bump via KIP-360"
     last = read_header(double.produced[-1].partitions[0].records)
     assert (last.producer_epoch, last.base_sequence) == (1, 0)
+
+
+def test_a_first_batch_that_fails_is_not_overtaken_by_the_next_one(dedup: RunningDouble) -> None:
+    """A leader that takes an unknown producer's first batch at any sequence would keep a
+    second batch sent beside a failed first one, and the first one's records would land after
+    it: until the partition's leader knows the producer, its batches go one at a time."""
+    double = _double(dedup)
+    double.unknown_producer_any_sequence = True
+    refused: list[int] = []
+
+    async def slow_producer_id(request: Any, context: Any) -> Any:
+        del request, context
+        # Meanwhile the records queue up as several batches, all ready when the id comes.
+        await asyncio.sleep(0.5)
+        return None
+
+    async def refuse_first_batch_once(request: Any, context: Any) -> Any:
+        del context
+        header = read_header(request.partitions[0].records)
+        if header.base_sequence != 0 or refused:
+            return None
+        refused.append(header.records_count)
+        return storage_pb2.ProduceResponse(
+            partitions=[
+                storage_pb2.PartitionProduceResponse(
+                    topic=p.topic,
+                    partition=p.partition,
+                    error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,  # type: ignore[arg-type]
+                    error_message="moving",
+                    base_offset=-1,
+                )
+                for p in request.partitions
+            ]
+        )
+
+    double.faults["InitProducerId"] = slow_producer_id
+    double.faults["Produce"] = refuse_first_batch_once
+    sent = [b"%099d" % i for i in range(5)]
+    # One 100-byte record per batch: five batches wait for the producer id.
+    settings = {"batch.size": 200, "max.request.size": 300}
+    with Producer({"bootstrap.servers": dedup.address, **FAST, **settings}) as producer:
+        futures = [producer.send("single", value) for value in sent]
+        offsets = [future.result(RESULT_TIMEOUT_S).offset for future in futures]
+
+    assert refused == [1], "the first batch was refused once"
+    assert _values(dedup, "single", 0) == sent
+    assert offsets == list(range(len(sent)))
 
 
 def test_a_fenced_producer_fails_every_later_send_and_writes_nothing_more(
