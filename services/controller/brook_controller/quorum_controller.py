@@ -52,7 +52,13 @@ from brook_controller.raft import NotLeaderError, RaftEngine
 from brook_controller.state_machine import ApplyStatus
 from brook_controller.topics import OFFSETS_TOPIC, TopicDefaults, create_topic
 
-__all__ = ["ControllerSettings", "QuorumController", "check_producer_id_block", "new_cluster_id"]
+__all__ = [
+    "ControllerSettings",
+    "QuorumController",
+    "check_producer_id_block",
+    "ensure_cluster_id",
+    "new_cluster_id",
+]
 
 # A decision refused because the state moved under it is taken again this many times before
 # the request fails; only a storm of changes to the same objects gets that far.
@@ -108,6 +114,15 @@ class ControllerSettings:
 def new_cluster_id() -> str:
     """Kafka's format: a random UUID in URL-safe base64 without padding (22 characters)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def ensure_cluster_id(changes: ChangeSet) -> None:
+    """Give the cluster its id, once. Decided on the image the write is attempted against: a
+    write retried because another one committed meanwhile (RegisterBroker and the maintenance
+    task both write the id at bootstrap) must not replace the id that write committed, which a
+    node may already have stored as its cluster's."""
+    if changes.image.cluster is None:
+        changes.put_cluster(new_cluster_id())
 
 
 def check_producer_id_block(first: int) -> None:
@@ -309,8 +324,7 @@ class QuorumController:
         self, request: controller_pb2.RegisterBrokerRequest
     ) -> controller_pb2.RegisterBrokerResponse:
         def decide(changes: ChangeSet) -> metadata_pb2.BrokerRecord:
-            if changes.image.cluster is None:
-                changes.put_cluster(new_cluster_id())
+            ensure_cluster_id(changes)
             return register_broker(
                 changes,
                 request,
@@ -533,9 +547,7 @@ class QuorumController:
                 continue
             image = self.view.image
             if image.cluster is None:
-                await self._background_write(
-                    "write the cluster id", lambda changes: changes.put_cluster(new_cluster_id())
-                )
+                await self._background_write("write the cluster id", ensure_cluster_id)
             if (
                 image.topic_by_name(OFFSETS_TOPIC) is None
                 and len(image.live_brokers(common_pb2.NODE_ROLE_STORAGE_NODE))

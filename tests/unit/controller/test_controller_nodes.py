@@ -10,7 +10,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
+from brook_controller.changes import ChangeSet
 from brook_controller.image import MetadataImage
+from brook_controller.quorum_controller import ensure_cluster_id
 from controller_support import InProcessController, watch
 
 from brook.client.admin import Admin, NewTopic
@@ -109,6 +111,25 @@ def test_a_registered_node_stays_fenced_until_it_has_applied_its_own_registratio
     assert (behind.is_fenced, behind.is_caught_up) == (True, False)
     assert (caught_up.is_fenced, caught_up.is_caught_up) == (False, True)
     assert caught_up.lease_ms == SESSION_MS and caught_up.controller_epoch >= 1
+
+
+def test_the_cluster_id_is_written_once_and_a_retried_write_does_not_replace_it() -> None:
+    """RegisterBroker and the maintenance task both write the id at bootstrap; the one whose
+    commit fails on the other's is decided again, on the image with the committed id. It
+    used to write a second id, and a node that stored the first could not restart
+    (INCONSISTENT_CLUSTER_ID; seen in CI)."""
+    first = ChangeSet(MetadataImage())
+    ensure_cluster_id(first)
+    [record] = first.records
+    assert len(record.cluster.cluster_id) == 22
+
+    committed = MetadataImage()
+    committed.apply(record)
+    retried = ChangeSet(committed)
+    ensure_cluster_id(retried)
+
+    assert not retried, "the retried write changes nothing"
+    assert committed.cluster_id == record.cluster.cluster_id
 
 
 def test_heartbeats_with_a_stale_epoch_or_from_unknown_nodes_are_refused(
