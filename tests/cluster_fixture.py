@@ -19,15 +19,19 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 
+import grpc
 import pytest
 
-from brook.launcher import LocalCluster, Topology
+from brook.launcher import LocalCluster, Role, Topology
+from brook.v1 import controller_pb2, controller_pb2_grpc
 
 # Generous: several engineers' test runs share two cores, and Python services take a
 # while to import gRPC and protobuf when the machine is busy.
 STARTUP_TIMEOUT_MS = 60_000
 STOP_TIMEOUT_MS = 10_000
 LOG_TAIL_LINES = 60
+CONTROLLER_RPC_TIMEOUT_S = 5.0
+COORDINATOR_BALANCE_TIMEOUT_S = 30.0
 
 _FACTORY_KEY = pytest.StashKey["ClusterFactory"]()
 _FAILED_KEY = pytest.StashKey[bool]()
@@ -43,6 +47,46 @@ def wait_until(
             pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(poll_s)
     return time.monotonic() - started
+
+
+def coordinator_owners(cluster: LocalCluster) -> dict[int, int]:
+    """__consumer_offsets partition -> the group coordinator the controllers assign it to, as
+    the first reachable controller's metadata snapshot says ({} if none answers)."""
+    request = controller_pb2.WatchMetadataRequest(node_id=-1, after_offset=-1)
+    for address in cluster.controller_bootstrap_servers.split(","):
+        with grpc.insecure_channel(address) as channel:
+            stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]
+            stream = stub.WatchMetadata(request, timeout=CONTROLLER_RPC_TIMEOUT_S)
+            try:
+                first = next(stream)
+            except grpc.RpcError:
+                continue
+            finally:
+                stream.cancel()
+            return {
+                r.coordinator.offsets_partition: r.coordinator.coordinator_id
+                for r in first.records
+                if r.WhichOneof("record") == "coordinator"
+            }
+    return {}
+
+
+def wait_for_coordinator_balance(
+    cluster: LocalCluster, timeout_s: float = COORDINATOR_BALANCE_TIMEOUT_S
+) -> None:
+    """Until the controllers have spread the offsets partitions evenly over every group
+    coordinator of ``cluster``. They reassign partitions a moment after a coordinator
+    registers; a test that looks up a group's coordinator before that can see it move."""
+    coordinators = {cluster.spec(n).node_id for n in cluster.names(Role.GROUP_COORDINATOR)}
+
+    def balanced() -> bool:
+        owners = coordinator_owners(cluster)
+        counts = [list(owners.values()).count(node) for node in coordinators]
+        return (
+            bool(owners) and set(owners.values()) <= coordinators and max(counts) - min(counts) <= 1
+        )
+
+    wait_until(balanced, "the offsets partitions to spread over the group coordinators", timeout_s)
 
 
 def replication_cluster(
@@ -126,6 +170,8 @@ class ClusterFactory:
         self.clusters.append(cluster)
         if start:
             self.start(cluster)
+            if group_coordinators > 1:
+                wait_for_coordinator_balance(cluster)
         return cluster
 
     def start(self, cluster: LocalCluster, name: str | None = None) -> None:
