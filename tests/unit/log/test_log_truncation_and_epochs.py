@@ -81,6 +81,26 @@ def test_truncate_to_removes_later_batches_and_segments_and_their_epochs(tmp_pat
         log.close()
 
 
+def test_truncate_to_at_the_log_end_forgets_an_epoch_that_starts_there(tmp_path: Path) -> None:
+    """A leader records its epoch at its log end before appending; if it appends nothing, a
+    truncation that removes no record must still drop that entry (issue #13)."""
+    log = _log_with_epochs(tmp_path)
+    try:
+        log.leader_epoch_cache.assign(6, 25)
+        assert log.truncate_to(25)
+        assert log.log_end_offset == 25
+        assert log.leader_epoch_cache.entries[-1] == EpochEntry(5, 20)
+        assert log.end_offset_for_epoch(5) == (5, 25)
+        assert not log.truncate_to(25)  # nothing left to remove
+    finally:
+        log.close()
+    reopened = open_log(tmp_path, segment_bytes=3 * len(batch(5)))
+    try:
+        assert reopened.leader_epoch_cache.entries[-1] == EpochEntry(5, 20)
+    finally:
+        reopened.close()
+
+
 def test_truncate_to_an_offset_inside_a_batch_removes_the_whole_batch(tmp_path: Path) -> None:
     log = _log_with_epochs(tmp_path)
     try:

@@ -19,6 +19,7 @@ from storage_node_support import (
     batch,
     broker_record,
     config_record,
+    delta,
     fetch_request,
     free_port,
     partition_record,
@@ -190,6 +191,74 @@ def test_a_follower_truncates_what_its_new_leader_never_had_and_copies_the_leade
                 expected = _log_bytes(leader)
                 await _until(lambda: _log_bytes(follower) == expected, "the follower to agree")
                 assert _log_end(follower) == 6
+
+    run(scenario)
+
+
+def _latest_epoch(node: Node) -> int | None:
+    replicas = node.node.replicas
+    assert replicas is not None
+    return replicas.partitions[TopicPartition(TOPIC, 0)].log.latest_epoch
+
+
+def test_a_leader_that_appended_nothing_follows_the_next_leader_and_copies_its_log(
+    tmp_path: Path,
+) -> None:
+    """Issue #13: node 2 leads epoch 1 (its history gains "epoch 1 starts at my log end"),
+    appends nothing, and node 1 leads again in epoch 2. As a follower, node 2 must drop its
+    empty epoch 1 and copy epoch 2, not loop on a divergence that truncating no record can
+    resolve (Kafka trims the epoch history on every truncation, a no-op one included)."""
+
+    async def scenario() -> None:
+        ports = {LEADER: free_port(), FOLLOWER: free_port()}
+        sources: dict[int, QueueMetadataSource] = {}
+
+        def source_for(node: int) -> QueueMetadataSource:
+            sources[node] = _metadata(ports, leader=LEADER, isr=(1, 2), epoch=0, min_isr=2)
+            return sources[node]
+
+        async def lead(leader: int, epoch: int) -> None:
+            record = partition_record(
+                TOPIC,
+                0,
+                leader=leader,
+                replicas=(LEADER, FOLLOWER),
+                isr=(1, 2),
+                leader_epoch=epoch,
+            )
+            for source in sources.values():
+                await source.push(delta(record, offset=epoch))
+
+        async with (
+            running_node(
+                tmp_path / "1",
+                port=ports[LEADER],
+                source_for=lambda _: source_for(LEADER),
+                settings=_settings(LEADER),
+            ) as node_1,
+            running_node(
+                tmp_path / "2",
+                port=ports[FOLLOWER],
+                source_for=lambda _: source_for(FOLLOWER),
+                settings=_settings(FOLLOWER),
+            ) as node_2,
+        ):
+            response = await node_1.stub.Produce(
+                produce_request(TOPIC, 0, batch(3, prefix="e0"), timeout_ms=PRODUCE_TIMEOUT_MS)
+            )
+            assert response.partitions[0].error_code == ErrorCode.NONE
+            await _until(lambda: _log_end(node_2) == 3, "node 2 to copy epoch 0")
+            await lead(FOLLOWER, 1)
+            await _until(lambda: _latest_epoch(node_2) == 1, "node 2 to lead epoch 1")
+            await lead(LEADER, 2)
+            response = await node_1.stub.Produce(
+                produce_request(TOPIC, 0, batch(2, prefix="e2"), acks=1)
+            )
+            assert response.partitions[0].error_code == ErrorCode.NONE
+            expected = _log_bytes(node_1)
+            await _until(lambda: _log_bytes(node_2) == expected, "node 2 to copy epoch 2")
+            assert _log_end(node_2) == 5
+            assert _latest_epoch(node_2) == 2
 
     run(scenario)
 

@@ -171,15 +171,17 @@ class LeaderEpochFileCache:
                 return requested_epoch, higher.start_offset
             return floor.epoch, higher.start_offset
 
-    def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> None:
-        """Forget epochs starting at or after ``end_offset`` (the log was truncated there)."""
+    def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> bool:
+        """Forget epochs starting at or after ``end_offset`` (the log was truncated there, or
+        ends there); True if any was forgotten."""
         with self._lock:
             if not self._entries or self._entries[-1].start_offset < end_offset:
-                return
+                return False
             while self._entries and self._entries[-1].start_offset >= end_offset:
                 self._entries.pop()
             if flush:
                 self._flush_locked()
+            return True
 
     def truncate_from_start(self, start_offset: int, *, flush: bool = True) -> None:
         """Forget epochs wholly below ``start_offset``; the epoch in force there starts there."""

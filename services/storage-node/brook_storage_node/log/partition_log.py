@@ -457,14 +457,21 @@ class PartitionLog:
         """Remove every batch holding ``offset`` or later (a follower diverged from its leader).
 
         A batch that straddles ``offset`` goes whole, so the log end offset may end below
-        ``offset``. True if anything was removed.
+        ``offset``. True if anything was removed: records, or leader epochs that start at or
+        past the log end.
+
+        With no record to remove, the epoch history is still trimmed at the log end (Kafka's
+        rule): a node that became leader, recorded "my epoch starts at my log end" and
+        appended nothing keeps that entry while it follows the next leader, and a follower
+        whose latest epoch names no record asks its leader about an epoch the leader never
+        saw — a divergence that only dropping the entry resolves.
         """
         if offset < 0:
             raise ValueError(f"cannot truncate to a negative offset {offset}")
         with self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
-                return False
+                return self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
             segments = self._segments
             if offset < segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)
