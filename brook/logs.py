@@ -19,10 +19,11 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
 from typing import Final, TextIO
 
-__all__ = ["JsonFormatter", "LogfmtFormatter", "configure_logging"]
+__all__ = ["JsonFormatter", "LogfmtFormatter", "RepeatLimiter", "configure_logging"]
 
 FIXED_FIELDS: Final = ("ts", "level", "logger", "service", "node_id", "msg")
 
@@ -127,3 +128,86 @@ def configure_logging(
     root.addHandler(handler)
     root.setLevel(numeric_level)
     return handler
+
+
+@dataclass(slots=True)
+class _Repeats:
+    first_s: float
+    logged_s: float
+    count: int = 1
+    suppressed: int = 0
+
+
+class RepeatLimiter:
+    """Logs a condition that repeats (a replica fetch that keeps failing, a peer that stays
+    unreachable) at most once per ``interval_s`` per key, saying how often it happened in
+    between, and once more when it clears. Without it a retry loop writes a line per back-off
+    (issue #13 saw 35,000 lines in 20 minutes) and the one line that matters drowns.
+
+    ``failing()`` counts the keys whose condition holds now, for a gauge. Not thread-safe: use
+    it from one thread (the event loop)."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval_s: float,
+        *,
+        level: int = logging.WARNING,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        assert interval_s > 0, interval_s
+        self._logger = logger
+        self._interval_s = interval_s
+        self._level = level
+        self._clock_s = clock_s
+        self._repeats: dict[Hashable, _Repeats] = {}
+
+    def failed(self, key: Hashable, message: str, *args: object) -> bool:
+        """The condition for ``key`` happened (again); True if this call logged it."""
+        now_s = self._clock_s()
+        repeats = self._repeats.get(key)
+        if repeats is None:
+            self._repeats[key] = _Repeats(now_s, now_s)
+            self._logger.log(self._level, message, *args)
+            return True
+        repeats.count += 1
+        if now_s - repeats.logged_s < self._interval_s:
+            repeats.suppressed += 1
+            return False
+        self._logger.log(
+            self._level,
+            message + " (%d times in %.0f s, %d not logged)",
+            *args,
+            repeats.count,
+            now_s - repeats.first_s,
+            repeats.suppressed,
+        )
+        repeats.logged_s = now_s
+        repeats.suppressed = 0
+        return True
+
+    def cleared(self, key: Hashable, message: str, *args: object) -> None:
+        """The condition for ``key`` ended; logs (at INFO) only if it had been reported."""
+        repeats = self._repeats.pop(key, None)
+        if repeats is not None:
+            self._logger.info(
+                message + " (after %d failures in %.1f s)",
+                *args,
+                repeats.count,
+                self._clock_s() - repeats.first_s,
+            )
+
+    def forget(self, key: Hashable) -> None:
+        """Stop tracking ``key`` without a line (it went away: unfollowed, closed)."""
+        self._repeats.pop(key, None)
+
+    def failing(self) -> int:
+        return len(self._repeats)
+
+    def is_failing(self, key: Hashable) -> bool:
+        return key in self._repeats
+
+    def count(self, key: Hashable) -> int:
+        """How often ``key``'s current condition has happened (0: it does not hold)."""
+        repeats = self._repeats.get(key)
+        return 0 if repeats is None else repeats.count

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from brook.logs import configure_logging
+from brook.logs import RepeatLimiter, configure_logging
 
 LOGFMT_PREFIX = re.compile(
     r"^ts=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=(?P<level>\w+) logger=(?P<logger>\S+) "
@@ -129,3 +129,30 @@ def test_unknown_format_or_level_is_refused() -> None:
         configure_logging(service="s", node_id=1, log_format="xml")
     with pytest.raises(ValueError, match="unknown log level 'LOUD'"):
         configure_logging(service="s", node_id=1, level="LOUD")
+
+
+def test_a_repeating_failure_is_logged_once_per_interval_with_a_count_and_once_when_it_clears(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    limiter = RepeatLimiter(logging.getLogger("repeats"), 60.0, clock_s=lambda: now[0])
+    caplog.set_level(logging.INFO, logger="repeats")
+    assert limiter.failed("p0", "fetch %s failed", "p0")
+    for _ in range(50):  # one a second: none logged
+        now[0] += 1.0
+        assert not limiter.failed("p0", "fetch %s failed", "p0")
+    assert limiter.failed("p1", "fetch %s failed", "p1")  # another key has its own interval
+    assert limiter.failing() == 2 and limiter.is_failing("p0")
+    assert limiter.count("p0") == 51 and limiter.count("p2") == 0
+    now[0] += 10.0
+    assert limiter.failed("p0", "fetch %s failed", "p0")
+    limiter.cleared("p0", "fetch %s works", "p0")
+    limiter.cleared("p2", "fetch %s works", "p2")  # never failed: no line
+    limiter.forget("p1")
+    assert limiter.failing() == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        "fetch p0 failed",
+        "fetch p1 failed",
+        "fetch p0 failed (52 times in 60 s, 50 not logged)",
+        "fetch p0 works (after 52 failures in 60.0 s)",
+    ]

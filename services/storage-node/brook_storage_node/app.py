@@ -104,6 +104,10 @@ class StorageNode:
     def isr(self) -> IsrManager | None:
         return self._isr
 
+    @property
+    def fetchers(self) -> ReplicaFetchers | None:
+        return self._fetchers
+
     def broker_epoch(self) -> int:
         """This incarnation's broker epoch; -1 without controllers."""
         membership = self._membership

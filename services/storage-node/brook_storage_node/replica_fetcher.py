@@ -23,6 +23,12 @@ epoch, the leader epoch it follows in. Each response is applied in order:
 A broken stream (the leader died, restarted, or answered STALE_BROKER_EPOCH) is reopened
 after replica.fetch.backoff.ms, doubling up to ten times that while it keeps failing. A
 fetcher whose last partition is unfollowed stops; ``close`` stops them all.
+
+A failure that repeats — a partition's error, a leader's broken stream — is logged when it
+starts, then at most once a minute per partition (per leader) with a count, and once when it
+clears; ``brook.replication.failed_partitions`` counts the partitions followed here whose
+last fetch failed (Kafka's FailedPartitionsCount), so an error that does not resolve by
+itself shows on a dashboard instead of as a line per back-off.
 """
 
 from __future__ import annotations
@@ -30,14 +36,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import grpc
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from brook.config import Config
 from brook.errors import ErrorCode, error_code
+from brook.logs import RepeatLimiter
+from brook.telemetry import meter
 from brook.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from brook_storage_node.log import TopicPartition
 from brook_storage_node.metadata_view import NO_LEADER, MetadataView
@@ -52,6 +61,8 @@ GRPC_LISTENER: Final = "GRPC"
 BACKOFF_GROWTH_MAX: Final = 10
 # A response may take max_wait_ms; beyond this margin on top the stream counts as dead.
 RESPONSE_MARGIN_MS: Final = 5000
+# A failure that keeps repeating is logged again at most this often (per partition or leader).
+REPEAT_LOG_INTERVAL_S: Final = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +126,25 @@ class ReplicaFetchers:
         self._broker_epoch = broker_epoch
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._closed = False
+        self._partition_errors = RepeatLimiter(_log, REPEAT_LOG_INTERVAL_S)
+        self._stream_errors = RepeatLimiter(_log, REPEAT_LOG_INTERVAL_S, level=logging.INFO)
+        meter(__name__).create_observable_gauge(
+            "brook.replication.failed_partitions",
+            callbacks=[self._observe_failed],
+            unit="{partition}",
+            description="Partitions followed here whose last replica fetch failed",
+        )
+
+    def failed_partitions(self) -> int:
+        """Partitions followed here whose last fetch failed (their error not yet cleared)."""
+        return self._partition_errors.failing()
+
+    def failures(self, tp: TopicPartition) -> int:
+        """Fetches of ``tp`` that failed in a row until now (0 once one succeeds)."""
+        return self._partition_errors.count(tp)
+
+    def _observe_failed(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self.failed_partitions())]
 
     @property
     def fetchers(self) -> dict[int, LeaderFetcher]:
@@ -137,6 +167,7 @@ class ReplicaFetchers:
             )
 
     def unfollow(self, tp: TopicPartition) -> None:
+        self._partition_errors.forget(tp)
         for fetcher in self._fetchers.values():
             if fetcher.states.pop(tp, None) is not None:
                 fetcher.changed.set()
@@ -174,14 +205,21 @@ class ReplicaFetchers:
                     if code is not ErrorCode.NONE:
                         raise ConnectionError(f"{code.name}: {response.error_message}")
                     await self._apply(fetcher, response, loop.time())
-                    failures = 0
+                    if failures:
+                        failures = 0
+                        self._stream_errors.cleared(
+                            fetcher.leader_id,
+                            "replica fetch from node %d works again",
+                            fetcher.leader_id,
+                        )
                 except (grpc.aio.AioRpcError, ConnectionError, TimeoutError, OSError) as exc:
                     failures += 1
                     wait_s = self._backoff_s(failures)
-                    _log.info(
+                    self._stream_errors.failed(
+                        fetcher.leader_id,
                         "replica fetch from node %d failed (%s); retrying in %.2f s",
                         fetcher.leader_id,
-                        exc,
+                        _short(exc),
                         wait_s,
                     )
                     if stream is not None:
@@ -189,6 +227,7 @@ class ReplicaFetchers:
                         stream = None
                     await asyncio.sleep(wait_s)
         finally:
+            self._stream_errors.forget(fetcher.leader_id)
             if stream is not None:
                 await self._close_stream(stream)
             if self._fetchers.get(fetcher.leader_id) is fetcher and not fetcher.states:
@@ -272,8 +311,15 @@ class ReplicaFetchers:
                 await self._apply_partition(state, entry)
             except Exception as exc:
                 # One partition's trouble (a bad batch, a disk error) must not stop the others.
-                _log.warning("replicating %s from node %d: %s", tp, fetcher.leader_id, exc)
+                self._partition_errors.failed(
+                    tp, "replicating %s from node %d: %s", tp, fetcher.leader_id, exc
+                )
                 state.paused_until_s = now_s + self._settings.backoff_ms / 1000
+            else:
+                if self._partition_errors.is_failing(tp):
+                    self._partition_errors.cleared(
+                        tp, "replicating %s from node %d works again", tp, fetcher.leader_id
+                    )
 
     async def _apply_partition(
         self, state: _FetchState, entry: replica_pb2.ReplicaFetchPartitionResponse
@@ -321,3 +367,10 @@ def truncation_offset(partition: Partition, diverging: common_pb2.EpochEndOffset
     # This log lacks that epoch: cut at the end of its own older one; the next fetch
     # compares the epoch before.
     return own_end if own_end >= 0 else log.high_watermark
+
+
+def _short(exc: BaseException) -> str:
+    """A gRPC error's code and details, not its multi-line debug string."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return str(exc) or type(exc).__name__

@@ -8,10 +8,12 @@ controllers: ISR changes are not recorded here (see tests/integration/test_repli
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 
 import grpc
+import pytest
 from brook_storage_node.log import TopicPartition
 from storage_node_support import (
     Node,
@@ -31,7 +33,7 @@ from storage_node_support import (
 )
 
 from brook.errors import ErrorCode
-from brook.v1 import replica_pb2, replica_pb2_grpc, storage_pb2
+from brook.v1 import metadata_pb2, replica_pb2, replica_pb2_grpc, storage_pb2
 
 TOPIC = "replicated"
 LEADER = 1
@@ -259,6 +261,70 @@ def test_a_leader_that_appended_nothing_follows_the_next_leader_and_copies_its_l
             await _until(lambda: _log_bytes(node_2) == expected, "node 2 to copy epoch 2")
             assert _log_end(node_2) == 5
             assert _latest_epoch(node_2) == 2
+
+    run(scenario)
+
+
+def _failed_partitions(node: Node) -> int:
+    fetchers = node.node.fetchers
+    assert fetchers is not None
+    return fetchers.failed_partitions()
+
+
+def test_a_replication_error_that_persists_is_logged_once_counted_and_cleared_when_it_ends(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The leader does not count node 2 as a replica (its metadata lags), so it refuses every
+    fetch: node 2 retries each back-off, logs the error once (not once per back-off), shows it
+    in brook.replication.failed_partitions, and clears both once the leader's view catches up."""
+
+    async def scenario() -> None:
+        ports = {LEADER: free_port(), FOLLOWER: free_port()}
+        brokers = [broker_record(node, port) for node, port in ports.items()]
+
+        def record(replicas: tuple[int, ...]) -> metadata_pb2.MetadataRecord:
+            return partition_record(
+                TOPIC, 0, leader=LEADER, replicas=replicas, isr=(LEADER,), leader_epoch=1
+            )
+
+        leader_source = QueueMetadataSource(
+            snapshot(*brokers, topic_record(TOPIC), record((LEADER,)))
+        )
+        async with (
+            running_node(
+                tmp_path / "1",
+                port=ports[LEADER],
+                source_for=lambda _: leader_source,
+                settings=_settings(LEADER),
+            ) as leader,
+            running_node(
+                tmp_path / "2",
+                port=ports[FOLLOWER],
+                source_for=lambda _: QueueMetadataSource(
+                    snapshot(*brokers, topic_record(TOPIC), record((LEADER, FOLLOWER)))
+                ),
+                settings=_settings(FOLLOWER),
+            ) as follower,
+        ):
+            caplog.set_level(logging.INFO, logger="brook_storage_node.replica_fetcher")
+            await _until(lambda: _failed_partitions(follower) == 1, "the refusal to count")
+            # Twenty rounds of the follower's retry loop: still one line.
+            fetchers = follower.node.fetchers
+            assert fetchers is not None
+            await _until(
+                lambda: fetchers.failures(TopicPartition(TOPIC, 0)) >= 20, "twenty refusals"
+            )
+            refusals = [r for r in caplog.records if "is not a replica" in r.getMessage()]
+            assert len(refusals) == 1, [r.getMessage() for r in refusals]
+            assert _failed_partitions(follower) == 1
+            await leader_source.push(delta(record((LEADER, FOLLOWER)), offset=1))
+            response = await leader.stub.Produce(produce_request(TOPIC, 0, batch(2), acks=1))
+            assert response.partitions[0].error_code == ErrorCode.NONE
+            expected = _log_bytes(leader)
+            await _until(lambda: _log_bytes(follower) == expected, "the follower to copy")
+            assert _failed_partitions(follower) == 0
+            cleared = [r.getMessage() for r in caplog.records if "works again" in r.getMessage()]
+            assert len(cleared) == 1, cleared
 
     run(scenario)
 
