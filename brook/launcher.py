@@ -390,6 +390,9 @@ class LocalCluster:
     them as settings, over the config file); pass them in ``env`` to mean it.
     ``interrupted`` is polled during start-up waits; when it returns True, start-up is
     abandoned with ``ClusterInterrupted`` (after stopping what it started).
+    ``spawn_prefix(spec)`` is put before each process's command line; the prefix must ``exec``
+    the rest so the pid stays the process's (the fault tests start each process in a cgroup
+    of its own this way, to cut its connections with firewall rules).
     """
 
     def __init__(
@@ -406,6 +409,7 @@ class LocalCluster:
         stop_timeout_ms: int = STOP_TIMEOUT_MS_DEFAULT,
         env: Mapping[str, str] | None = None,
         interrupted: Callable[[], bool] | None = None,
+        spawn_prefix: Callable[[ProcessSpec], Sequence[str]] | None = None,
     ) -> None:
         if startup_timeout_ms <= 0 or stop_timeout_ms <= 0:
             raise ValueError("startup_timeout_ms and stop_timeout_ms must be > 0")
@@ -420,6 +424,7 @@ class LocalCluster:
         self._overrides = {key: dict(value) for key, value in (config_overrides or {}).items()}
         self._env = dict(env or {})
         self._interrupted = interrupted or (lambda: False)
+        self._spawn_prefix = spawn_prefix
         self._running: dict[str, _Running] = {}
         self._exits: dict[str, ProcessExit] = {}
         self._atexit_registered = False
@@ -637,6 +642,8 @@ class LocalCluster:
         spec.directory.mkdir(parents=True, exist_ok=True)
         self._write_config(spec)
         command = self._command(spec)
+        if self._spawn_prefix is not None:
+            command = [*self._spawn_prefix(spec), *command]
         # Services read BROOK_* variables as settings, over the config file; inheriting the
         # launcher's would let a stray variable in a developer's shell override what the
         # launcher planned (a node id, a listener). Only ``env`` passes them on purpose.

@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
 import pytest
 
-from brook.launcher import LocalCluster, Role, Topology
+from brook.launcher import LocalCluster, ProcessSpec, Role, Topology
 from brook.v1 import controller_pb2, controller_pb2_grpc
 
 # Generous: several engineers' test runs share two cores, and Python services take a
@@ -158,6 +158,7 @@ class ClusterFactory:
         gateways: int = 1,
         config_overrides: Mapping[str, Mapping[str, str]] | None = None,
         start: bool = True,
+        spawn_prefix: Callable[[ProcessSpec], Sequence[str]] | None = None,
     ) -> LocalCluster:
         """A new cluster in its own directory; started (all SERVING) unless ``start=False``."""
         cluster = LocalCluster(
@@ -166,6 +167,7 @@ class ClusterFactory:
             config_overrides=config_overrides,
             startup_timeout_ms=self.startup_timeout_ms,
             stop_timeout_ms=self.stop_timeout_ms,
+            spawn_prefix=spawn_prefix,
         )
         self.clusters.append(cluster)
         if start:

@@ -16,22 +16,19 @@ producer that does retry: ``idempotent=True``.)
 
 from __future__ import annotations
 
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from brook_storage_node.log import LogConfig, PartitionLog
 from cluster_fixture import ClusterFactory, replication_cluster, wait_until
+from replica_logs import assert_replicas_identical_to_high_watermark
 
 from brook.client import Consumer, Producer, TopicPartition
 from brook.client.admin import Admin, NewTopic
-from brook.launcher import LocalCluster, Role
+from brook.launcher import Role
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +43,6 @@ SEND_TIMEOUT_S = 15.0
 CONSUME_TIMEOUT_S = 30.0
 POLL_S = 0.05
 PAUSE_BETWEEN_SENDS_S = 0.01
-READ_BYTES_MAX = 1 << 20
 
 
 class _Sender:
@@ -200,51 +196,8 @@ def _kill_leaders_in_turn(
                 found[record.partition].append(int(record.value))
     for name in cluster.names(Role.STORAGE_NODE):
         cluster.stop(name)
-    _assert_replicas_identical_to_high_watermark(cluster, high_watermarks)
+    assert_replicas_identical_to_high_watermark(cluster, TOPIC, high_watermarks)
     return _Outcome(sender.sent, sender.acked, sender.failures, found, high_watermarks)
-
-
-def _committed_bytes(partition_dir: Path, scratch_dir: Path, high_watermark: int) -> bytes:
-    """The raw batches of a replica's log from offset 0 to ``high_watermark``, read through the
-    log library from a copy, so opening it (recovery may rewrite indexes) changes nothing."""
-    copy = scratch_dir / partition_dir.name
-    shutil.copytree(partition_dir, copy)
-    log = PartitionLog.open(copy, LogConfig())
-    try:
-        chunks: list[bytes] = []
-        offset = 0
-        while offset < high_watermark:
-            data = log.read(offset, READ_BYTES_MAX, max_offset=high_watermark)
-            assert data.next_offset > offset, (
-                f"{partition_dir}: no whole batch from offset {offset} below the high watermark "
-                f"{high_watermark} (log end {data.log_end_offset})"
-            )
-            chunks.append(bytes(data.records))
-            offset = data.next_offset
-        return b"".join(chunks)
-    finally:
-        log.close()
-
-
-def _assert_replicas_identical_to_high_watermark(
-    cluster: LocalCluster, high_watermarks: dict[int, int]
-) -> None:
-    names = cluster.names(Role.STORAGE_NODE)
-    with tempfile.TemporaryDirectory(prefix="brook-replicas-") as scratch:
-        for partition, high_watermark in high_watermarks.items():
-            logs: dict[str, bytes] = {}
-            for name in names:
-                partition_dir = cluster.spec(name).directory / "data" / f"{TOPIC}-{partition}"
-                scratch_dir = Path(scratch) / f"{name}-{partition}"
-                scratch_dir.mkdir()
-                logs[name] = _committed_bytes(partition_dir, scratch_dir, high_watermark)
-            reference = logs[names[0]]
-            assert reference, f"partition {partition}: nothing committed"
-            for name, content in logs.items():
-                assert content == reference, (
-                    f"partition {partition}: {name}'s log differs from {names[0]}'s below the "
-                    f"high watermark {high_watermark} ({len(content)} vs {len(reference)} bytes)"
-                )
 
 
 def _assert_nothing_invented_or_reordered(outcome: _Outcome) -> None:

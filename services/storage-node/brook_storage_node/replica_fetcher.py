@@ -61,6 +61,14 @@ GRPC_LISTENER: Final = "GRPC"
 BACKOFF_GROWTH_MAX: Final = 10
 # A response may take max_wait_ms; beyond this margin on top the stream counts as dead.
 RESPONSE_MARGIN_MS: Final = 5000
+# What a broken stream raises: the leader died, restarted, refused us or ended the call.
+_STREAM_ERRORS: Final = (
+    grpc.aio.AioRpcError,
+    ConnectionError,
+    TimeoutError,
+    OSError,
+    asyncio.InvalidStateError,
+)
 # A failure that keeps repeating is logged again at most this often (per partition or leader).
 REPEAT_LOG_INTERVAL_S: Final = 60.0
 
@@ -212,7 +220,12 @@ class ReplicaFetchers:
                             "replica fetch from node %d works again",
                             fetcher.leader_id,
                         )
-                except (grpc.aio.AioRpcError, ConnectionError, TimeoutError, OSError) as exc:
+                except Exception as exc:
+                    # InvalidStateError: the leader ended the call between our read and write.
+                    # Anything else is a bug, but this task must not die of it: the partitions
+                    # it carries would stop replicating until their next leadership change.
+                    if not isinstance(exc, _STREAM_ERRORS):
+                        _log.exception("replica fetch from node %d: unexpected", fetcher.leader_id)
                     failures += 1
                     wait_s = self._backoff_s(failures)
                     self._stream_errors.failed(

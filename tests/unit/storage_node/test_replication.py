@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -325,6 +326,49 @@ def test_a_replication_error_that_persists_is_logged_once_counted_and_cleared_wh
             assert _failed_partitions(follower) == 0
             cleared = [r.getMessage() for r in caplog.records if "works again" in r.getMessage()]
             assert len(cleared) == 1, cleared
+
+    run(scenario)
+
+
+class _LeaderThatHangsUp(replica_pb2_grpc.ReplicaServiceServicer):
+    """Answers each replica fetch stream once, then ends the call."""
+
+    def __init__(self) -> None:
+        self.streams = 0
+
+    async def ReplicaFetch(self, request_iterator: Any, context: Any) -> Any:
+        self.streams += 1
+        async for _request in request_iterator:
+            yield replica_pb2.ReplicaFetchResponse()
+            return
+
+
+def test_a_fetcher_whose_leader_ends_its_streams_keeps_reconnecting(tmp_path: Path) -> None:
+    """A leader may end the call at any point (the follower then writes to a finished call:
+    InvalidStateError, or reads EOF); the fetcher task must survive and open a new stream,
+    or every partition it carries stops replicating (seen in a nemesis run, issue #13)."""
+
+    async def scenario() -> None:
+        ports = {LEADER: free_port(), FOLLOWER: free_port()}
+        leader = _LeaderThatHangsUp()
+        server = grpc.aio.server()
+        replica_pb2_grpc.add_ReplicaServiceServicer_to_server(leader, server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(f"127.0.0.1:{ports[LEADER]}")
+        await server.start()
+        try:
+            async with running_node(
+                tmp_path / "2",
+                port=ports[FOLLOWER],
+                source_for=lambda _: _metadata(ports, leader=LEADER, isr=(1, 2), epoch=1),
+                settings=_settings(FOLLOWER),
+            ) as follower:
+                await _until(lambda: leader.streams >= 5, "five streams, one after another")
+                fetchers = follower.node.fetchers
+                assert fetchers is not None
+                task = fetchers.fetchers[LEADER].task
+                assert task is not None and not task.done()
+        finally:
+            await server.stop(None)
 
     run(scenario)
 

@@ -1,0 +1,65 @@
+"""Reading replicas' logs from disk after a test: are they byte-identical up to the HW?
+
+The storage nodes must be stopped first (cleanly, so nothing is half-written). Each replica's
+partition directory is copied and opened through the log library, so recovery on open changes
+nothing in the cluster's own files.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from brook_storage_node.log import LogConfig, PartitionLog
+
+from brook.launcher import LocalCluster, Role
+
+READ_BYTES_MAX: Final = 1 << 20
+
+
+def committed_bytes(partition_dir: Path, scratch_dir: Path, high_watermark: int) -> bytes:
+    """The raw batches of a replica's log from its start to ``high_watermark``, read from a
+    copy."""
+    copy = scratch_dir / partition_dir.name
+    shutil.copytree(partition_dir, copy)
+    log = PartitionLog.open(copy, LogConfig())
+    try:
+        chunks: list[bytes] = []
+        offset = log.log_start_offset
+        while offset < high_watermark:
+            data = log.read(offset, READ_BYTES_MAX, max_offset=high_watermark)
+            assert data.next_offset > offset, (
+                f"{partition_dir}: no whole batch from offset {offset} below the high watermark "
+                f"{high_watermark} (log end {data.log_end_offset})"
+            )
+            chunks.append(bytes(data.records))
+            offset = data.next_offset
+        return b"".join(chunks)
+    finally:
+        log.close()
+
+
+def assert_replicas_identical_to_high_watermark(
+    cluster: LocalCluster, topic: str, high_watermarks: Mapping[int, int]
+) -> None:
+    """Every storage node's replica of each partition of ``topic`` holds the same bytes up
+    to the partition's high watermark (``high_watermarks``: partition -> HW)."""
+    names = cluster.names(Role.STORAGE_NODE)
+    with tempfile.TemporaryDirectory(prefix="brook-replicas-") as scratch:
+        for partition, high_watermark in high_watermarks.items():
+            logs: dict[str, bytes] = {}
+            for name in names:
+                partition_dir = cluster.spec(name).directory / "data" / f"{topic}-{partition}"
+                scratch_dir = Path(scratch) / f"{name}-{partition}"
+                scratch_dir.mkdir()
+                logs[name] = committed_bytes(partition_dir, scratch_dir, high_watermark)
+            reference = logs[names[0]]
+            assert reference or high_watermark == 0, f"{topic}-{partition}: nothing committed"
+            for name, content in logs.items():
+                assert content == reference, (
+                    f"{topic}-{partition}: {name}'s log differs from {names[0]}'s below the "
+                    f"high watermark {high_watermark} ({len(content)} vs {len(reference)} bytes)"
+                )
