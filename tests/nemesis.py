@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -390,10 +391,19 @@ def kafka_producer(cluster: LocalCluster, history: History) -> Callable[[threadi
 
     stream = history.stream("kafka")
     bootstrap = cluster.kafka_bootstrap_servers
+    # librdkafka's idempotence state changes (epoch bumps and why), for diagnosis.
+    rdkafka_log = logging.getLogger("nemesis.librdkafka")
+    rdkafka_log.propagate = False
+    rdkafka_log.setLevel(logging.DEBUG)
+    handler = logging.FileHandler(cluster.base_dir / "librdkafka.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    rdkafka_log.addHandler(handler)
 
     def run(stop: threading.Event) -> None:
         producer = KafkaProducer(
             {
+                "debug": "eos",
+                "logger": rdkafka_log,
                 "bootstrap.servers": bootstrap,
                 "acks": "all",
                 "enable.idempotence": True,
@@ -432,6 +442,8 @@ def kafka_producer(cluster: LocalCluster, history: History) -> Callable[[threadi
             producer.poll(0)
             pacer.tick(stop)
         remaining = producer.flush(FLUSH_TIMEOUT_S)
+        rdkafka_log.removeHandler(handler)
+        handler.close()
         if remaining:
             history.violation(f"confluent-kafka: {remaining} records neither delivered nor failed")
 

@@ -109,8 +109,14 @@ class IsrManager:
                 self._propose(partition, new_isr, shrink=True)
 
     def on_caught_up(self, partition: Partition, replica_id: int) -> None:
-        """A follower outside the ISR has caught up: propose adding it."""
+        """A follower outside the ISR has caught up: propose adding it — once the metadata
+        says the controllers would take it. A fenced or stopping node's fetches are answered
+        (it catches up meanwhile) but not proposed: the controllers would refuse with
+        INELIGIBLE_REPLICA, and each of its fetches would propose again."""
         if not partition.may_join_isr(replica_id):
+            return
+        broker = self._replicas.view.broker(replica_id)
+        if broker is None or not broker.isr_eligible:
             return
         new_isr = (*partition.isr, replica_id)
         _log.info(

@@ -63,6 +63,13 @@ class BrokerInfo:
     endpoints: tuple[EndpointInfo, ...]
     rack: str
     fenced: bool
+    in_controlled_shutdown: bool = False
+
+    @property
+    def isr_eligible(self) -> bool:
+        """The controllers take it into an ISR (Kafka's isReplicaIsrEligible): neither fenced
+        nor shutting down."""
+        return not self.fenced and not self.in_controlled_shutdown
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +221,7 @@ class MetadataView:
             endpoints=tuple(EndpointInfo(e.listener, e.host, e.port) for e in broker.endpoints),
             rack=broker.rack,
             fenced=broker.fenced,
+            in_controlled_shutdown=broker.in_controlled_shutdown,
         )
 
     def _apply_topic(self, topic: metadata_pb2.TopicRecord) -> None:

@@ -3,12 +3,16 @@ the ISR, when it may join again, and what the high watermark waits for meanwhile
 
 from __future__ import annotations
 
+import asyncio
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 from brook_storage_node.errors import PartitionError
+from brook_storage_node.isr import IsrManager
 from brook_storage_node.log import LogConfig, PartitionLog
-from brook_storage_node.metadata_view import PartitionInfo
+from brook_storage_node.metadata_view import MetadataUpdate, MetadataView, PartitionInfo
 from brook_storage_node.partition import Partition
 from brook_storage_node.replica_fetcher import truncation_offset
 from brook_storage_node.topic_settings import TopicSettings
@@ -16,7 +20,7 @@ from storage_node_support import batch, run
 
 from brook.errors import ErrorCode
 from brook.record import Compression
-from brook.v1 import common_pb2
+from brook.v1 import common_pb2, controller_pb2, metadata_pb2
 
 LEADER = 1
 FOLLOWER = 2
@@ -128,5 +132,73 @@ def test_a_follower_truncates_to_the_smaller_end_of_the_epoch_both_logs_share(
         assert truncation_offset(follower, diverging) == 4
         # The leader's epoch 1 runs further: this log's own epoch 1 end is where they agree.
         assert truncation_offset(follower, common_pb2.EpochEndOffset(epoch=1, end_offset=9)) == 3
+
+    run(scenario)
+
+
+class _RecordingController:
+    """Records AlterPartition requests and refuses them, as the controllers do for a fenced
+    node."""
+
+    def __init__(self) -> None:
+        self.proposals: list[list[int]] = []
+
+    async def alter_partition(self, request: Any, timeout_s: float | None = None) -> Any:
+        self.proposals.append(list(request.partitions[0].new_isr))
+        refusal = controller_pb2.AlterPartitionResponse(
+            error_code=ErrorCode.INELIGIBLE_REPLICA,  # type: ignore[arg-type]
+            error_message="node 2 is fenced or stopping",
+        )
+        return types.SimpleNamespace(response=refusal)
+
+
+class _Replicas:
+    def __init__(self, view: MetadataView, partition: Partition) -> None:
+        self.view = view
+        self.node_id = LEADER
+        self._partition = partition
+
+    def hosted(self) -> list[Partition]:
+        return [self._partition]
+
+
+def _broker(node_id: int, *, fenced: bool) -> metadata_pb2.MetadataRecord:
+    return metadata_pb2.MetadataRecord(
+        broker=metadata_pb2.BrokerRecord(node_id=node_id, broker_epoch=1, fenced=fenced)
+    )
+
+
+def test_a_caught_up_follower_is_proposed_for_the_isr_only_once_it_is_unfenced(
+    tmp_path: Path,
+) -> None:
+    """A restarted node catches up before the controllers unfence it; proposing it then is
+    refused (INELIGIBLE_REPLICA), and each of its fetches proposed again (a loop every few
+    milliseconds, seen in a nemesis run). Kafka's leader checks the metadata first."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        partition = _leader(tmp_path, clock, (LEADER, THIRD))
+        view = MetadataView()
+        view.apply(
+            MetadataUpdate(
+                snapshot=True,
+                offset=1,
+                records=(_broker(LEADER, fenced=False), _broker(FOLLOWER, fenced=True)),
+            )
+        )
+        controller = _RecordingController()
+        isr = IsrManager(_Replicas(view, partition), controller, lambda: 1, lag_time_max_ms=10_000)  # type: ignore[arg-type]
+        partition.update_follower_end_offset(FOLLOWER, partition.log_end_offset)
+        assert partition.may_join_isr(FOLLOWER)
+        isr.on_caught_up(partition, FOLLOWER)
+        assert partition.pending_isr is None and controller.proposals == []
+        # Unfenced: now it is proposed.
+        view.apply(
+            MetadataUpdate(snapshot=False, offset=2, records=(_broker(FOLLOWER, fenced=False),))
+        )
+        isr.on_caught_up(partition, FOLLOWER)
+        await asyncio.gather(*isr._in_flight)
+        assert controller.proposals == [[LEADER, THIRD, FOLLOWER]]
+        partition.log.close()
 
     run(scenario)
