@@ -122,10 +122,14 @@ def _cgroup2_root() -> Path:
     raise RuntimeError("no cgroup2 file system is mounted; the nemesis needs one")
 
 
+def _iptables_path() -> str | None:
+    # /usr/sbin may be missing from a non-login PATH.
+    return shutil.which("iptables") or shutil.which("iptables", path="/usr/sbin:/sbin")
+
+
 def _iptables(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        ["iptables", "-w", "5", *args], capture_output=True, text=True, timeout=30, check=False
-    )
+    command = [_iptables_path() or "iptables", "-w", "5", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
     if check and result.returncode != 0:
         raise RuntimeError(f"iptables {' '.join(args)}: {result.stderr.strip()}")
     return result
@@ -144,7 +148,7 @@ class Firewall:
     def __init__(self) -> None:
         if os.geteuid() != 0:
             raise RuntimeError("the nemesis needs root (cgroups and iptables)")
-        if shutil.which("iptables") is None:
+        if _iptables_path() is None:
             raise RuntimeError("the nemesis needs iptables (Debian package iptables)")
         tag = f"{os.getpid()}"
         self._mark_chain = f"{CHAIN_PREFIX}{tag}-M"
@@ -402,7 +406,7 @@ def kafka_producer(cluster: LocalCluster, history: History) -> Callable[[threadi
     def run(stop: threading.Event) -> None:
         producer = KafkaProducer(
             {
-                "debug": "eos",
+                "debug": os.environ.get("BROOK_NEMESIS_RDKAFKA_DEBUG", "eos"),
                 "logger": rdkafka_log,
                 "bootstrap.servers": bootstrap,
                 "acks": "all",
@@ -412,6 +416,11 @@ def kafka_producer(cluster: LocalCluster, history: History) -> Callable[[threadi
                 "request.timeout.ms": 5000,
                 "retry.backoff.ms": 100,
                 "queue.buffering.max.messages": IN_FLIGHT_MAX,
+                "error_cb": lambda error: (
+                    history.violation(f"librdkafka fatal error: {error}")
+                    if error.fatal()
+                    else rdkafka_log.info("error callback: %s", error)
+                ),
             }
         )
 
@@ -438,7 +447,9 @@ def kafka_producer(cluster: LocalCluster, history: History) -> Callable[[threadi
                     producer.poll(0.1)
                 except Exception as error:  # KafkaException: a fatal producer state
                     history.violation(f"confluent-kafka refused to produce: {error}")
-                    raise
+                    producer.poll(1.0)  # serves the error callback: the fatal error's cause
+                    stop.set()
+                    break
             producer.poll(0)
             pacer.tick(stop)
         remaining = producer.flush(FLUSH_TIMEOUT_S)
@@ -808,13 +819,19 @@ def run_nemesis(
                 time_to_full_isr_s = history.faults[-1].full_isr_after_s if history.faults else 0
                 # Traffic after the faults: both producers still work.
                 marks = {name: s.acked_count() for name, s in history.streams.items()}
-                _poll(
-                    lambda: all(
-                        history.streams[n].acked_count() > marks[n] for n in ("sdk", "kafka")
-                    ),
-                    "acknowledgements after the faults",
-                    WAIT_TIMEOUT_S,
-                )
+                try:
+                    _poll(
+                        lambda: all(
+                            history.streams[n].acked_count() > marks[n] for n in ("sdk", "kafka")
+                        ),
+                        "acknowledgements after the faults",
+                        WAIT_TIMEOUT_S,
+                    )
+                except TimeoutError as error:
+                    stalled = [
+                        n for n in ("sdk", "kafka") if history.streams[n].acked_count() <= marks[n]
+                    ]
+                    history.violation(f"{error}: {stalled} acknowledged nothing more")
         finally:
             nemesis.heal_all()
         high_watermarks, found = read_back(cluster)

@@ -9,17 +9,26 @@ acks=0 and acks=1 Produce requests are merged on their way to a storage node
 (ProduceCoalescer): a client such as librdkafka pipelines many small requests, each with a
 batch or two, and a gRPC call costs the gateway and the node far more than the bytes it
 carries (bench/README.md, gateway section).
+
+A Kafka broker serves a connection's requests one at a time, so when a partition's leadership
+moves away, every request the client pipelined to it fails alike. The gateway serves them
+concurrently and routes each by the metadata of the moment, so ProduceAffinity keeps that
+behaviour: a connection's requests for a partition follow its earlier ones while those are in
+flight, and after one fails unappended, the ones the client had already sent fail alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from brook.errors import ErrorCode
+from brook.errors import ErrorCode, error_code
+from brook.record.batch import read_header
+from brook.record.errors import CorruptRecordError
 from brook.v1 import common_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
@@ -28,7 +37,7 @@ from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.upstream import UpstreamError
 
-__all__ = ["PartitionOrder", "ProduceCoalescer", "data_handlers"]
+__all__ = ["PartitionOrder", "ProduceAffinity", "ProduceCoalescer", "data_handlers"]
 
 _ACKS: Final = {
     0: storage_pb2.ACKS_NONE,
@@ -54,8 +63,23 @@ async def _fan_out(
     parts: list[_Part],
     call: Callable[[str, list[_Part]], Awaitable[None]],
     fail: Callable[[_Part, ErrorCode, str], None],
+    pinned: Callable[[str, int], str | None] | None = None,
 ) -> None:
-    routed = backend.route((t, p, (t, p, item)) for t, p, item in parts)
+    """``pinned(topic, partition)``: an address that overrides the metadata's leader."""
+    if pinned is None:
+        routed = backend.route((t, p, (t, p, item)) for t, p, item in parts)
+    else:
+        by_pin: dict[str, list[_Part]] = {}
+        free = []
+        for part in parts:
+            address = pinned(part[0], part[1])
+            if address is None:
+                free.append(part)
+            else:
+                by_pin.setdefault(address, []).append(part)
+        routed = backend.route((t, p, (t, p, item)) for t, p, item in free)
+        for address, items in by_pin.items():
+            routed.by_address.setdefault(address, []).extend(items)
     for part, code in routed.errors:
         fail(part, code, "")
 
@@ -63,14 +87,7 @@ async def _fan_out(
         try:
             await call(address, items)
         except UpstreamError as e:
-            code = e.code
-            if code == ErrorCode.NETWORK_EXCEPTION:
-                # The leader storage node is unreachable: most likely dead, with leadership
-                # about to move. Kafka clients know NETWORK_EXCEPTION only as their own
-                # transport error, and librdkafka fails a record for good when a broker
-                # answers with it; NOT_LEADER_OR_FOLLOWER makes every client refresh its
-                # metadata and retry, by which time the gateway routes to the new leader.
-                code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            code = _unreachable_as_not_leader(e.code)
             for part in items:
                 fail(part, code, str(e))
 
@@ -82,8 +99,18 @@ async def _fan_out(
     await asyncio.gather(*(one(a, items) for a, items in routed.by_address.items()))
 
 
-def _metadata(backend: Backend) -> ApiHandler:
+def _unreachable_as_not_leader(code: ErrorCode) -> ErrorCode:
+    """The leader storage node is unreachable: most likely dead, with leadership about to
+    move. Kafka clients know NETWORK_EXCEPTION only as their own transport error, and
+    librdkafka fails a record for good when a broker answers with it; NOT_LEADER_OR_FOLLOWER
+    makes every client refresh its metadata and retry, by which time the gateway routes to the
+    new leader."""
+    return ErrorCode.NOT_LEADER_OR_FOLLOWER if code == ErrorCode.NETWORK_EXCEPTION else code
+
+
+def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
+        affinity.refreshed(context.peer)
         image = backend.image
         brokers = [
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
@@ -393,6 +420,165 @@ def _fail(carried: list[_Waiting], error: BaseException) -> None:
             waiting.done.set_exception(error)
 
 
+# Answers meaning the node did not append the batch and the client will send it again: the
+# batches the client had already sent after it must not be appended before it.
+_NOT_APPENDED: Final = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+# How long a refusal holds for the requests a client pipelined behind the refused one. They
+# arrive within a round trip; the client's own retry comes after a metadata refresh and its
+# retry back-off, and is told apart by its sequence number (idempotent batches) or by that
+# refresh (others). The bound keeps a client that gives up on a batch from being refused on.
+REFUSAL_HOLD_MS: Final = 1000
+# Refusals kept at most (expired ones are dropped first): a bound on memory whatever the load.
+REFUSALS_MAX: Final = 100_000
+
+
+@dataclass(slots=True)
+class _Pin:
+    address: str
+    calls: int = 0
+
+
+@dataclass(slots=True)
+class _Refusal:
+    code: ErrorCode
+    message: str
+    # (producer id, epoch, base sequence) of the refused batch; None when not idempotent.
+    sequence: tuple[int, int, int] | None
+    until_s: float
+
+
+def _first_batch(records: Any) -> tuple[int, int, int] | None:
+    """(producer id, epoch, base sequence) of the first batch of ``records``; None when it
+    has no producer id or cannot be read (the node will say what is wrong with it)."""
+    try:
+        header = read_header(records or b"")
+    except (CorruptRecordError, ValueError, IndexError):
+        return None
+    if header.producer_id < 0:
+        return None
+    return header.producer_id, header.producer_epoch, header.base_sequence
+
+
+class ProduceAffinity:
+    """Per connection and partition, what makes pipelined Produce requests fail or succeed as
+    they would on a Kafka broker that serves them one at a time.
+
+    - Pinning: while a connection has a request in flight to a node for a partition, its
+      later requests for that partition go to that node too, even if the metadata has moved
+      the leadership meanwhile: the node answers them in arrival order, so if it refuses the
+      first (NOT_LEADER_OR_FOLLOWER) it refuses the rest alike. Routed by the new metadata,
+      a later request reached the new leader first and was refused as a sequence gap
+      (OUT_OF_ORDER_SEQUENCE_NUMBER), on which librdkafka bumps its producer epoch and sends
+      its unacknowledged batches again under new sequence numbers — duplicating any whose
+      append had happened but whose answer was lost (found by the nemesis, issue #13).
+    - Refusal: once a batch is refused unappended (``_NOT_APPENDED``), the connection's next
+      requests for the partition are refused with the same error without being sent, until
+      the client sends that batch again (an idempotent batch at or before the refused
+      sequence, or of a new producer epoch), refreshes its metadata (a batch without producer
+      id), or REFUSAL_HOLD_MS passes.
+    """
+
+    def __init__(
+        self,
+        clock_s: Callable[[], float] = time.monotonic,
+        hold_ms: int = REFUSAL_HOLD_MS,
+        refusals_max: int = REFUSALS_MAX,
+    ) -> None:
+        assert hold_ms > 0 and refusals_max > 0, (hold_ms, refusals_max)
+        self._clock_s = clock_s
+        self._hold_s = hold_ms / 1000
+        self._refusals_max = refusals_max
+        self._pins: dict[tuple[str, str, int], _Pin] = {}
+        self._refusals: dict[tuple[str, str, int], _Refusal] = {}
+
+    @property
+    def pins(self) -> int:
+        return len(self._pins)
+
+    @property
+    def refusals(self) -> int:
+        return len(self._refusals)
+
+    def pinned(self, peer: str, topic: str, partition: int) -> str | None:
+        pin = self._pins.get((peer, topic, partition))
+        return None if pin is None else pin.address
+
+    def enter(self, peer: str, address: str, parts: Sequence[_Part]) -> None:
+        """``parts`` are on their way to ``address`` (call ``leave`` when answered)."""
+        for topic, partition, _ in parts:
+            pin = self._pins.get((peer, topic, partition))
+            if pin is None:
+                pin = self._pins[(peer, topic, partition)] = _Pin(address)
+            pin.calls += 1
+
+    def leave(self, peer: str, parts: Sequence[_Part]) -> None:
+        for topic, partition, _ in parts:
+            key = (peer, topic, partition)
+            pin = self._pins.get(key)
+            if pin is not None:
+                pin.calls -= 1
+                if pin.calls <= 0:
+                    del self._pins[key]
+
+    def refusal(self, peer: str, part: _Part) -> _Refusal | None:
+        """The refusal ``part`` gets without being sent, if an earlier one holds."""
+        if not self._refusals:
+            return None
+        key = (peer, part[0], part[1])
+        refusal = self._refusals.get(key)
+        if refusal is None:
+            return None
+        if self._clock_s() > refusal.until_s:
+            del self._refusals[key]
+            return None
+        sequence = _first_batch(part[2])
+        if refusal.sequence is not None and sequence is not None:
+            producer_id, epoch, base_sequence = refusal.sequence
+            if (sequence[0], sequence[1]) != (producer_id, epoch) or sequence[2] <= base_sequence:
+                # The client's retry of the refused batch (or a new epoch): it goes through.
+                del self._refusals[key]
+                return None
+        return refusal
+
+    def refused(self, peer: str, part: _Part, code: ErrorCode, message: str) -> None:
+        """``part`` was answered ``code``: remember it if it was refused unappended."""
+        if code not in _NOT_APPENDED:
+            return
+        if len(self._refusals) >= self._refusals_max:
+            self._drop_expired()
+            if len(self._refusals) >= self._refusals_max:
+                return  # overloaded: no refusal is better than unbounded memory
+        key = (peer, part[0], part[1])
+        if key in self._refusals:
+            return  # the first refusal's sequence is the one the client must send again
+        self._refusals[key] = _Refusal(
+            code, message, _first_batch(part[2]), self._clock_s() + self._hold_s
+        )
+
+    def refreshed(self, peer: str) -> None:
+        """The connection asked for metadata: its refusals of batches without a producer id
+        end (the client has heard of the refusal, or will retry after this refresh)."""
+        if not self._refusals:
+            return
+        for key in [k for k, r in self._refusals.items() if k[0] == peer and r.sequence is None]:
+            del self._refusals[key]
+        self._drop_expired()
+
+    def _drop_expired(self) -> None:
+        now_s = self._clock_s()
+        for key in [k for k, r in self._refusals.items() if now_s > r.until_s]:
+            del self._refusals[key]
+
+
 def _produce_error(request: Message, context: RequestContext, code: int) -> Message:
     del context
     return {
@@ -409,7 +595,7 @@ def _produce_error(request: Message, context: RequestContext, code: int) -> Mess
     }
 
 
-def _produce(backend: Backend) -> ApiHandler:
+def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
     async def send(
         address: str, acks: storage_pb2.Acks, timeout_ms: int, parts: list[_Part]
     ) -> ProduceResponses:
@@ -437,6 +623,7 @@ def _produce(backend: Backend) -> ApiHandler:
         results: dict[tuple[str, int], Message] = {}
 
         def fail(part: _Part, code: ErrorCode, message: str) -> None:
+            affinity.refused(context.peer, part, code, message)
             results[(part[0], part[1])] = {
                 "index": part[1],
                 "error_code": int(code),
@@ -448,14 +635,25 @@ def _produce(backend: Backend) -> ApiHandler:
 
         async def call(address: str, items: list[_Part]) -> None:
             timeout_ms = max(request["timeout_ms"], 0)
-            if acks == storage_pb2.ACKS_ALL:
-                # An acks=all call lasts a replication round: merged calls would make every
-                # partition of a connection wait for the slowest. Calls go concurrently, each
-                # partition's in send order (PartitionOrder).
-                responses = await send(address, acks, timeout_ms, items)
-            else:
-                responses = await coalescer.produce(context.peer, address, acks, timeout_ms, items)
+            peer = context.peer
+            affinity.enter(peer, address, items)
+            try:
+                if acks == storage_pb2.ACKS_ALL:
+                    # An acks=all call lasts a replication round: merged calls would make every
+                    # partition of a connection wait for the slowest. Calls go concurrently,
+                    # each partition's in send order (PartitionOrder).
+                    responses = await send(address, acks, timeout_ms, items)
+                else:
+                    responses = await coalescer.produce(peer, address, acks, timeout_ms, items)
+            finally:
+                affinity.leave(peer, items)
+            by_key = {(t, p): (t, p, r) for t, p, r in items}
             for r in responses:
+                if r.error_code:
+                    answered = by_key.get((r.topic, r.partition))
+                    if answered is not None:
+                        code = error_code(int(r.error_code))
+                        affinity.refused(peer, answered, code, r.error_message)
                 results[(r.topic, r.partition)] = {
                     "index": r.partition,
                     "error_code": int(r.error_code),
@@ -469,11 +667,24 @@ def _produce(backend: Backend) -> ApiHandler:
                     "error_message": r.error_message or None,
                 }
 
-        parts = [
-            (t["name"], p["index"], p["records"])
-            for t in request["topic_data"]
-            for p in t["partition_data"]
-        ]
+        parts = []
+        for t in request["topic_data"]:
+            for p in t["partition_data"]:
+                part = (t["name"], p["index"], p["records"])
+                refusal = affinity.refusal(context.peer, part)
+                if refusal is None:
+                    parts.append(part)
+                else:
+                    fail(
+                        part,
+                        refusal.code,
+                        "a batch sent before this one on the connection was refused "
+                        f"({refusal.message}); refresh the metadata and send both again",
+                    )
+
+        def pinned(topic: str, partition: int) -> str | None:
+            return affinity.pinned(context.peer, topic, partition)
+
         if acks == storage_pb2.ACKS_ALL:
             # Before any await: the order of `enter` calls is the connection's send order.
             keys = [(t, p) for t, p, _ in parts]
@@ -484,11 +695,11 @@ def _produce(backend: Backend) -> ApiHandler:
                 for previous in before:
                     # Shielded: a cancelled request must not cancel the turn it waits for.
                     await asyncio.shield(previous)
-                await _fan_out(backend, parts, call, fail)
+                await _fan_out(backend, parts, call, fail, pinned)
             finally:
                 order.leave(context.peer, keys, before, mine)
         else:
-            await _fan_out(backend, parts, call, fail)
+            await _fan_out(backend, parts, call, fail, pinned)
         if request["acks"] == 0:
             return None
         return {
@@ -706,4 +917,10 @@ def _list_offsets(backend: Backend) -> ApiHandler:
 
 
 def data_handlers(backend: Backend) -> list[ApiHandler]:
-    return [_metadata(backend), _produce(backend), _fetch(backend), _list_offsets(backend)]
+    affinity = ProduceAffinity()
+    return [
+        _metadata(backend, affinity),
+        _produce(backend, affinity),
+        _fetch(backend),
+        _list_offsets(backend),
+    ]

@@ -46,6 +46,7 @@ from brook.errors import ErrorCode
 from brook_storage_node.errors import PartitionError
 from brook_storage_node.log import FetchData, LogAppendInfo, PartitionLog, TopicPartition
 from brook_storage_node.log.log_config import LONG_MAX
+from brook_storage_node.log.producer_state import OutOfOrderSequenceError
 from brook_storage_node.metadata_view import NO_LEADER, PartitionInfo
 from brook_storage_node.topic_settings import TopicSettings
 
@@ -62,6 +63,11 @@ __all__ = [
 INLINE_BYTES_MAX: Final = 1024 * 1024
 # Kafka's sentinels for an unknown leader epoch and offset.
 NO_EPOCH: Final = -1
+# How long an idempotent batch that arrived ahead of its producer's next sequence waits for
+# the batches in between (append_as_leader): requests sent back to back arrive within
+# milliseconds of each other; one that never comes (refused, or lost with its connection)
+# makes the batch fail OUT_OF_ORDER_SEQUENCE_NUMBER after this, as it would have at once.
+SEQUENCE_GAP_WAIT_MS: Final = 500
 NO_OFFSET: Final = -1
 
 
@@ -126,6 +132,8 @@ class Partition:
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
         # FIFO, so appends that go to a thread keep their arrival order.
         self._append_lock = asyncio.Lock()
+        # Appends waiting for a producer's earlier sequences (append_as_leader).
+        self._append_waiters: list[asyncio.Future[None]] = []
 
     def __repr__(self) -> str:
         return (
@@ -188,12 +196,14 @@ class Partition:
         # Sizes of appends above the HW mean nothing once another node decides the HW.
         self._uncommitted.clear()
         self._fail_hw_waiters(f"this node is no longer the leader of {self.topic_partition}")
+        self._wake_append_waiters()  # they find it is no longer the leader
         self._state_changed()
 
     def make_offline(self, reason: str) -> None:
         """Stop serving: the partition was deleted or moved away from this node."""
         self.online = False
         self._fail_hw_waiters(reason)
+        self._wake_append_waiters()
         self._state_changed()
 
     def update_settings(self, settings: TopicSettings) -> None:
@@ -234,7 +244,38 @@ class Partition:
 
     async def append_as_leader(self, records: bytes, *, acks_all: bool) -> LogAppendInfo:
         """Validate and append a producer's batches; the HW follows. Raises PartitionError,
-        RecordError or LogError with nothing appended."""
+        RecordError or LogError with nothing appended.
+
+        An idempotent batch that starts past its producer's next sequence waits, up to
+        SEQUENCE_GAP_WAIT_MS, for the batches in between: a client's pipelined requests can
+        reach the node out of order (the gRPC server dispatches concurrent calls in no fixed
+        order, and the gateway forwards a Kafka connection's requests as concurrent calls),
+        where a Kafka broker, serving a connection's requests one at a time, never sees a gap
+        the client did not make. librdkafka treats a gap at the batch it expects next as
+        fatal, and any other as a reason to bump its epoch and resend (issue #13)."""
+        deadline_s: float | None = None
+        while True:
+            try:
+                return await self._append_as_leader(records, acks_all=acks_all)
+            except OutOfOrderSequenceError as error:
+                if not error.ahead:
+                    raise
+                now_s = asyncio.get_running_loop().time()
+                deadline_s = deadline_s or now_s + SEQUENCE_GAP_WAIT_MS / 1000
+                if now_s >= deadline_s:
+                    raise
+                waiter = asyncio.get_running_loop().create_future()
+                self._append_waiters.append(waiter)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter, deadline_s - now_s)
+
+    def _wake_append_waiters(self) -> None:
+        waiters, self._append_waiters = self._append_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _append_as_leader(self, records: bytes, *, acks_all: bool) -> LogAppendInfo:
         async with self._append_lock:
             self.check_leader()
             if acks_all and len(self.isr) < self.settings.min_insync_replicas:
@@ -257,6 +298,8 @@ class Partition:
                 # acks=all caller still waits for the original to be committed.
                 return info
             self._uncommitted.append((info.last_offset + 1, info.size_bytes))
+            if self._append_waiters:
+                self._wake_append_waiters()
         for listener in list(self._replica_listeners):
             listener.on_committed(self, info.size_bytes)
         self.maybe_increment_high_watermark()

@@ -12,7 +12,7 @@ from brook_storage_node.delayed_fetch import DataWaiter
 from brook_storage_node.errors import PartitionError
 from brook_storage_node.log import LogConfig, LogManager, LogManagerConfig, PartitionLog
 from brook_storage_node.metadata_view import MetadataView, PartitionInfo
-from brook_storage_node.partition import INLINE_BYTES_MAX, Partition
+from brook_storage_node.partition import INLINE_BYTES_MAX, SEQUENCE_GAP_WAIT_MS, Partition
 from brook_storage_node.replica_manager import ReplicaManager
 from brook_storage_node.topic_settings import TopicDefaults, TopicSettings
 from storage_node_support import (
@@ -384,5 +384,59 @@ def test_topic_config_change_reaches_the_open_log(tmp_path: Path) -> None:
             assert partition.settings.compression is Compression.ZSTD
         finally:
             await logs.close()
+
+    run(scenario)
+
+
+def _idempotent(sequence: int, *, value: bytes = b"v") -> bytes:
+    return build_batch(
+        [(0, None, value, ())], producer_id=42, producer_epoch=0, base_sequence=sequence
+    )
+
+
+def test_a_batch_ahead_of_its_producers_sequence_waits_for_the_ones_in_between(
+    tmp_path: Path,
+) -> None:
+    """Pipelined requests can reach the node out of order (issue #13); a batch that arrives
+    before the one it follows waits for it instead of failing OUT_OF_ORDER_SEQUENCE_NUMBER,
+    and the log holds them in sequence order."""
+
+    async def scenario() -> None:
+        partition = _partition(tmp_path)
+        await partition.append_as_leader(_idempotent(0), acks_all=False)
+        ahead = asyncio.ensure_future(partition.append_as_leader(_idempotent(2), acks_all=False))
+        await asyncio.sleep(0.05)
+        assert not ahead.done()
+        await partition.append_as_leader(_idempotent(1), acks_all=False)
+        info = await asyncio.wait_for(ahead, 5)
+        assert info.first_offset == 2
+        data = partition.log.read(0, 1 << 20)
+        sequences = [header.base_sequence for _, header in scan_batches(data.records)]
+        assert sequences == [0, 1, 2]
+        partition.log.close()
+
+    run(scenario)
+
+
+def test_a_gap_that_is_never_filled_fails_out_of_order_after_the_bounded_wait(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        partition = _partition(tmp_path)
+        await partition.append_as_leader(_idempotent(0), acks_all=False)
+        started = time.monotonic()
+        with pytest.raises(Exception) as raised:
+            await partition.append_as_leader(_idempotent(5), acks_all=False)
+        waited_s = time.monotonic() - started
+        assert getattr(raised.value, "error_code", None) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert SEQUENCE_GAP_WAIT_MS / 1000 <= waited_s < SEQUENCE_GAP_WAIT_MS / 1000 + 2
+        # Behind the producer's sequence: no wait, refused at once.
+        started = time.monotonic()
+        with pytest.raises(Exception) as behind:
+            await partition.append_as_leader(_idempotent(-5 % (2**31)), acks_all=False)
+        assert getattr(behind.value, "error_code", None) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert time.monotonic() - started < SEQUENCE_GAP_WAIT_MS / 1000
+        assert partition.log_end_offset == 1
+        partition.log.close()
 
     run(scenario)

@@ -101,6 +101,12 @@ class ProducerStateError(LogError):
 class OutOfOrderSequenceError(ProducerStateError):
     error_code = int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
+    def __init__(self, message: str, *, ahead: bool = False) -> None:
+        super().__init__(message)
+        # The batch starts past the next expected sequence in the producer's current epoch:
+        # the batches in between may still be on their way (see Partition.append_as_leader).
+        self.ahead = ahead
+
 
 class InvalidProducerEpochError(ProducerStateError):
     error_code = int(ErrorCode.INVALID_PRODUCER_EPOCH)
@@ -204,10 +210,12 @@ class ProducerStateManager:
         if duplicate is not None:
             return duplicate
         if not in_sequence(entry.last_seq, first_seq):
+            expected = in_sequence_next(entry.last_seq)
             raise OutOfOrderSequenceError(
                 f"producer {producer_id} epoch {epoch}: batch sequences {first_seq}.."
                 f"{header.last_sequence} do not follow the last appended sequence "
-                f"{entry.last_seq} (expected {in_sequence_next(entry.last_seq)})"
+                f"{entry.last_seq} (expected {expected})",
+                ahead=0 < (first_seq - expected) % (INT32_MAX + 1) < SEQUENCE_AHEAD_MAX,
             )
         return None
 
@@ -317,6 +325,11 @@ class ProducerStateManager:
         """Delete the snapshots past ``offset`` (the log end, after a truncation): they hold
         batches the log no longer has."""
         self.delete_snapshots(o for o in self.snapshot_offsets() if o > offset)
+
+
+# A batch this far past the expected sequence at most counts as "ahead" (the ones between may
+# still arrive); beyond it, or behind, it is out of order for good. Half the sequence space.
+SEQUENCE_AHEAD_MAX: Final = (INT32_MAX + 1) // 2
 
 
 def in_sequence_next(last_seq: int) -> int:
