@@ -61,7 +61,7 @@ from typing import Any, Final
 import grpc
 from brook_controller.probe import wait_for_convergence, wait_for_leader
 from cluster_fixture import ClusterFactory
-from replica_logs import assert_replicas_identical_to_high_watermark
+from replica_logs import assert_replicas_identical_to_high_watermark, read_to_high_watermarks
 
 from brook.client import Consumer, Producer, TopicPartition
 from brook.client.admin import Admin, NewTopic
@@ -303,6 +303,7 @@ class History:
     def violation(self, text: str) -> None:
         with self.lock:
             self.violations.append(text)
+        print(f"nemesis VIOLATION: {text}", flush=True)
 
 
 # -- the workload --------------------------------------------------------------------------
@@ -853,23 +854,13 @@ def run_nemesis(
 
 def read_back(cluster: LocalCluster) -> tuple[dict[int, int], dict[int, list[tuple[int, str]]]]:
     """Every partition from its start to its high watermark: (offset, value) in log order."""
-    partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    found: dict[int, list[tuple[int, str]]] = {p: [] for p in range(PARTITIONS)}
-    bootstrap = cluster.bootstrap_servers(Role.STORAGE_NODE)
-    with Consumer(bootstrap_servers=bootstrap, request_timeout_ms=30_000) as consumer:
-        ends = consumer.end_offsets(partitions, READ_TIMEOUT_S)
-        consumer.assign(partitions)
-        for tp in partitions:
-            consumer.seek(tp, 0)
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while any(consumer.position(tp, READ_TIMEOUT_S) < ends[tp] for tp in partitions):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the read-back did not reach the high watermarks")
-            for record in consumer.poll(1.0):
-                if record.offset < ends[TopicPartition(TOPIC, record.partition)]:
-                    value = (record.value or b"").decode()
-                    found[record.partition].append((record.offset, value))
-    return {tp.partition: offset for tp, offset in ends.items()}, found
+    high_watermarks, records = read_to_high_watermarks(
+        cluster.bootstrap_servers(Role.STORAGE_NODE), TOPIC, range(PARTITIONS), READ_TIMEOUT_S
+    )
+    found = {
+        p: [(r.offset, (r.value or b"").decode()) for r in records[p]] for p in range(PARTITIONS)
+    }
+    return high_watermarks, found
 
 
 def check_log(

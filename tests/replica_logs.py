@@ -1,23 +1,47 @@
-"""Reading replicas' logs from disk after a test: are they byte-identical up to the HW?
+"""Reading back what a test cluster holds: every partition through a consumer up to its high
+watermark, and the replicas' logs from disk (are they byte-identical up to the HW?).
 
-The storage nodes must be stopped first (cleanly, so nothing is half-written). Each replica's
-partition directory is copied and opened through the log library, so recovery on open changes
-nothing in the cluster's own files.
+For the disk comparison the storage nodes must be stopped first (cleanly, so nothing is
+half-written). Each replica's partition directory is copied and opened through the log
+library, so recovery on open changes nothing in the cluster's own files.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
 from brook_storage_node.log import LogConfig, PartitionLog
 
+from brook.client import Consumer, ConsumerRecord, TopicPartition
 from brook.launcher import LocalCluster, Role
 
 READ_BYTES_MAX: Final = 1 << 20
+
+
+def read_to_high_watermarks(
+    bootstrap: str, topic: str, partitions: Sequence[int], timeout_s: float
+) -> tuple[dict[int, int], dict[int, list[ConsumerRecord]]]:
+    """(partition -> high watermark, partition -> its records from offset 0 up to that
+    high watermark, in log order), read with the SDK's consumer from ``bootstrap``."""
+    assigned = [TopicPartition(topic, p) for p in partitions]
+    found: dict[int, list[ConsumerRecord]] = {p: [] for p in partitions}
+    with Consumer(bootstrap_servers=bootstrap, request_timeout_ms=30_000) as consumer:
+        ends = consumer.end_offsets(assigned, timeout_s)
+        consumer.assign(assigned)
+        for tp in assigned:
+            consumer.seek(tp, 0)
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp, timeout_s) < ends[tp] for tp in assigned):
+            assert time.monotonic() < deadline, f"{topic}: not read to the high watermarks"
+            for record in consumer.poll(1.0):
+                if record.offset < ends[TopicPartition(topic, record.partition)]:
+                    found[record.partition].append(record)
+    return {tp.partition: offset for tp, offset in ends.items()}, found
 
 
 def committed_bytes(partition_dir: Path, scratch_dir: Path, high_watermark: int) -> bytes:

@@ -21,8 +21,8 @@ from typing import Any, Final
 
 import pytest
 from cluster_fixture import ClusterFactory, wait_until
+from replica_logs import read_to_high_watermarks
 
-from brook.client import Consumer, TopicPartition
 from brook.client.admin import Admin, NewTopic
 from brook.launcher import Role
 
@@ -155,19 +155,10 @@ def test_leader_moves_make_an_idempotent_librdkafka_producer_bump_no_epoch_and_w
     bumps = [line for line in eos.lines if "bump" in line.lower()]
     assert not bumps, bumps[:5]
     assert not failures, failures[:5]
-    partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    found: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
-    with Consumer(bootstrap_servers=cluster.bootstrap_servers(Role.STORAGE_NODE)) as consumer:
-        ends = consumer.end_offsets(partitions, WAIT_TIMEOUT_S)
-        consumer.assign(partitions)
-        for tp in partitions:
-            consumer.seek(tp, 0)
-        deadline = time.monotonic() + WAIT_TIMEOUT_S
-        while any(consumer.position(tp, WAIT_TIMEOUT_S) < ends[tp] for tp in partitions):
-            assert time.monotonic() < deadline, "the read-back did not reach the ends"
-            for record in consumer.poll(1.0):
-                assert record.value is not None
-                found[record.partition].append((record.offset, int(record.value)))
+    _, records = read_to_high_watermarks(
+        cluster.bootstrap_servers(Role.STORAGE_NODE), TOPIC, range(PARTITIONS), WAIT_TIMEOUT_S
+    )
+    found = {p: [(r.offset, int(r.value or b"")) for r in records[p]] for p in range(PARTITIONS)}
     for p in range(PARTITIONS):
         numbers = [n for _, n in found[p]]
         assert numbers == list(range(len(numbers))), f"partition {p}: duplicated or reordered"

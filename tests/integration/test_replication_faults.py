@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import pytest
 from cluster_fixture import ClusterFactory, replication_cluster, wait_until
-from replica_logs import assert_replicas_identical_to_high_watermark
+from replica_logs import assert_replicas_identical_to_high_watermark, read_to_high_watermarks
 
-from brook.client import Consumer, Producer, TopicPartition
+from brook.client import Producer
 from brook.client.admin import Admin, NewTopic
 from brook.launcher import Role
 
@@ -180,20 +180,10 @@ def _kill_leaders_in_turn(
         f"records acknowledged, {sender.failures} sends failed (not acknowledged)"
     )
 
-    partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    found: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-    with Consumer(bootstrap_servers=bootstrap, request_timeout_ms=30_000) as consumer:
-        ends = consumer.end_offsets(partitions, CONSUME_TIMEOUT_S)
-        high_watermarks = {tp.partition: offset for tp, offset in ends.items()}
-        consumer.assign(partitions)
-        for tp in partitions:
-            consumer.seek(tp, 0)
-        deadline = time.monotonic() + CONSUME_TIMEOUT_S
-        while any(consumer.position(tp, CONSUME_TIMEOUT_S) < ends[tp] for tp in partitions):
-            assert time.monotonic() < deadline, "the consumer did not reach the high watermarks"
-            for record in consumer.poll(1.0):
-                assert record.value is not None
-                found[record.partition].append(int(record.value))
+    high_watermarks, records = read_to_high_watermarks(
+        bootstrap, TOPIC, range(PARTITIONS), CONSUME_TIMEOUT_S
+    )
+    found = {p: [int(r.value or b"") for r in records[p]] for p in range(PARTITIONS)}
     for name in cluster.names(Role.STORAGE_NODE):
         cluster.stop(name)
     assert_replicas_identical_to_high_watermark(cluster, TOPIC, high_watermarks)
