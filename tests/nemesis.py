@@ -27,9 +27,11 @@ records are in send order; nothing was written that was never sent, and nothing 
 group's committed offsets never went backward; the controllers' metadata digests are equal;
 the replicas are byte-identical up to the high watermark.
 
-The seed is printed before the first fault; the same seed gives the same schedule (kinds,
-targets, durations — the processes' own timing still varies). The suite runs a short version
-(tests/integration/test_nemesis.py); a long one runs on demand and prints a JSON summary:
+The seed is printed before the first fault; the same seed gives the same schedule of fault
+kinds, durations and randomly chosen nodes (the faults aimed at "the Raft leader" or "the
+leader of partition p" hit whichever node leads then, and the processes' own timing varies).
+The suite runs a short version (tests/integration/test_nemesis.py); a long one runs on demand
+and prints a JSON summary:
 
     .venv/bin/python tests/nemesis.py --minutes 20 [--seed N]
 
@@ -95,8 +97,14 @@ PROBE_TIMEOUT_MS: Final = 1500
 CONVERGENCE_TIMEOUT_S: Final = 30.0
 COMMIT_TIMEOUT_S: Final = 10.0
 FAULT_HOLD_S: Final = (1.0, 4.0)
-CUT_HOLD_S: Final = (1.5, 6.0)
+EXAMPLES_MAX: Final = 5
+# A cut lasts until its probe has run (past the lease or the ISR shrink) and a while more.
+CUT_HOLD_AFTER_PROBE_S: Final = (0.5, 3.0)
 QUIET_S: Final = (1.0, 3.0)
+# When a cut-off node must have stopped acknowledging acks=all writes: the controllers have
+# fenced it (its lease), or it has shrunk its ISRs below min.insync.replicas.
+CUT_FROM_CONTROLLERS_PROBE_S: Final = SESSION_TIMEOUT_MS / 1000 + 1.0
+CUT_FROM_FOLLOWERS_PROBE_S: Final = 1.5 * LAG_TIME_MAX_MS / 1000 + 1.0
 
 FAULT_KINDS: Final = (
     "kill_storage_node",
@@ -108,6 +116,12 @@ FAULT_KINDS: Final = (
 )
 
 CHAIN_PREFIX: Final = "BROOK-NEM-"
+CGROUP_PREFIX: Final = "brook-nemesis-"
+# Connection marks live in these bits only (value/mask), so connections that other software
+# on the host marks (firewalls, container runtimes use marks too) are neither matched nor
+# changed.
+MARK_SHIFT: Final = 16
+MARK_MASK: Final = 0xFF << MARK_SHIFT
 
 
 # -- the firewall -------------------------------------------------------------------------
@@ -154,18 +168,24 @@ class Firewall:
         self._mark_chain = f"{CHAIN_PREFIX}{tag}-M"
         self._fault_chain = f"{CHAIN_PREFIX}{tag}-F"
         self._cgroup_root = _cgroup2_root()
-        self._group_dir = self._cgroup_root / f"brook-nemesis-{tag}"
+        self._group_dir = self._cgroup_root / f"{CGROUP_PREFIX}{tag}"
         self._marks: dict[str, int] = {}
         self._open = False
         self.cuts: list[str] = []
 
     def open(self) -> Firewall:
-        _remove_stale_chains()
-        self._group_dir.mkdir()
-        for chain in (self._mark_chain, self._fault_chain):
-            _iptables("-N", chain)
-            _iptables("-I", "OUTPUT", "1", "-o", "lo", "-j", chain)
+        _remove_stale(self._cgroup_root)
+        # Open before the first rule, so that close() removes whatever a failure leaves.
         self._open = True
+        try:
+            self._group_dir.mkdir()
+            for chain in (self._mark_chain, self._fault_chain):
+                _iptables("-N", chain)
+            for chain in (self._fault_chain, self._mark_chain):  # marking runs first
+                _iptables("-I", "OUTPUT", "1", "-o", "lo", "-j", chain)
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def spawn_prefix(self, spec: ProcessSpec) -> list[str]:
@@ -174,14 +194,15 @@ class Firewall:
         mark = self._marks.get(spec.name)
         group = self._group_dir / spec.name
         if mark is None:
-            mark = len(self._marks) + 1
+            mark = (len(self._marks) + 1) << MARK_SHIFT
+            assert mark & MARK_MASK == mark, "too many processes for the mark bits"
             self._marks[spec.name] = mark
             group.mkdir(exist_ok=True)
             relative = group.relative_to(self._cgroup_root)
             _iptables(
                 "-A", self._mark_chain, "-p", "tcp", "-m", "conntrack", "--ctstate", "NEW",
                 "-m", "cgroup", "--path", str(relative),
-                "-j", "CONNMARK", "--set-mark", str(mark),
+                "-j", "CONNMARK", "--set-xmark", f"{mark:#x}/{MARK_MASK:#x}",
             )  # fmt: skip
         return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs")]
 
@@ -191,10 +212,20 @@ class Firewall:
             for port in ports:
                 _iptables(
                     "-A", self._fault_chain, "-p", "tcp",
-                    "-m", "connmark", "--mark", str(self._marks[source]),
+                    "-m", "connmark", "--mark", f"{self._marks[source]:#x}/{MARK_MASK:#x}",
                     "-m", "conntrack", "--ctorigdstport", str(port), "-j", "DROP",
                 )  # fmt: skip
         self.cuts.append(what)
+
+    def dropped_packets(self) -> int:
+        """Packets the current cuts have dropped so far (a cut that drops nothing had no
+        effect: connection tracking off on loopback, say)."""
+        listing = _iptables("-L", self._fault_chain, "-v", "-x", "-n").stdout
+        return sum(
+            int(line.split()[0])
+            for line in listing.splitlines()[2:]
+            if line.split() and line.split()[0].isdigit()
+        )
 
     def heal(self) -> None:
         if self._open:
@@ -222,8 +253,8 @@ class Firewall:
         self.close()
 
 
-def _remove_stale_chains() -> None:
-    """Chains left by a nemesis run that was killed (its pid is gone)."""
+def _remove_stale(cgroup_root: Path) -> None:
+    """Chains and cgroups left by a nemesis run that was killed (its pid is gone)."""
     listing = _iptables("-S", check=False).stdout
     for line in listing.splitlines():
         parts = line.split()
@@ -234,6 +265,15 @@ def _remove_stale_chains() -> None:
                 _iptables("-D", "OUTPUT", "-o", "lo", "-j", chain, check=False)
                 _iptables("-F", chain, check=False)
                 _iptables("-X", chain, check=False)
+    for group in cgroup_root.glob(f"{CGROUP_PREFIX}*"):
+        pid = group.name[len(CGROUP_PREFIX) :]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            for child in group.glob("*"):
+                if child.is_dir():
+                    with contextlib.suppress(OSError):
+                        child.rmdir()
+            with contextlib.suppress(OSError):
+                group.rmdir()
 
 
 # -- the history ---------------------------------------------------------------------------
@@ -355,6 +395,14 @@ def sdk_producer(cluster: LocalCluster, history: History) -> Callable[[threading
 
     def run(stop: threading.Event) -> None:
         in_flight = threading.BoundedSemaphore(IN_FLIGHT_MAX)
+
+        def acquired() -> bool:
+            """A permit for one more record in flight (False: stopping meanwhile)."""
+            while not in_flight.acquire(timeout=0.5):
+                if stop.is_set():
+                    return False
+            return True
+
         with Producer(
             bootstrap_servers=bootstrap,
             acks="all",
@@ -366,13 +414,10 @@ def sdk_producer(cluster: LocalCluster, history: History) -> Callable[[threading
         ) as producer:
             pacer = _Pacer(SEND_RATE_PER_S)
             turn = 0
-            while not stop.is_set():
+            while not stop.is_set() and acquired():
                 partition = turn % PARTITIONS
                 turn += 1
                 number, value = stream.next_value(partition)
-                while not in_flight.acquire(timeout=0.5):
-                    if stop.is_set():
-                        break
                 future = producer.send(TOPIC, value, partition=partition)
 
                 def done(f: Any, p: int = partition, n: int = number) -> None:
@@ -634,19 +679,19 @@ class Nemesis:
         """The node keeps its clients and its peers; the controllers fence it once its lease
         runs out and move its leaderships. It must not acknowledge acks=all writes then."""
         name = self._random_storage_node()
-        hold_s = self._random.uniform(*CUT_HOLD_S)
+        hold_s = self._random.uniform(*CUT_HOLD_AFTER_PROBE_S)
         led = self._led_partitions(name)
         controllers = self._cluster.names(Role.CONTROLLER)
         event = self._event("cut_node_from_controllers", name)
         self._firewall.cut([name], self._ports(controllers), f"{name} from the controllers")
         self._firewall.cut(controllers, self._ports([name]), f"the controllers from {name}")
-        self._hold_and_probe(event, name, led, hold_s, SESSION_TIMEOUT_MS / 1000 + 1.0)
+        self._hold_and_probe(event, name, led, CUT_FROM_CONTROLLERS_PROBE_S, hold_s)
 
     def cut_leader_from_followers(self) -> None:
         """The leader keeps the controllers and its clients; its followers stop fetching, it
         shrinks the ISR below min.insync.replicas and must refuse acks=all writes."""
         partition = self._random.randrange(PARTITIONS)
-        hold_s = self._random.uniform(*CUT_HOLD_S)
+        hold_s = self._random.uniform(*CUT_HOLD_AFTER_PROBE_S)
         leader = self._leader_of(partition)
         if leader is None:
             return
@@ -655,16 +700,19 @@ class Nemesis:
         event = self._event("cut_leader_from_followers", f"{name} (leader of {partition})")
         self._firewall.cut([name], self._ports(others), f"{name} from {others}")
         self._firewall.cut(others, self._ports([name]), f"{others} from {name}")
-        self._hold_and_probe(event, name, [partition], hold_s, 1.5 * LAG_TIME_MAX_MS / 1000 + 1)
+        self._hold_and_probe(event, name, [partition], CUT_FROM_FOLLOWERS_PROBE_S, hold_s)
 
     def _hold_and_probe(
-        self, event: FaultEvent, name: str, partitions: list[int], hold_s: float, probe_s: float
+        self, event: FaultEvent, name: str, partitions: list[int], probe_s: float, after_s: float
     ) -> None:
-        started = time.monotonic()
-        if partitions and hold_s >= probe_s + PROBE_TIMEOUT_MS / 1000:
-            time.sleep(probe_s)
+        """Keep the cut ``probe_s``, probe the cut-off node, keep it ``after_s`` more, check
+        that the cut dropped traffic, heal."""
+        time.sleep(probe_s)
+        if partitions:
             event.note = self._probe(name, partitions)
-        time.sleep(max(0.0, hold_s - (time.monotonic() - started)))
+        time.sleep(after_s)
+        if self._firewall.dropped_packets() == 0:
+            self._history.violation(f"{event.kind} {event.target}: the cut dropped nothing")
         self._firewall.heal()
         event.healed_s = self._now_s()
 
@@ -867,41 +915,53 @@ def check_log(
     history: History, high_watermarks: dict[int, int], found: dict[int, list[tuple[int, str]]]
 ) -> None:
     """Lost, duplicated, reordered or invented records, and acknowledged offsets that hold
-    something else, become violations (with counts in the summary)."""
+    something else, become violations (with counts and the first examples of each)."""
     counts: Counter[str] = Counter()
+    examples: dict[str, list[str]] = {}
+
+    def count(what: str, example: str) -> None:
+        counts[what] += 1
+        if len(examples.setdefault(what, [])) < EXAMPLES_MAX:
+            examples[what].append(example)
+
     for partition in range(PARTITIONS):
         at_offset: dict[int, str] = {}
+        first_at: dict[str, int] = {}
         last_number: dict[str, int] = {}
-        seen: set[str] = set()
         for offset, value in found[partition]:
             at_offset[offset] = value
-            if value in seen:
-                counts["duplicated"] += 1
+            if value in first_at:
+                count("duplicated", f"{value} at {first_at[value]} and {offset}")
                 continue
-            seen.add(value)
+            first_at[value] = offset
             try:
                 stream_name, part, number_text = value.split(":")
                 number = int(number_text)
             except ValueError:
-                counts["invented"] += 1
+                count("invented", f"{value!r} at {partition}/{offset}")
                 continue
             stream = history.streams.get(stream_name)
             if stream is None or int(part) != partition or number >= stream.sent[partition]:
-                counts["invented"] += 1
+                count("invented", f"{value} at {partition}/{offset}")
                 continue
             if number <= last_number.get(stream_name, -1):
-                counts["reordered"] += 1
+                count("reordered", f"{value} at {offset} after {stream_name} {last_number}")
             last_number[stream_name] = number
         for stream in history.streams.values():
             for number, offset in stream.acked[partition].items():
                 value = f"{stream.name}:{partition}:{number}"
-                if value not in seen:
-                    counts["lost"] += 1
+                if value not in first_at:
+                    count("lost", f"{value} acknowledged at {offset}")
+                elif offset < 0:
+                    count("acknowledged without an offset", f"{value} (at {first_at[value]})")
                 elif at_offset.get(offset) != value:
-                    counts["misplaced"] += 1
-    for what, count in counts.items():
-        if count:
-            history.violation(f"{count} records {what}")
+                    count(
+                        "misplaced",
+                        f"{value} acknowledged at {partition}/{offset}, found at "
+                        f"{first_at[value]}; {offset} holds {at_offset.get(offset)}",
+                    )
+    for what, n in counts.items():
+        history.violation(f"{n} records {what}, for example {examples[what]}")
     history.lost = counts["lost"]
     history.duplicated = counts["duplicated"]
 
@@ -932,6 +992,7 @@ def summary(
             for kind in sorted({f.kind for f in history.faults})
         },
         "isr_bound_s": ISR_BOUND_S,
+        "probes_run": sum(1 for f in history.faults if f.note),
         "probes": [f"{f.kind} {f.target}: {f.note}" for f in history.faults if f.note],
         "violations": history.violations,
     }

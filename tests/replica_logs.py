@@ -44,15 +44,17 @@ def read_to_high_watermarks(
     return {tp.partition: offset for tp, offset in ends.items()}, found
 
 
-def committed_bytes(partition_dir: Path, scratch_dir: Path, high_watermark: int) -> bytes:
-    """The raw batches of a replica's log from its start to ``high_watermark``, read from a
-    copy."""
+def committed_bytes(
+    partition_dir: Path, scratch_dir: Path, start_offset: int, high_watermark: int
+) -> bytes:
+    """The raw batches of a replica's log from ``start_offset`` to ``high_watermark``, read
+    from a copy."""
     copy = scratch_dir / partition_dir.name
     shutil.copytree(partition_dir, copy)
     log = PartitionLog.open(copy, LogConfig())
     try:
         chunks: list[bytes] = []
-        offset = log.log_start_offset
+        offset = start_offset
         while offset < high_watermark:
             data = log.read(offset, READ_BYTES_MAX, max_offset=high_watermark)
             assert data.next_offset > offset, (
@@ -66,6 +68,15 @@ def committed_bytes(partition_dir: Path, scratch_dir: Path, high_watermark: int)
         log.close()
 
 
+def _log_start_offset(partition_dir: Path, scratch_dir: Path) -> int:
+    shutil.copytree(partition_dir, scratch_dir)
+    log = PartitionLog.open(scratch_dir, LogConfig())
+    try:
+        return log.log_start_offset
+    finally:
+        log.close()
+
+
 def assert_replicas_identical_to_high_watermark(
     cluster: LocalCluster, topic: str, high_watermarks: Mapping[int, int]
 ) -> None:
@@ -74,12 +85,20 @@ def assert_replicas_identical_to_high_watermark(
     names = cluster.names(Role.STORAGE_NODE)
     with tempfile.TemporaryDirectory(prefix="brook-replicas-") as scratch:
         for partition, high_watermark in high_watermarks.items():
+            dirs = {
+                name: cluster.spec(name).directory / "data" / f"{topic}-{partition}"
+                for name in names
+            }
+            # Replicas may have deleted different prefixes: compare what all of them keep.
+            start = max(
+                _log_start_offset(d, Path(scratch) / f"start-{n}-{partition}")
+                for n, d in dirs.items()
+            )
             logs: dict[str, bytes] = {}
-            for name in names:
-                partition_dir = cluster.spec(name).directory / "data" / f"{topic}-{partition}"
+            for name, partition_dir in dirs.items():
                 scratch_dir = Path(scratch) / f"{name}-{partition}"
                 scratch_dir.mkdir()
-                logs[name] = committed_bytes(partition_dir, scratch_dir, high_watermark)
+                logs[name] = committed_bytes(partition_dir, scratch_dir, start, high_watermark)
             reference = logs[names[0]]
             assert reference or high_watermark == 0, f"{topic}-{partition}: nothing committed"
             for name, content in logs.items():

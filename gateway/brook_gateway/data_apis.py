@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from brook.errors import ErrorCode, error_code
+from brook.record import RecordError
 from brook.record.batch import read_header
-from brook.record.errors import CorruptRecordError
+from brook.record.sequence import is_ahead
 from brook.v1 import common_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
@@ -63,23 +64,37 @@ async def _fan_out(
     parts: list[_Part],
     call: Callable[[str, list[_Part]], Awaitable[None]],
     fail: Callable[[_Part, ErrorCode, str], None],
-    pinned: Callable[[str, int], str | None] | None = None,
+    affinity: tuple[ProduceAffinity, str] | None = None,
 ) -> None:
-    """``pinned(topic, partition)``: an address that overrides the metadata's leader."""
-    if pinned is None:
-        routed = backend.route((t, p, (t, p, item)) for t, p, item in parts)
-    else:
-        by_pin: dict[str, list[_Part]] = {}
-        free = []
-        for part in parts:
-            address = pinned(part[0], part[1])
-            if address is None:
-                free.append(part)
+    """``affinity``: (the table, the connection) whose pins override the metadata's leaders;
+    the calls are entered in it before the first await, so a request that arrives next sees
+    them."""
+    routed = backend.route((t, p, (t, p, item)) for t, p, item in parts)
+    if affinity is not None:
+        table, peer = affinity
+        moved: list[tuple[str, _Part]] = []
+        for address, items in routed.by_address.items():
+            kept = []
+            for part in items:
+                pin = table.pinned(peer, part[0], part[1], address)
+                if pin is None:
+                    kept.append(part)
+                else:
+                    moved.append((pin, part))
+            items[:] = kept
+        unrouted = []
+        for part, code in routed.errors:
+            pin = table.pinned(peer, part[0], part[1], None)
+            if pin is None:
+                unrouted.append((part, code))
             else:
-                by_pin.setdefault(address, []).append(part)
-        routed = backend.route((t, p, (t, p, item)) for t, p, item in free)
-        for address, items in by_pin.items():
-            routed.by_address.setdefault(address, []).extend(items)
+                moved.append((pin, part))
+        routed.errors = unrouted
+        for address, part in moved:
+            routed.by_address.setdefault(address, []).append(part)
+        routed.by_address = {a: items for a, items in routed.by_address.items() if items}
+        for address, items in routed.by_address.items():
+            table.enter(peer, address, items)
     for part, code in routed.errors:
         fail(part, code, "")
 
@@ -90,6 +105,9 @@ async def _fan_out(
             code = _unreachable_as_not_leader(e.code)
             for part in items:
                 fail(part, code, str(e))
+        finally:
+            if affinity is not None:
+                affinity[0].leave(affinity[1], items)
 
     if len(routed.by_address) == 1:
         # The common case, one leader node: no task to make for a gather of one.
@@ -432,12 +450,24 @@ _NOT_APPENDED: Final = frozenset(
         ErrorCode.KAFKA_STORAGE_ERROR,
     }
 )
-# How long a refusal holds for the requests a client pipelined behind the refused one. They
-# arrive within a round trip; the client's own retry comes after a metadata refresh and its
-# retry back-off, and is told apart by its sequence number (idempotent batches) or by that
-# refresh (others). The bound keeps a client that gives up on a batch from being refused on.
+# Of those, the ones after which every Kafka client refreshes its metadata before retrying: a
+# batch without producer id (no sequence to recognise its retry by) is refused only after
+# these, until that refresh.
+_LEADERSHIP: Final = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+# How long a refusal holds for the requests a client pipelined behind the refused one, and a
+# pin to a node the metadata no longer names as leader. Pipelined requests arrive within a
+# round trip; the client's own retry comes after a metadata refresh and its retry back-off,
+# and is told apart by its sequence number (idempotent batches) or by that refresh (others).
+# The bound keeps a client that gives up on a batch, or a hung node, from holding others up.
 REFUSAL_HOLD_MS: Final = 1000
-# Refusals kept at most (expired ones are dropped first): a bound on memory whatever the load.
+# Refusals kept at most: a bound on memory whatever the load.
 REFUSALS_MAX: Final = 100_000
 
 
@@ -445,6 +475,8 @@ REFUSALS_MAX: Final = 100_000
 class _Pin:
     address: str
     calls: int = 0
+    # When the metadata was first seen naming another leader (None: it names this one).
+    moved_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -458,14 +490,20 @@ class _Refusal:
 
 def _first_batch(records: Any) -> tuple[int, int, int] | None:
     """(producer id, epoch, base sequence) of the first batch of ``records``; None when it
-    has no producer id or cannot be read (the node will say what is wrong with it)."""
+    has no producer id or cannot be read (the node says what is wrong with it)."""
     try:
         header = read_header(records or b"")
-    except (CorruptRecordError, ValueError, IndexError):
+    except (RecordError, ValueError, IndexError):
         return None
     if header.producer_id < 0:
         return None
     return header.producer_id, header.producer_epoch, header.base_sequence
+
+
+def _follows(batch: tuple[int, int, int], refused: tuple[int, int, int]) -> bool:
+    """Whether ``batch`` starts after the ``refused`` one in the same producer epoch: one
+    pipelined behind it, not the client's retry of it."""
+    return batch[:2] == refused[:2] and is_ahead(batch[2], refused[2])
 
 
 class ProduceAffinity:
@@ -479,12 +517,17 @@ class ProduceAffinity:
       a later request reached the new leader first and was refused as a sequence gap
       (OUT_OF_ORDER_SEQUENCE_NUMBER), on which librdkafka bumps its producer epoch and sends
       its unacknowledged batches again under new sequence numbers — duplicating any whose
-      append had happened but whose answer was lost (found by the nemesis, issue #13).
+      append had happened but whose answer was lost (found by the nemesis, issue #13). A pin
+      is dropped REFUSAL_HOLD_MS after the metadata names another leader, so a hung node does
+      not hold a busy connection's partition for a whole request timeout.
     - Refusal: once a batch is refused unappended (``_NOT_APPENDED``), the connection's next
-      requests for the partition are refused with the same error without being sent, until
-      the client sends that batch again (an idempotent batch at or before the refused
-      sequence, or of a new producer epoch), refreshes its metadata (a batch without producer
-      id), or REFUSAL_HOLD_MS passes.
+      requests for the partition whose batches follow it are refused with the same error
+      without being sent, until the client sends that batch again (an idempotent batch at or
+      before the refused sequence, or of another producer epoch), refreshes its metadata
+      (batches without producer id, refused only after a leadership error), or
+      REFUSAL_HOLD_MS passes. Not for acks=0, whose client never hears of a refusal.
+
+    Bookkeeping never raises and costs a dict look-up per partition when nothing is refused.
     """
 
     def __init__(
@@ -498,7 +541,9 @@ class ProduceAffinity:
         self._hold_s = hold_ms / 1000
         self._refusals_max = refusals_max
         self._pins: dict[tuple[str, str, int], _Pin] = {}
+        # In insertion order, which is expiry order (every refusal holds as long).
         self._refusals: dict[tuple[str, str, int], _Refusal] = {}
+        self._by_peer: dict[str, set[tuple[str, str, int]]] = {}
 
     @property
     def pins(self) -> int:
@@ -508,16 +553,29 @@ class ProduceAffinity:
     def refusals(self) -> int:
         return len(self._refusals)
 
-    def pinned(self, peer: str, topic: str, partition: int) -> str | None:
+    def pinned(self, peer: str, topic: str, partition: int, leader: str | None) -> str | None:
+        """Where ``topic``-``partition`` goes for ``peer`` instead of the metadata's
+        ``leader`` address, if anywhere."""
         pin = self._pins.get((peer, topic, partition))
-        return None if pin is None else pin.address
+        if pin is None:
+            return None
+        if pin.address == leader:
+            pin.moved_s = None
+            return None
+        now_s = self._clock_s()
+        if pin.moved_s is None:
+            pin.moved_s = now_s
+        elif now_s - pin.moved_s > self._hold_s:
+            return None
+        return pin.address
 
     def enter(self, peer: str, address: str, parts: Sequence[_Part]) -> None:
         """``parts`` are on their way to ``address`` (call ``leave`` when answered)."""
         for topic, partition, _ in parts:
-            pin = self._pins.get((peer, topic, partition))
-            if pin is None:
-                pin = self._pins[(peer, topic, partition)] = _Pin(address)
+            key = (peer, topic, partition)
+            pin = self._pins.get(key)
+            if pin is None or pin.address != address:
+                pin = self._pins[key] = _Pin(address, pin.calls if pin is not None else 0)
             pin.calls += 1
 
     def leave(self, peer: str, parts: Sequence[_Part]) -> None:
@@ -533,19 +591,16 @@ class ProduceAffinity:
         """The refusal ``part`` gets without being sent, if an earlier one holds."""
         if not self._refusals:
             return None
+        self._drop_expired()
         key = (peer, part[0], part[1])
         refusal = self._refusals.get(key)
         if refusal is None:
             return None
-        if self._clock_s() > refusal.until_s:
-            del self._refusals[key]
-            return None
-        sequence = _first_batch(part[2])
-        if refusal.sequence is not None and sequence is not None:
-            producer_id, epoch, base_sequence = refusal.sequence
-            if (sequence[0], sequence[1]) != (producer_id, epoch) or sequence[2] <= base_sequence:
-                # The client's retry of the refused batch (or a new epoch): it goes through.
-                del self._refusals[key]
+        if refusal.sequence is not None:
+            sequence = _first_batch(part[2])
+            if sequence is None or not _follows(sequence, refusal.sequence):
+                # The client's retry of the refused batch (or another epoch): it goes on.
+                self._forget(key)
                 return None
         return refusal
 
@@ -553,30 +608,40 @@ class ProduceAffinity:
         """``part`` was answered ``code``: remember it if it was refused unappended."""
         if code not in _NOT_APPENDED:
             return
-        if len(self._refusals) >= self._refusals_max:
-            self._drop_expired()
-            if len(self._refusals) >= self._refusals_max:
-                return  # overloaded: no refusal is better than unbounded memory
         key = (peer, part[0], part[1])
         if key in self._refusals:
             return  # the first refusal's sequence is the one the client must send again
-        self._refusals[key] = _Refusal(
-            code, message, _first_batch(part[2]), self._clock_s() + self._hold_s
-        )
+        sequence = _first_batch(part[2])
+        if sequence is None and code not in _LEADERSHIP:
+            return
+        self._drop_expired()
+        if len(self._refusals) >= self._refusals_max:
+            return  # overloaded: no refusal is better than unbounded memory
+        self._refusals[key] = _Refusal(code, message, sequence, self._clock_s() + self._hold_s)
+        self._by_peer.setdefault(peer, set()).add(key)
 
     def refreshed(self, peer: str) -> None:
         """The connection asked for metadata: its refusals of batches without a producer id
         end (the client has heard of the refusal, or will retry after this refresh)."""
-        if not self._refusals:
-            return
-        for key in [k for k, r in self._refusals.items() if k[0] == peer and r.sequence is None]:
-            del self._refusals[key]
-        self._drop_expired()
+        keys = self._by_peer.get(peer)
+        if keys:
+            for key in [k for k in keys if self._refusals[k].sequence is None]:
+                self._forget(key)
+
+    def _forget(self, key: tuple[str, str, int]) -> None:
+        del self._refusals[key]
+        keys = self._by_peer[key[0]]
+        keys.discard(key)
+        if not keys:
+            del self._by_peer[key[0]]
 
     def _drop_expired(self) -> None:
         now_s = self._clock_s()
-        for key in [k for k, r in self._refusals.items() if now_s > r.until_s]:
-            del self._refusals[key]
+        while self._refusals:
+            key, oldest = next(iter(self._refusals.items()))
+            if oldest.until_s >= now_s:
+                return
+            self._forget(key)
 
 
 def _produce_error(request: Message, context: RequestContext, code: int) -> Message:
@@ -622,8 +687,12 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
             return _produce_error(request, context, int(ErrorCode.INVALID_REQUIRED_ACKS))
         results: dict[tuple[str, int], Message] = {}
 
+        # acks=0: the client never hears of a refusal, so none holds for it.
+        tracked = request["acks"] != 0
+
         def fail(part: _Part, code: ErrorCode, message: str) -> None:
-            affinity.refused(context.peer, part, code, message)
+            if tracked:
+                affinity.refused(context.peer, part, code, message)
             results[(part[0], part[1])] = {
                 "index": part[1],
                 "error_code": int(code),
@@ -636,20 +705,16 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
         async def call(address: str, items: list[_Part]) -> None:
             timeout_ms = max(request["timeout_ms"], 0)
             peer = context.peer
-            affinity.enter(peer, address, items)
-            try:
-                if acks == storage_pb2.ACKS_ALL:
-                    # An acks=all call lasts a replication round: merged calls would make every
-                    # partition of a connection wait for the slowest. Calls go concurrently,
-                    # each partition's in send order (PartitionOrder).
-                    responses = await send(address, acks, timeout_ms, items)
-                else:
-                    responses = await coalescer.produce(peer, address, acks, timeout_ms, items)
-            finally:
-                affinity.leave(peer, items)
+            if acks == storage_pb2.ACKS_ALL:
+                # An acks=all call lasts a replication round: merged calls would make every
+                # partition of a connection wait for the slowest. Calls go concurrently, each
+                # partition's in send order (PartitionOrder).
+                responses = await send(address, acks, timeout_ms, items)
+            else:
+                responses = await coalescer.produce(peer, address, acks, timeout_ms, items)
             by_key = {(t, p): (t, p, r) for t, p, r in items}
             for r in responses:
-                if r.error_code:
+                if r.error_code and tracked:
                     answered = by_key.get((r.topic, r.partition))
                     if answered is not None:
                         code = error_code(int(r.error_code))
@@ -671,7 +736,7 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
         for t in request["topic_data"]:
             for p in t["partition_data"]:
                 part = (t["name"], p["index"], p["records"])
-                refusal = affinity.refusal(context.peer, part)
+                refusal = affinity.refusal(context.peer, part) if tracked else None
                 if refusal is None:
                     parts.append(part)
                 else:
@@ -682,9 +747,7 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                         f"({refusal.message}); refresh the metadata and send both again",
                     )
 
-        def pinned(topic: str, partition: int) -> str | None:
-            return affinity.pinned(context.peer, topic, partition)
-
+        pins = (affinity, context.peer)
         if acks == storage_pb2.ACKS_ALL:
             # Before any await: the order of `enter` calls is the connection's send order.
             keys = [(t, p) for t, p, _ in parts]
@@ -695,11 +758,11 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                 for previous in before:
                     # Shielded: a cancelled request must not cancel the turn it waits for.
                     await asyncio.shield(previous)
-                await _fan_out(backend, parts, call, fail, pinned)
+                await _fan_out(backend, parts, call, fail, pins)
             finally:
                 order.leave(context.peer, keys, before, mine)
         else:
-            await _fan_out(backend, parts, call, fail, pinned)
+            await _fan_out(backend, parts, call, fail, pins)
         if request["acks"] == 0:
             return None
         return {

@@ -64,9 +64,14 @@ INLINE_BYTES_MAX: Final = 1024 * 1024
 # Kafka's sentinels for an unknown leader epoch and offset.
 NO_EPOCH: Final = -1
 # How long an idempotent batch that arrived ahead of its producer's next sequence waits for
-# the batches in between (append_as_leader): requests sent back to back arrive within
-# milliseconds of each other; one that never comes (refused, or lost with its connection)
-# makes the batch fail OUT_OF_ORDER_SEQUENCE_NUMBER after this, as it would have at once.
+# the batches in between (append_as_leader's gap_wait_s, used by the Produce handler). A
+# client's pipelined requests can reach the node out of order — the gRPC server dispatches
+# concurrent calls in no fixed order, and the gateway forwards a Kafka connection's requests
+# as concurrent calls — where a Kafka broker, serving a connection's requests one at a time,
+# never sees a gap the client did not make; librdkafka treats a gap at the batch it expects
+# next as fatal (issue #13). Requests sent back to back arrive within milliseconds of each
+# other; one that never comes (refused, or lost with its connection) makes the batch fail
+# OUT_OF_ORDER_SEQUENCE_NUMBER after this, as it would have at once.
 SEQUENCE_GAP_WAIT_MS: Final = 500
 NO_OFFSET: Final = -1
 
@@ -242,32 +247,32 @@ class Partition:
 
     # -- appends ----------------------------------------------------------------------------
 
-    async def append_as_leader(self, records: bytes, *, acks_all: bool) -> LogAppendInfo:
+    async def append_as_leader(
+        self, records: bytes, *, acks_all: bool, gap_wait_s: float = 0.0
+    ) -> LogAppendInfo:
         """Validate and append a producer's batches; the HW follows. Raises PartitionError,
         RecordError or LogError with nothing appended.
 
-        An idempotent batch that starts past its producer's next sequence waits, up to
-        SEQUENCE_GAP_WAIT_MS, for the batches in between: a client's pipelined requests can
-        reach the node out of order (the gRPC server dispatches concurrent calls in no fixed
-        order, and the gateway forwards a Kafka connection's requests as concurrent calls),
-        where a Kafka broker, serving a connection's requests one at a time, never sees a gap
-        the client did not make. librdkafka treats a gap at the batch it expects next as
-        fatal, and any other as a reason to bump its epoch and resend (issue #13)."""
-        deadline_s: float | None = None
+        ``gap_wait_s`` > 0: an idempotent batch that starts past its producer's next sequence
+        waits up to that long for the batches in between, re-checked after each append here,
+        before it fails OUT_OF_ORDER_SEQUENCE_NUMBER (see SEQUENCE_GAP_WAIT_MS)."""
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + gap_wait_s
         while True:
             try:
                 return await self._append_as_leader(records, acks_all=acks_all)
             except OutOfOrderSequenceError as error:
-                if not error.ahead:
+                remaining_s = deadline_s - loop.time()
+                if not error.ahead or remaining_s <= 0:
                     raise
-                now_s = asyncio.get_running_loop().time()
-                deadline_s = deadline_s or now_s + SEQUENCE_GAP_WAIT_MS / 1000
-                if now_s >= deadline_s:
-                    raise
-                waiter = asyncio.get_running_loop().create_future()
+                waiter = loop.create_future()
                 self._append_waiters.append(waiter)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter, deadline_s - now_s)
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(waiter, remaining_s)
+                finally:
+                    with contextlib.suppress(ValueError):
+                        self._append_waiters.remove(waiter)
 
     def _wake_append_waiters(self) -> None:
         waiters, self._append_waiters = self._append_waiters, []

@@ -224,17 +224,21 @@ class ReplicaFetchers:
                     # InvalidStateError: the leader ended the call between our read and write.
                     # Anything else is a bug, but this task must not die of it: the partitions
                     # it carries would stop replicating until their next leadership change.
-                    if not isinstance(exc, _STREAM_ERRORS):
-                        _log.exception("replica fetch from node %d: unexpected", fetcher.leader_id)
                     failures += 1
                     wait_s = self._backoff_s(failures)
-                    self._stream_errors.failed(
+                    logged = self._stream_errors.failed(
                         fetcher.leader_id,
                         "replica fetch from node %d failed (%s); retrying in %.2f s",
                         fetcher.leader_id,
                         _short(exc),
                         wait_s,
                     )
+                    if logged and not isinstance(exc, _STREAM_ERRORS):
+                        _log.error(
+                            "unexpected error fetching from node %d",
+                            fetcher.leader_id,
+                            exc_info=exc,
+                        )
                     if stream is not None:
                         await self._close_stream(stream)
                         stream = None
@@ -243,8 +247,15 @@ class ReplicaFetchers:
             self._stream_errors.forget(fetcher.leader_id)
             if stream is not None:
                 await self._close_stream(stream)
-            if self._fetchers.get(fetcher.leader_id) is fetcher and not fetcher.states:
-                del self._fetchers[fetcher.leader_id]
+            if self._fetchers.get(fetcher.leader_id) is fetcher:
+                if not fetcher.states:
+                    del self._fetchers[fetcher.leader_id]
+                elif not self._closed:
+                    # follow() added a partition while the stream was closing, saw this task
+                    # still running and started none: carry on in a new one.
+                    fetcher.task = asyncio.get_running_loop().create_task(
+                        self._run(fetcher), name=f"replica-fetcher-{fetcher.leader_id}"
+                    )
 
     def _backoff_s(self, failures: int) -> float:
         base_ms = max(self._settings.backoff_ms, 1)

@@ -67,9 +67,10 @@ from brook_storage_node.fetch import FetchTarget, apply_error, read_targets, res
 from brook_storage_node.leadership_gate import AppendTurns
 from brook_storage_node.limits import InFlightBytes, StorageLimits
 from brook_storage_node.log import LogAppendInfo, TopicPartition
+from brook_storage_node.log.producer_state import OutOfOrderSequenceError
 from brook_storage_node.log.topic_partition import check_topic_name
 from brook_storage_node.metadata_view import NO_LEADER, endpoint_protos
-from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, Partition
+from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, SEQUENCE_GAP_WAIT_MS, Partition
 from brook_storage_node.producer_ids import (
     ProducerIdManager,
     ProducerIdUnavailableError,
@@ -278,6 +279,8 @@ class _ProduceItem:
     partition: Partition | None = None
     response: storage_pb2.PartitionProduceResponse | None = None
     appended: LogAppendInfo | None = None
+    # Its batch starts past its producer's next sequence: appended in a second, waiting pass.
+    ahead: bool = False
 
 
 class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
@@ -401,6 +404,18 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             if turns is not None:
                 # Appended: the next request at these partitions' gates may append.
                 turns.release()
+            ahead = [item for item in items if item.ahead]
+            if ahead:
+                # Batches that arrived before the ones they follow wait for them, together
+                # and out of the gates (the ones they wait for may be queued there), the
+                # wait coming out of the request's timeout.
+                gap_wait_s = min(SEQUENCE_GAP_WAIT_MS, wait_ms) / 1000
+                started = asyncio.get_running_loop().time()
+                await asyncio.gather(
+                    *(self._append(i, acks_all=acks_all, gap_wait_s=gap_wait_s) for i in ahead)
+                )
+                waited_ms = (asyncio.get_running_loop().time() - started) * 1000
+                wait_ms = max(0, int(wait_ms - waited_ms))
             self._count_in(items)
             if acks_all:
                 await self._await_replication(items, wait_ms)
@@ -470,13 +485,23 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             batch_index=index,
         )
 
-    async def _append(self, item: _ProduceItem, *, acks_all: bool) -> None:
+    async def _append(
+        self, item: _ProduceItem, *, acks_all: bool, gap_wait_s: float | None = None
+    ) -> None:
+        """``gap_wait_s`` None: a batch ahead of its producer's sequence is set aside
+        (``item.ahead``) for a second pass that waits for the ones in between."""
         partition = item.partition
         if partition is None:
             return
+        item.ahead = False
         try:
-            info = await partition.append_as_leader(item.records, acks_all=acks_all)
+            info = await partition.append_as_leader(
+                item.records, acks_all=acks_all, gap_wait_s=gap_wait_s or 0.0
+            )
         except Exception as exc:
+            if isinstance(exc, OutOfOrderSequenceError) and exc.ahead and gap_wait_s is None:
+                item.ahead = True
+                return
             result = error_result(
                 exc,
                 records=item.records,

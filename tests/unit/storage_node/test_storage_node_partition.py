@@ -388,6 +388,9 @@ def test_topic_config_change_reaches_the_open_log(tmp_path: Path) -> None:
     run(scenario)
 
 
+WAIT_S = SEQUENCE_GAP_WAIT_MS / 1000
+
+
 def _idempotent(sequence: int, *, value: bytes = b"v") -> bytes:
     return build_batch(
         [(0, None, value, ())], producer_id=42, producer_epoch=0, base_sequence=sequence
@@ -404,7 +407,9 @@ def test_a_batch_ahead_of_its_producers_sequence_waits_for_the_ones_in_between(
     async def scenario() -> None:
         partition = _partition(tmp_path)
         await partition.append_as_leader(_idempotent(0), acks_all=False)
-        ahead = asyncio.ensure_future(partition.append_as_leader(_idempotent(2), acks_all=False))
+        ahead = asyncio.ensure_future(
+            partition.append_as_leader(_idempotent(2), acks_all=False, gap_wait_s=WAIT_S)
+        )
         await asyncio.sleep(0.05)
         assert not ahead.done()
         await partition.append_as_leader(_idempotent(1), acks_all=False)
@@ -426,16 +431,23 @@ def test_a_gap_that_is_never_filled_fails_out_of_order_after_the_bounded_wait(
         await partition.append_as_leader(_idempotent(0), acks_all=False)
         started = time.monotonic()
         with pytest.raises(Exception) as raised:
-            await partition.append_as_leader(_idempotent(5), acks_all=False)
+            await partition.append_as_leader(_idempotent(5), acks_all=False, gap_wait_s=WAIT_S)
         waited_s = time.monotonic() - started
         assert getattr(raised.value, "error_code", None) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        assert SEQUENCE_GAP_WAIT_MS / 1000 <= waited_s < SEQUENCE_GAP_WAIT_MS / 1000 + 2
+        assert WAIT_S <= waited_s < WAIT_S + 2
         # Behind the producer's sequence: no wait, refused at once.
         started = time.monotonic()
         with pytest.raises(Exception) as behind:
-            await partition.append_as_leader(_idempotent(-5 % (2**31)), acks_all=False)
+            await partition.append_as_leader(
+                _idempotent(-5 % (2**31)), acks_all=False, gap_wait_s=WAIT_S
+            )
         assert getattr(behind.value, "error_code", None) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        assert time.monotonic() - started < SEQUENCE_GAP_WAIT_MS / 1000
+        assert time.monotonic() - started < WAIT_S
+        # No wait asked: refused at once.
+        with pytest.raises(Exception) as at_once:
+            await partition.append_as_leader(_idempotent(5), acks_all=False)
+        assert getattr(at_once.value, "error_code", None) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert not partition._append_waiters
         assert partition.log_end_offset == 1
         partition.log.close()
 

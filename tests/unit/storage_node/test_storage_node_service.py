@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -653,5 +654,62 @@ def test_a_client_that_sends_no_leader_epoch_is_served_after_the_epoch_moved(
             assert error_code(stale.partitions[0].error_code) is ErrorCode.FENCED_LEADER_EPOCH
             assert error_code(latest.partitions[0].error_code) is ErrorCode.NONE
             assert latest.partitions[0].offset == 2
+
+    run(scenario)
+
+
+def _sequenced(sequence: int) -> bytes:
+    return build_batch(
+        [(0, None, f"s{sequence}".encode(), ())],
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=sequence,
+    )
+
+
+def test_a_produce_ahead_of_its_sequence_waits_for_the_one_in_between_arriving_after_it(
+    tmp_path: Path,
+) -> None:
+    """Two pipelined calls reach the node in the wrong order (issue #13): the second batch is
+    set aside, not refused, and appended once the first arrives; other partitions of its
+    request are not held up by the wait."""
+
+    def request(sequence: int, *others: storage_pb2.PartitionProduceData) -> Any:
+        return storage_pb2.ProduceRequest(
+            acks=storage_pb2.ACKS_ALL,
+            timeout_ms=5000,
+            partitions=[
+                storage_pb2.PartitionProduceData(
+                    topic="orders", partition=0, records=_sequenced(sequence)
+                ),
+                *others,
+            ],
+        )
+
+    async def scenario() -> None:
+        async with running_node(tmp_path, settings=_static("orders:2")) as node:
+            first = await node.stub.Produce(request(0))
+            assert error_code(first.partitions[0].error_code) is NONE
+            other = storage_pb2.PartitionProduceData(topic="orders", partition=1, records=batch(1))
+            ahead = asyncio.ensure_future(node.stub.Produce(request(2, other)))
+            while True:  # the other partition is appended before the wait ends
+                offsets = await node.stub.ListOffsets(
+                    storage_pb2.ListOffsetsRequest(
+                        partitions=[
+                            storage_pb2.ListOffsetsPartition(
+                                topic="orders", partition=1, spec=storage_pb2.OFFSET_SPEC_LATEST
+                            )
+                        ]
+                    )
+                )
+                if offsets.partitions[0].offset == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert not ahead.done()
+            behind = await node.stub.Produce(request(1))
+            assert error_code(behind.partitions[0].error_code) is NONE
+            reply = await asyncio.wait_for(ahead, 10)
+            assert [error_code(p.error_code) for p in reply.partitions] == [NONE, NONE]
+            assert (behind.partitions[0].base_offset, reply.partitions[0].base_offset) == (1, 2)
 
     run(scenario)

@@ -471,7 +471,8 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
-                return self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+                with self._storage_errors("truncate"):
+                    return self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
             segments = self._segments
             if offset < segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)

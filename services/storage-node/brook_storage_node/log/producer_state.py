@@ -57,7 +57,7 @@ import crc32c
 
 from brook.errors import ErrorCode
 from brook.record import BatchHeader
-from brook.record.varint import INT32_MAX
+from brook.record.sequence import is_ahead, next_sequence, sequence_follows
 from brook_storage_node.log.checkpoints import TEMP_SUFFIX
 from brook_storage_node.log.errors import LogError
 from brook_storage_node.log.files import write_atomically
@@ -118,9 +118,9 @@ def is_producer_batch(header: BatchHeader) -> bool:
     return header.has_producer_id and not header.is_control
 
 
-def in_sequence(last_seq: int, next_first_seq: int) -> bool:
-    """Whether ``next_first_seq`` directly follows ``last_seq`` (sequences wrap at int32)."""
-    return next_first_seq == (last_seq + 1) % (INT32_MAX + 1)
+# The sequence arithmetic lives in brook.record.sequence; these names are the log's.
+in_sequence = sequence_follows
+in_sequence_next = next_sequence
 
 
 def snapshot_file_name(offset: int) -> str:
@@ -215,7 +215,7 @@ class ProducerStateManager:
                 f"producer {producer_id} epoch {epoch}: batch sequences {first_seq}.."
                 f"{header.last_sequence} do not follow the last appended sequence "
                 f"{entry.last_seq} (expected {expected})",
-                ahead=0 < (first_seq - expected) % (INT32_MAX + 1) < SEQUENCE_AHEAD_MAX,
+                ahead=is_ahead(first_seq, expected),
             )
         return None
 
@@ -325,15 +325,6 @@ class ProducerStateManager:
         """Delete the snapshots past ``offset`` (the log end, after a truncation): they hold
         batches the log no longer has."""
         self.delete_snapshots(o for o in self.snapshot_offsets() if o > offset)
-
-
-# A batch this far past the expected sequence at most counts as "ahead" (the ones between may
-# still arrive); beyond it, or behind, it is out of order for good. Half the sequence space.
-SEQUENCE_AHEAD_MAX: Final = (INT32_MAX + 1) // 2
-
-
-def in_sequence_next(last_seq: int) -> int:
-    return (last_seq + 1) % (INT32_MAX + 1)
 
 
 def _read_snapshot(data: bytes) -> list[ProducerStateEntry]:

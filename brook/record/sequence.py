@@ -1,0 +1,34 @@
+"""Producer sequence numbers (int32, wrapping to 0 after 2**31 - 1, seed 001 "Idempotence"):
+which one comes next, and whether one lies ahead of another.
+
+One home for the arithmetic the storage node's sequence checks and the gateway's per-
+connection ordering share (the SDK and the coordinators still keep their own copies: issue
+#15).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from brook.record.varint import INT32_MAX
+
+__all__ = ["SEQUENCE_AHEAD_MAX", "is_ahead", "next_sequence", "sequence_follows"]
+
+SEQUENCE_MODULUS: Final = INT32_MAX + 1
+# Sequences at most this far past another count as after it; beyond, as before it (half the
+# space: a producer never has that many records in flight).
+SEQUENCE_AHEAD_MAX: Final = SEQUENCE_MODULUS // 2
+
+
+def next_sequence(last_sequence: int) -> int:
+    return (last_sequence + 1) % SEQUENCE_MODULUS
+
+
+def sequence_follows(last_sequence: int, first_sequence: int) -> bool:
+    """Whether a batch starting at ``first_sequence`` directly follows ``last_sequence``."""
+    return first_sequence == next_sequence(last_sequence)
+
+
+def is_ahead(sequence: int, reference: int) -> bool:
+    """Whether ``sequence`` lies after ``reference`` (not equal), wrap-around included."""
+    return 0 < (sequence - reference) % SEQUENCE_MODULUS < SEQUENCE_AHEAD_MAX
