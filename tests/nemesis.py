@@ -334,6 +334,7 @@ class History:
     consumed: int = 0
     lost: int = 0
     duplicated: int = 0
+    acked_without_offset: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def stream(self, name: str) -> Stream:
@@ -952,8 +953,11 @@ def check_log(
                 value = f"{stream.name}:{partition}:{number}"
                 if value not in first_at:
                     count("lost", f"{value} acknowledged at {offset}")
-                elif offset < 0:
-                    count("acknowledged without an offset", f"{value} (at {first_at[value]})")
+                elif offset is None or offset < 0:
+                    # librdkafka acknowledges a batch whose answer it lost once a later batch
+                    # of the producer is acknowledged (the node took that one in sequence, so
+                    # this one is in the log), without an offset: present once is the check.
+                    history.acked_without_offset += 1
                 elif at_offset.get(offset) != value:
                     count(
                         "misplaced",
@@ -977,6 +981,7 @@ def summary(
         "records_acknowledged": {n: s.acked_count() for n, s in history.streams.items()},
         "records_sent": {n: sum(s.sent) for n, s in history.streams.items()},
         "send_failures": {n: s.failed for n, s in history.streams.items()},
+        "records_acknowledged_without_offset": history.acked_without_offset,
         "records_lost": history.lost,
         "records_duplicated": history.duplicated,
         "high_watermarks": hws,
