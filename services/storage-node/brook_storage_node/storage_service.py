@@ -50,7 +50,7 @@ from typing import Any, Final, Protocol, TypeVar
 import grpc
 from opentelemetry import propagate, trace
 
-from brook.errors import ErrorCode
+from brook.errors import ErrorCode, error_code
 from brook.record import BatchBuilder, Compression, RecordError, scan_batches
 from brook.reserved import is_reserved_producer_id
 from brook.telemetry import meter, tracer
@@ -76,6 +76,7 @@ from brook_storage_node.producer_ids import (
     ProducerIdUnavailableError,
     bumped,
 )
+from brook_storage_node.refusals import RecentRefusals
 from brook_storage_node.replica_manager import ReplicaManager
 
 __all__ = ["StorageServicer"]
@@ -296,6 +297,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         self._limits = limits
         self._shutdown = shutdown
         self._produce_bytes = InFlightBytes(limits.produce_bytes_in_flight_max)
+        self._refusals = RecentRefusals()
         self._instruments = _Instruments()
         # acks=0 appends still running after their request was answered.
         self._background: set[asyncio.Task[None]] = set()
@@ -392,6 +394,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             self._resolve_produce(items, plain=plain, coordinator=coordinator)
             if late:
                 _still_becoming(items, late)
+            self._remember_refusals(items)
             if acks == storage_pb2.ACKS_NONE:
                 # The appends run in a task: the gates are left when it has made them.
                 self._queue_unacknowledged(items, size_bytes, turns)
@@ -489,7 +492,9 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         self, item: _ProduceItem, *, acks_all: bool, gap_wait_s: float | None = None
     ) -> None:
         """``gap_wait_s`` None: a batch ahead of its producer's sequence is set aside
-        (``item.ahead``) for a second pass that waits for the ones in between."""
+        (``item.ahead``) for a second pass that waits for the ones in between — unless the
+        batch it waits for was refused here a moment ago: then it is refused alike, as a
+        Kafka broker serving the connection's requests in order would have refused it."""
         partition = item.partition
         if partition is None:
             return
@@ -500,7 +505,11 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             )
         except Exception as exc:
             if isinstance(exc, OutOfOrderSequenceError) and exc.ahead and gap_wait_s is None:
-                item.ahead = True
+                echoed = self._refusals.echo(partition.topic_partition, exc.producer)
+                if echoed is None:
+                    item.ahead = True
+                else:
+                    item.response = _produce_error(item.topic, item.partition_index, echoed)
                 return
             result = error_result(
                 exc,
@@ -511,8 +520,24 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             if result.code not in _NO_LOG_START_ERRORS:
                 # Java's producer reads it to tell a lost producer state from a real gap.
                 item.response.log_start_offset = partition.log_start_offset
+            self._refusals.refused(
+                partition.topic_partition, item.records, result.code, result.message
+            )
             return
         item.appended = info
+
+    def _remember_refusals(self, items: list[_ProduceItem]) -> None:
+        """Items refused before appending (not the leader, still becoming it): a batch of the
+        same producer that follows them and reaches the node later is refused alike."""
+        for item in items:
+            response = item.response
+            if response is not None and response.error_code:
+                self._refusals.refused(
+                    TopicPartition(item.topic, item.partition_index),
+                    item.records,
+                    error_code(int(response.error_code)),
+                    response.error_message,
+                )
 
     def _count_in(self, items: list[_ProduceItem]) -> None:
         """bytes_in and messages_in, added once per topic of a request rather than once per

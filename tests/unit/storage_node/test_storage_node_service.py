@@ -14,12 +14,14 @@ from typing import Any
 import grpc
 import pytest
 from brook_storage_node.metadata_source import static_topic_id
+from brook_storage_node.partition import SEQUENCE_GAP_WAIT_MS
 from storage_node_support import (
     NODE_ID,
     OTHER_NODE_ID,
     QueueMetadataSource,
     batch,
     broker_record,
+    config_record,
     delta,
     fetch_request,
     partition_record,
@@ -711,5 +713,66 @@ def test_a_produce_ahead_of_its_sequence_waits_for_the_one_in_between_arriving_a
             reply = await asyncio.wait_for(ahead, 10)
             assert [error_code(p.error_code) for p in reply.partitions] == [NONE, NONE]
             assert (behind.partitions[0].base_offset, reply.partitions[0].base_offset) == (1, 2)
+
+    run(scenario)
+
+
+def test_a_batch_behind_one_refused_here_a_moment_ago_is_refused_alike(tmp_path: Path) -> None:
+    """Batch 1 is refused (ISR below min.insync.replicas); the ISR recovers; batch 2, sent
+    behind it, reaches the node: refused alike, at once, not taken as a sequence gap (a Kafka
+    broker serving the connection's requests in order would have refused both; issue #13)."""
+
+    def request(sequence: int, acks: int) -> Any:
+        return storage_pb2.ProduceRequest(
+            acks=acks,  # type: ignore[arg-type]
+            timeout_ms=5000,
+            partitions=[
+                storage_pb2.PartitionProduceData(
+                    topic="orders", partition=0, records=_sequenced(sequence)
+                )
+            ],
+        )
+
+    def isr(*members: int, offset: int) -> Any:
+        record = partition_record(
+            "orders", 0, replicas=(NODE_ID, OTHER_NODE_ID), isr=members, leader_epoch=0
+        )
+        return delta(record, offset=offset)
+
+    sources: list[QueueMetadataSource] = []
+
+    def build(port: int) -> QueueMetadataSource:
+        sources.append(
+            QueueMetadataSource(
+                snapshot(
+                    broker_record(NODE_ID, port),
+                    broker_record(OTHER_NODE_ID, 9999),
+                    topic_record("orders"),
+                    config_record("orders", "min.insync.replicas", "2"),
+                    partition_record(
+                        "orders", 0, replicas=(NODE_ID, OTHER_NODE_ID), isr=(NODE_ID,)
+                    ),
+                )
+            )
+        )
+        return sources[-1]
+
+    async def scenario() -> None:
+        async with running_node(tmp_path, source_for=build) as node:
+            first = await node.stub.Produce(request(0, storage_pb2.ACKS_LEADER))
+            assert error_code(first.partitions[0].error_code) is NONE
+            refused = await node.stub.Produce(request(1, storage_pb2.ACKS_ALL))
+            assert error_code(refused.partitions[0].error_code) is ErrorCode.NOT_ENOUGH_REPLICAS
+            await sources[0].push(isr(NODE_ID, OTHER_NODE_ID, offset=1))
+            started = time.monotonic()
+            behind = await node.stub.Produce(request(2, storage_pb2.ACKS_LEADER))
+            assert error_code(behind.partitions[0].error_code) is ErrorCode.NOT_ENOUGH_REPLICAS
+            assert "send it again first" in behind.partitions[0].error_message
+            assert time.monotonic() - started < SEQUENCE_GAP_WAIT_MS / 1000
+            # The client sends both again, in order: both appended.
+            for sequence, offset in ((1, 1), (2, 2)):
+                again = await node.stub.Produce(request(sequence, storage_pb2.ACKS_LEADER))
+                assert error_code(again.partitions[0].error_code) is NONE
+                assert again.partitions[0].base_offset == offset
 
     run(scenario)

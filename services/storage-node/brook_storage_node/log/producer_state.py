@@ -101,11 +101,15 @@ class ProducerStateError(LogError):
 class OutOfOrderSequenceError(ProducerStateError):
     error_code = int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
-    def __init__(self, message: str, *, ahead: bool = False) -> None:
+    def __init__(
+        self, message: str, *, ahead: bool = False, producer: tuple[int, int, int] | None = None
+    ) -> None:
         super().__init__(message)
         # The batch starts past the next expected sequence in the producer's current epoch:
         # the batches in between may still be on their way (see Partition.append_as_leader).
         self.ahead = ahead
+        # (producer id, epoch, the sequence expected next) when ``ahead``.
+        self.producer = producer
 
 
 class InvalidProducerEpochError(ProducerStateError):
@@ -216,6 +220,7 @@ class ProducerStateManager:
                 f"{header.last_sequence} do not follow the last appended sequence "
                 f"{entry.last_seq} (expected {expected})",
                 ahead=is_ahead(first_seq, expected),
+                producer=(producer_id, epoch, expected),
             )
         return None
 
