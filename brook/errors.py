@@ -12,8 +12,9 @@ these same numbers.
 from __future__ import annotations
 
 import enum
+from typing import Final
 
-__all__ = ["BrookError", "ErrorCode", "error_code", "is_retriable"]
+__all__ = ["NOT_APPENDED_RETRIABLE", "BrookError", "ErrorCode", "error_code", "is_retriable"]
 
 
 class ErrorCode(enum.IntEnum):
@@ -190,3 +191,19 @@ class BrookError(Exception):
     @property
     def retriable(self) -> bool:
         return self.code.retriable
+
+
+# Answers to a Produce that mean the batch was not appended and the client will send it again
+# (leadership moving, the ISR below min.insync.replicas, a storage error): batches the same
+# producer pipelined behind it must be refused alike, not appended ahead of it (the gateway's
+# ProduceAffinity, the storage node's RecentRefusals; issue #13).
+NOT_APPENDED_RETRIABLE: Final = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)

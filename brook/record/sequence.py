@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from typing import Final
 
+from brook.record.batch import read_header
+from brook.record.errors import RecordError
 from brook.record.varint import INT32_MAX
 
-__all__ = ["SEQUENCE_AHEAD_MAX", "is_ahead", "next_sequence", "sequence_follows"]
+__all__ = [
+    "SEQUENCE_AHEAD_MAX",
+    "first_batch_sequence",
+    "is_ahead",
+    "next_sequence",
+    "sequence_follows",
+]
 
 SEQUENCE_MODULUS: Final = INT32_MAX + 1
 # Sequences at most this far past another count as after it; beyond, as before it (half the
@@ -32,3 +40,15 @@ def sequence_follows(last_sequence: int, first_sequence: int) -> bool:
 def is_ahead(sequence: int, reference: int) -> bool:
     """Whether ``sequence`` lies after ``reference`` (not equal), wrap-around included."""
     return 0 < (sequence - reference) % SEQUENCE_MODULUS < SEQUENCE_AHEAD_MAX
+
+
+def first_batch_sequence(records: bytes | None) -> tuple[int, int, int] | None:
+    """(producer id, epoch, base sequence) of the first batch of ``records``; None when it has
+    no producer id or cannot be read (whoever appends it says what is wrong with it)."""
+    try:
+        header = read_header(records or b"")
+    except (RecordError, ValueError, IndexError):
+        return None
+    if header.producer_id < 0:
+        return None
+    return header.producer_id, header.producer_epoch, header.base_sequence

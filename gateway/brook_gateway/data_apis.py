@@ -26,10 +26,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from brook.errors import ErrorCode, error_code
-from brook.record import RecordError
-from brook.record.batch import read_header
-from brook.record.sequence import is_ahead
+from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode, error_code
+from brook.record.sequence import first_batch_sequence, is_ahead
 from brook.v1 import common_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
@@ -438,18 +436,6 @@ def _fail(carried: list[_Waiting], error: BaseException) -> None:
             waiting.done.set_exception(error)
 
 
-# Answers meaning the node did not append the batch and the client will send it again: the
-# batches the client had already sent after it must not be appended before it.
-_NOT_APPENDED: Final = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-        ErrorCode.KAFKA_STORAGE_ERROR,
-    }
-)
 # Of those, the ones after which every Kafka client refreshes its metadata before retrying: a
 # batch without producer id (no sequence to recognise its retry by) is refused only after
 # these, until that refresh.
@@ -488,18 +474,6 @@ class _Refusal:
     until_s: float
 
 
-def _first_batch(records: Any) -> tuple[int, int, int] | None:
-    """(producer id, epoch, base sequence) of the first batch of ``records``; None when it
-    has no producer id or cannot be read (the node says what is wrong with it)."""
-    try:
-        header = read_header(records or b"")
-    except (RecordError, ValueError, IndexError):
-        return None
-    if header.producer_id < 0:
-        return None
-    return header.producer_id, header.producer_epoch, header.base_sequence
-
-
 def _follows(batch: tuple[int, int, int], refused: tuple[int, int, int]) -> bool:
     """Whether ``batch`` starts after the ``refused`` one in the same producer epoch: one
     pipelined behind it, not the client's retry of it."""
@@ -520,12 +494,12 @@ class ProduceAffinity:
       append had happened but whose answer was lost (found by the nemesis, issue #13). A pin
       is dropped REFUSAL_HOLD_MS after the metadata names another leader, so a hung node does
       not hold a busy connection's partition for a whole request timeout.
-    - Refusal: once a batch is refused unappended (``_NOT_APPENDED``), the connection's next
-      requests for the partition whose batches follow it are refused with the same error
-      without being sent, until the client sends that batch again (an idempotent batch at or
-      before the refused sequence, or of another producer epoch), refreshes its metadata
-      (batches without producer id, refused only after a leadership error), or
-      REFUSAL_HOLD_MS passes. Not for acks=0, whose client never hears of a refusal.
+    - Refusal: once a batch is refused unappended (``NOT_APPENDED_RETRIABLE``), the
+      connection's next requests for the partition whose batches follow it are refused with
+      the same error without being sent, until the client sends that batch again (an
+      idempotent batch at or before the refused sequence, or of another producer epoch),
+      refreshes its metadata (batches without producer id, refused only after a leadership
+      error), or REFUSAL_HOLD_MS passes. Not for acks=0, whose client never hears of a refusal.
 
     Bookkeeping never raises and costs a dict look-up per partition when nothing is refused.
     """
@@ -597,7 +571,7 @@ class ProduceAffinity:
         if refusal is None:
             return None
         if refusal.sequence is not None:
-            sequence = _first_batch(part[2])
+            sequence = first_batch_sequence(part[2])
             if sequence is None or not _follows(sequence, refusal.sequence):
                 # The client's retry of the refused batch (or another epoch): it goes on.
                 self._forget(key)
@@ -606,12 +580,12 @@ class ProduceAffinity:
 
     def refused(self, peer: str, part: _Part, code: ErrorCode, message: str) -> None:
         """``part`` was answered ``code``: remember it if it was refused unappended."""
-        if code not in _NOT_APPENDED:
+        if code not in NOT_APPENDED_RETRIABLE:
             return
         key = (peer, part[0], part[1])
         if key in self._refusals:
             return  # the first refusal's sequence is the one the client must send again
-        sequence = _first_batch(part[2])
+        sequence = first_batch_sequence(part[2])
         if sequence is None and code not in _LEADERSHIP:
             return
         self._drop_expired()

@@ -19,24 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from brook.errors import ErrorCode
-from brook.record import RecordError, read_header
+from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode
+from brook.record.sequence import first_batch_sequence
 from brook_storage_node.errors import ErrorResult
 from brook_storage_node.log import TopicPartition
 
 __all__ = ["REFUSAL_ECHO_MS", "RecentRefusals"]
 
-# Answers that mean "not appended, send it again": the ones a later batch must share.
-_ECHOED: Final = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-        ErrorCode.KAFKA_STORAGE_ERROR,
-    }
-)
 # Pipelined batches arrive within milliseconds of the refused one; the client's own retry of
 # it comes later and is appended (or refused) on its merits.
 REFUSAL_ECHO_MS: Final = 1000
@@ -64,18 +53,15 @@ class RecentRefusals:
 
     def refused(self, tp: TopicPartition, records: bytes, code: ErrorCode, message: str) -> None:
         """The batches in ``records`` were answered ``code`` and not appended."""
-        if code not in _ECHOED:
+        if code not in NOT_APPENDED_RETRIABLE:
             return
-        try:
-            header = read_header(records)
-        except (RecordError, ValueError, IndexError):
-            return
-        if header.producer_id < 0:
+        sequence = first_batch_sequence(records)
+        if sequence is None:
             return
         self._drop_expired()
         if len(self._refused) >= REFUSALS_MAX:
             return
-        key = (tp, header.producer_id, header.producer_epoch, header.base_sequence)
+        key = (tp, *sequence)
         self._refused.pop(key, None)
         self._refused[key] = _Refused(
             ErrorResult(code, message), self._clock_s() + REFUSAL_ECHO_MS / 1000
