@@ -306,10 +306,9 @@ class Group:
                 self._join_result(existing, skip_assignment=existing.member_id == self.leader_id)
             )
             return
-        if self.state is GroupState.COMPLETING_REBALANCE and not protocols_changed:
-            self._restart_session(existing)
-            respond(self._join_result(existing, skip_assignment=False))
-            return
+        # Otherwise a rebalance: while COMPLETING_REBALANCE the leader may already hold the
+        # member list with the old member id, and would assign the new one nothing (Kafka
+        # rebalances here too).
         existing.awaiting_join = respond
         self._prepare_rebalance()
 

@@ -333,3 +333,118 @@ def test_dead_group_answers_waiting_members_and_cancels_every_timer() -> None:
     assert h.timers.live_timers() == 0
     (late,) = h.join()
     assert late.error is ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+# -- static membership (KIP-345) -----------------------------------------------------------------
+
+
+def _stable_static_pair(h: Harness) -> tuple[JoinResult, JoinResult]:
+    """Two static members (instances i-1, i-2) in a STABLE group, each assigned its own id."""
+    waits = [h.join(instance="i-1"), h.join(instance="i-2")]
+    h.advance_until_answered(waits[0])
+    first, second = waits[0][0], waits[1][0]
+    h.sync(
+        first.leader_id,
+        h.group.generation_id,
+        {r.member_id: r.member_id.encode() for r in (first, second)},
+    )
+    assert state_of(h.group) is GroupState.STABLE
+    return first, second
+
+
+def test_static_join_with_unknown_member_id_replaces_the_old_member_id() -> None:
+    h = Harness()
+    first, second = _stable_static_pair(h)
+    (rejoin,) = h.join(instance="i-2")
+    assert rejoin.error is ErrorCode.NONE and rejoin.member_id != second.member_id
+    assert set(h.group.members) == {first.member_id, rejoin.member_id}
+    member = h.group.member_for_instance("i-2")
+    assert member is not None and member.member_id == rejoin.member_id
+
+
+def test_the_replaced_member_id_is_fenced_on_every_request_kind() -> None:
+    h = Harness()
+    _, old = _stable_static_pair(h)
+    generation = h.group.generation_id
+    (new,) = h.join(instance="i-2")
+    assert h.group.heartbeat(old.member_id, "i-2", generation) is ErrorCode.FENCED_INSTANCE_ID
+    synced: list[SyncResult] = []
+    h.group.sync(old.member_id, "i-2", generation, "", "", {}, synced.append)
+    assert [s.error for s in synced] == [ErrorCode.FENCED_INSTANCE_ID]
+    (joined,) = h.join(old.member_id, instance="i-2")
+    assert joined.error is ErrorCode.FENCED_INSTANCE_ID
+    assert h.group.check_commit(old.member_id, "i-2", generation) is ErrorCode.FENCED_INSTANCE_ID
+    assert h.group.leave(old.member_id, "i-2") is ErrorCode.FENCED_INSTANCE_ID
+    # None of them disturbed the new incarnation or the group.
+    assert state_of(h.group) is GroupState.STABLE
+    assert h.group.heartbeat(new.member_id, "i-2", generation) is ErrorCode.NONE
+    assert h.group.check_commit(new.member_id, "i-2", generation) is ErrorCode.NONE
+
+
+def test_static_rejoin_with_unchanged_metadata_keeps_the_generation_and_assignment() -> None:
+    h = Harness()
+    first, old = _stable_static_pair(h)
+    generation, changes = h.group.generation_id, h.changes
+    (new,) = h.join(instance="i-2")
+    assert (new.generation_id, new.leader_id) == (generation, first.member_id)
+    assert state_of(h.group) is GroupState.STABLE
+    # The new member id is persisted at once, so a coordinator taking over knows it.
+    assert h.changes == changes + 1
+    (synced,) = h.sync(new.member_id, generation)
+    assert synced.assignment == old.member_id.encode()
+    # The other member was not asked to rejoin.
+    assert h.group.heartbeat(first.member_id, "i-1", generation) is ErrorCode.NONE
+
+
+def test_static_rejoin_with_changed_metadata_rebalances() -> None:
+    h = Harness()
+    first, _ = _stable_static_pair(h)
+    generation = h.group.generation_id
+    waiting = h.join(instance="i-2", protocols=(("range", b"other-topics"),))
+    assert waiting == [] and state_of(h.group) is GroupState.PREPARING_REBALANCE
+    assert h.group.heartbeat(first.member_id, "i-1", generation) is ErrorCode.REBALANCE_IN_PROGRESS
+    h.join(first.member_id, instance="i-1")
+    assert waiting[0].error is ErrorCode.NONE and waiting[0].generation_id == generation + 1
+
+
+def test_static_rejoin_while_completing_rebalance_rebalances_so_the_new_id_is_assigned() -> None:
+    h = Harness()
+    first, second = _stable_static_pair(h)
+    leader_join = h.join(first.member_id, instance="i-1")
+    h.join(second.member_id, instance="i-2")
+    assert state_of(h.group) is GroupState.COMPLETING_REBALANCE
+    assert {m.member_id for m in leader_join[0].members} == {first.member_id, second.member_id}
+    # i-2 restarts after the leader was handed the member list with its old id: an assignment
+    # keyed by that id would leave the new one with nothing, so the group rebalances.
+    rejoin = h.join(instance="i-2")
+    assert rejoin == [] and state_of(h.group) is GroupState.PREPARING_REBALANCE
+    stale = {first.member_id: b"a", second.member_id: b"b"}
+    assert [s.error for s in h.sync(first.member_id, leader_join[0].generation_id, stale)] == [
+        ErrorCode.REBALANCE_IN_PROGRESS
+    ]
+    leader_again = h.join(first.member_id, instance="i-1")
+    new = rejoin[0]
+    assert new.error is ErrorCode.NONE
+    assert {m.member_id for m in leader_again[0].members} == {first.member_id, new.member_id}
+    waiting = h.sync(new.member_id, new.generation_id)
+    h.sync(first.member_id, new.generation_id, {first.member_id: b"a", new.member_id: b"b"})
+    assert [s.assignment for s in waiting] == [b"b"]
+
+
+def test_static_member_session_expiry_removes_it_and_frees_its_instance_id() -> None:
+    h = Harness()
+    first, second = _stable_static_pair(h)
+    generation = h.group.generation_id
+    # Only i-1 heartbeats; i-2's session runs out.
+    for _ in range(3):
+        h.timers.advance(SESSION_MS // 2)
+        h.group.heartbeat(first.member_id, "i-1", generation)
+    assert second.member_id not in h.group.members
+    assert h.group.member_for_instance("i-2") is None
+    assert state_of(h.group) is GroupState.PREPARING_REBALANCE
+    # Its old id is now unknown rather than fenced, and the instance id joins as a new member.
+    assert h.group.heartbeat(second.member_id, "i-2", generation) is ErrorCode.UNKNOWN_MEMBER_ID
+    back = h.join(instance="i-2")
+    h.join(first.member_id, instance="i-1")
+    assert back[0].error is ErrorCode.NONE and back[0].member_id != second.member_id
+    assert back[0].generation_id == generation + 1
