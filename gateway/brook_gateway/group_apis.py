@@ -57,10 +57,14 @@ _STATE_NAMES: Final = {
     group_pb2.GROUP_STATE_STABLE: "Stable",
     group_pb2.GROUP_STATE_DEAD: "Dead",
 }
+# ListGroups v5's name for the type of group Brook has: Kafka's classic protocol.
+_GROUP_TYPE_CLASSIC: Final = "classic"
 # DescribeGroups v3+: "not requested" (Kafka's INT32_MIN sentinel).
 _AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
 # JoinGroup v4 introduced MEMBER_ID_REQUIRED (KIP-394); older clients never see it.
 _MEMBER_ID_REQUIRED_MIN_VERSION: Final = 4
+# JoinGroup v9 tells a static leader to keep the group's assignment (KIP-814).
+_SKIP_ASSIGNMENT_MIN_VERSION: Final = 9
 # The longest a JoinGroup may wait for its group to rejoin (its rebalance timeout, capped at
 # Kafka's default group.max.session.timeout.ms) before the gateway gives up on it.
 JOIN_WAIT_MS_MAX: Final = 1_800_000
@@ -210,6 +214,11 @@ def _client_host(peer: str) -> str:
     return "/" + peer.rsplit(":", 1)[0].strip("[]")
 
 
+# FindCoordinator v4 looks up several keys at once (coordinator_keys, one answer each).
+_FIND_COORDINATOR_BATCH_MIN_VERSION: Final = 4
+_COORDINATOR_FIELDS: Final = ("node_id", "host", "port", "error_code", "error_message")
+
+
 def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
     def answer(code: int, message: str | None, node_id: int = NO_NODE) -> Message:
         broker = next((b for b in backend.image.kafka_brokers() if b.node_id == node_id), None)
@@ -222,8 +231,7 @@ def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
             "port": broker.port if broker else -1,
         }
 
-    async def handle(request: Message, context: RequestContext) -> Message:
-        key_type = request["key_type"]
+    async def find(key: str, key_type: int) -> Message:
         if key_type == KEY_TYPE_TRANSACTION:
             return answer(
                 int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -233,7 +241,7 @@ def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
             return answer(int(ErrorCode.INVALID_REQUEST), f"unknown key type {key_type}")
         try:
             # Looked up afresh: a client asks after its coordinator stopped answering.
-            owner = await router.owner(request["key"], refresh=True)
+            owner = await router.owner(key, refresh=True)
         except GroupRouteError as e:
             return answer(int(e.code), str(e) or None)
         gateway = backend.image.gateway_for(owner.node_id)
@@ -241,11 +249,31 @@ def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
             return answer(int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "no gateway is registered")
         return answer(int(ErrorCode.NONE), None, gateway)
 
-    def error(request: Message, context: RequestContext, code: int) -> Message:
-        del request, context
-        return answer(code, None)
+    def batched(keys: list[str], found: list[Message]) -> Message:
+        # v4+ (KIP-699): one answer per key, each in the shape of a v0-3 answer.
+        return {
+            "throttle_time_ms": 0,
+            "coordinators": [
+                {name: f[name] for name in _COORDINATOR_FIELDS} | {"key": key}
+                for key, f in zip(keys, found, strict=True)
+            ],
+        }
 
-    return ApiHandler(ApiKey.FIND_COORDINATOR, handle, versions=(0, 1), error_response=error)
+    async def handle(request: Message, context: RequestContext) -> Message:
+        key_type = request["key_type"]
+        if context.api_version < _FIND_COORDINATOR_BATCH_MIN_VERSION:
+            return await find(request["key"], key_type)
+        keys = request["coordinator_keys"]
+        found = await _gather_bounded([partial(find, key, key_type) for key in keys])
+        return batched(keys, found)
+
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        if context.api_version < _FIND_COORDINATOR_BATCH_MIN_VERSION:
+            return answer(code, None)
+        keys = request["coordinator_keys"]
+        return batched(keys, [answer(code, None) for _ in keys])
+
+    return ApiHandler(ApiKey.FIND_COORDINATOR, handle, versions=(0, 4), error_response=error)
 
 
 def _rebalance_timeout_ms(request: Message) -> int:
@@ -305,29 +333,37 @@ def _join_group(backend: Backend, router: GroupRouter) -> ApiHandler:
                 )
         except GroupRouteError as e:
             return error(request, context, int(e.code))
+        leader = response.leader_id
+        members = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": (
+                    m.group_instance_id if m.HasField("group_instance_id") else None
+                ),
+                "metadata": bytes(m.metadata),
+            }
+            for m in response.members
+        ]
+        if response.skip_assignment and context.api_version < _SKIP_ASSIGNMENT_MIN_VERSION:
+            # A static leader that took its old incarnation's place in a stable group keeps the
+            # group's assignment. Clients before v9 cannot be told to skip the assignment, so,
+            # as Kafka does for them, the member is not named the leader and gets no members:
+            # it syncs as a follower and receives its stored assignment.
+            leader, members = "", []
         return {
             "throttle_time_ms": 0,
             "error_code": int(response.error_code),
             "generation_id": response.generation_id,
             "protocol_type": response.protocol_type or None,
             "protocol_name": response.protocol_name,
-            "leader": response.leader_id,
+            "leader": leader,
             "skip_assignment": response.skip_assignment,
             "member_id": response.member_id,
-            "members": [
-                {
-                    "member_id": m.member_id,
-                    "group_instance_id": (
-                        m.group_instance_id if m.HasField("group_instance_id") else None
-                    ),
-                    "metadata": bytes(m.metadata),
-                }
-                for m in response.members
-            ],
+            "members": members,
         }
 
     return ApiHandler(
-        ApiKey.JOIN_GROUP, handle, versions=(0, 5), error_response=error, wait_ms=_join_wait_ms
+        ApiKey.JOIN_GROUP, handle, versions=(0, 7), error_response=error, wait_ms=_join_wait_ms
     )
 
 
@@ -364,7 +400,7 @@ def _sync_group(router: GroupRouter) -> ApiHandler:
             "assignment": bytes(response.assignment),
         }
 
-    return ApiHandler(ApiKey.SYNC_GROUP, handle, versions=(0, 3), error_response=error)
+    return ApiHandler(ApiKey.SYNC_GROUP, handle, versions=(0, 5), error_response=error)
 
 
 def _heartbeat(router: GroupRouter) -> ApiHandler:
@@ -385,29 +421,59 @@ def _heartbeat(router: GroupRouter) -> ApiHandler:
             return {"throttle_time_ms": 0, "error_code": int(e.code)}
         return {"throttle_time_ms": 0, "error_code": int(response.error_code)}
 
-    return ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 1))
+    return ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 4))
+
+
+# LeaveGroup v3 leaves several members at once, each by member id and/or instance id (KIP-345).
+_LEAVE_GROUP_BATCH_MIN_VERSION: Final = 3
+
+
+def _leaving_member(member: Message) -> group_pb2.LeavingMember:
+    leaving = group_pb2.LeavingMember(member_id=member["member_id"], reason=member["reason"] or "")
+    if member["group_instance_id"] is not None:
+        leaving.group_instance_id = member["group_instance_id"]
+    return leaving
 
 
 def _leave_group(router: GroupRouter) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
-        del context
+        batch = context.api_version >= _LEAVE_GROUP_BATCH_MIN_VERSION
         leave = group_pb2.LeaveGroupRequest(
             group_id=request["group_id"],
-            members=[group_pb2.LeavingMember(member_id=request["member_id"])],
+            members=(
+                [_leaving_member(m) for m in request["members"]]
+                if batch
+                else [group_pb2.LeavingMember(member_id=request["member_id"])]
+            ),
         )
         try:
             response = await router.forward(
                 leave.group_id, "LeaveGroup", leave, lambda r: r.error_code
             )
         except GroupRouteError as e:
-            return {"throttle_time_ms": 0, "error_code": int(e.code)}
+            return {"throttle_time_ms": 0, "error_code": int(e.code), "members": []}
         code = int(response.error_code)
+        if batch:
+            return {
+                "throttle_time_ms": 0,
+                "error_code": code,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": (
+                            m.group_instance_id if m.HasField("group_instance_id") else None
+                        ),
+                        "error_code": int(m.error_code),
+                    }
+                    for m in response.members
+                ],
+            }
         if code == ErrorCode.NONE and response.members:
             # v0-2 name one member and have no per-member results: its error is the answer.
             code = int(response.members[0].error_code)
         return {"throttle_time_ms": 0, "error_code": code}
 
-    return ApiHandler(ApiKey.LEAVE_GROUP, handle, versions=(0, 1))
+    return ApiHandler(ApiKey.LEAVE_GROUP, handle, versions=(0, 5))
 
 
 def _offset_commit(router: GroupRouter) -> ApiHandler:
@@ -465,11 +531,13 @@ def _offset_commit(router: GroupRouter) -> ApiHandler:
         codes = {(r.topic, r.partition): int(r.error_code) for r in response.partitions}
         return answer(request, codes, int(ErrorCode.UNKNOWN_SERVER_ERROR))
 
-    return ApiHandler(ApiKey.OFFSET_COMMIT, handle, versions=(2, 3), error_response=error)
+    return ApiHandler(ApiKey.OFFSET_COMMIT, handle, versions=(2, 9), error_response=error)
 
 
 # OffsetFetch v2 added the top-level error code and "all partitions" (null topics).
 _OFFSET_FETCH_GROUP_ERROR_MIN_VERSION: Final = 2
+# OffsetFetch v8 fetches several groups at once, each with its own error code (KIP-709).
+_OFFSET_FETCH_BATCH_MIN_VERSION: Final = 8
 
 
 def _offset_fetch(router: GroupRouter) -> ApiHandler:
@@ -483,6 +551,14 @@ def _offset_fetch(router: GroupRouter) -> ApiHandler:
         }
 
     def error(request: Message, context: RequestContext, code: int) -> Message:
+        if context.api_version >= _OFFSET_FETCH_BATCH_MIN_VERSION:
+            return {
+                "throttle_time_ms": 0,
+                "groups": [
+                    {"group_id": g["group_id"], "topics": [], "error_code": code}
+                    for g in request["groups"]
+                ],
+            }
         if context.api_version >= _OFFSET_FETCH_GROUP_ERROR_MIN_VERSION:
             return {"throttle_time_ms": 0, "error_code": code, "topics": []}
         # v1 has no group-level code: every requested partition carries it.
@@ -497,25 +573,25 @@ def _offset_fetch(router: GroupRouter) -> ApiHandler:
             ],
         }
 
-    async def handle(request: Message, context: RequestContext) -> Message:
-        requested = request["topics"]
+    async def fetch_group(
+        group_id: str, requested: list[Message] | None, require_stable: bool
+    ) -> tuple[int, list[Message]]:
+        """(the group's error code, its topics with their partitions' offsets)."""
         fetch = group_pb2.FetchOffsetsRequest(
-            group_id=request["group_id"],
+            group_id=group_id,
             partitions=[
                 common_pb2.TopicPartition(topic=t["name"], partition=p)
                 for t in requested or []
                 for p in t["partition_indexes"]
             ],
-            require_stable=request["require_stable"],
+            require_stable=require_stable,
         )
         try:
-            response = await router.forward(
-                fetch.group_id, "FetchOffsets", fetch, lambda r: r.error_code
-            )
+            response = await router.forward(group_id, "FetchOffsets", fetch, lambda r: r.error_code)
         except GroupRouteError as e:
-            return error(request, context, int(e.code))
+            return int(e.code), []
         if response.error_code != ErrorCode.NONE:
-            return error(request, context, int(response.error_code))
+            return int(response.error_code), []
         found = {
             (r.topic, r.partition): {
                 "partition_index": r.partition,
@@ -530,20 +606,37 @@ def _offset_fetch(router: GroupRouter) -> ApiHandler:
             topics: dict[str, list[Message]] = {}
             for (topic, _), partition in sorted(found.items()):
                 topics.setdefault(topic, []).append(partition)
-            listed = [{"name": name, "partitions": parts} for name, parts in topics.items()]
-        else:
-            listed = [
-                {
-                    "name": t["name"],
-                    "partitions": [
-                        found.get((t["name"], p), no_offset(p)) for p in t["partition_indexes"]
-                    ],
-                }
-                for t in requested
-            ]
-        return {"throttle_time_ms": 0, "error_code": 0, "topics": listed}
+            return 0, [{"name": name, "partitions": parts} for name, parts in topics.items()]
+        return 0, [
+            {
+                "name": t["name"],
+                "partitions": [
+                    found.get((t["name"], p), no_offset(p)) for p in t["partition_indexes"]
+                ],
+            }
+            for t in requested
+        ]
 
-    return ApiHandler(ApiKey.OFFSET_FETCH, handle, versions=(1, 3), error_response=error)
+    async def fetch_one_of(group: Message, require_stable: bool) -> Message:
+        # v9's member id and epoch belong to KIP-848's consumer groups; for a classic group
+        # Kafka checks neither on a fetch.
+        code, topics = await fetch_group(group["group_id"], group["topics"], require_stable)
+        return {"group_id": group["group_id"], "topics": topics, "error_code": code}
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        if context.api_version >= _OFFSET_FETCH_BATCH_MIN_VERSION:
+            groups = await _gather_bounded(
+                [partial(fetch_one_of, g, request["require_stable"]) for g in request["groups"]]
+            )
+            return {"throttle_time_ms": 0, "groups": groups}
+        code, topics = await fetch_group(
+            request["group_id"], request["topics"], request["require_stable"]
+        )
+        if code != ErrorCode.NONE:
+            return error(request, context, code)
+        return {"throttle_time_ms": 0, "error_code": 0, "topics": topics}
+
+    return ApiHandler(ApiKey.OFFSET_FETCH, handle, versions=(1, 9), error_response=error)
 
 
 def _describe_groups(router: GroupRouter) -> ApiHandler:
@@ -602,12 +695,16 @@ def _describe_groups(router: GroupRouter) -> ApiHandler:
         del context
         return {"throttle_time_ms": 0, "groups": [failed(g, code) for g in request["groups"]]}
 
-    return ApiHandler(ApiKey.DESCRIBE_GROUPS, handle, versions=(0, 3), error_response=error)
+    return ApiHandler(ApiKey.DESCRIBE_GROUPS, handle, versions=(0, 5), error_response=error)
 
 
 def _list_groups(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
-        del request, context
+        del context
+        # v4 filters by state and v5 by group type, both case-insensitively as Kafka does;
+        # every Brook group is a classic one.
+        states = {state.lower() for state in request["states_filter"]}
+        types = {kind.lower() for kind in request["types_filter"]}
         upstreams = backend.upstreams
         # This gateway lists the groups of the coordinators mapped onto it (those it names in
         # FindCoordinator), so listing every broker, as admin clients do, gives each group once.
@@ -634,14 +731,24 @@ def _list_groups(backend: Backend) -> ApiHandler:
             if answer.error_code != ErrorCode.NONE:
                 code = error_code(answer.error_code)
             for g in answer.groups:
-                groups[g.group_id] = {"group_id": g.group_id, "protocol_type": g.protocol_type}
+                state = _STATE_NAMES[g.state]
+                if (states and state.lower() not in states) or (
+                    types and _GROUP_TYPE_CLASSIC not in types
+                ):
+                    continue
+                groups[g.group_id] = {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type,
+                    "group_state": state,
+                    "group_type": _GROUP_TYPE_CLASSIC,
+                }
         return {
             "throttle_time_ms": 0,
             "error_code": int(code),
             "groups": [groups[name] for name in sorted(groups)],
         }
 
-    return ApiHandler(ApiKey.LIST_GROUPS, handle, versions=(0, 2))
+    return ApiHandler(ApiKey.LIST_GROUPS, handle, versions=(0, 5))
 
 
 def _delete_groups(router: GroupRouter) -> ApiHandler:
@@ -669,7 +776,7 @@ def _delete_groups(router: GroupRouter) -> ApiHandler:
             "results": [{"group_id": g, "error_code": code} for g in request["groups_names"]],
         }
 
-    return ApiHandler(ApiKey.DELETE_GROUPS, handle, versions=(0, 1), error_response=error)
+    return ApiHandler(ApiKey.DELETE_GROUPS, handle, versions=(0, 2), error_response=error)
 
 
 def _init_producer_id(backend: Backend) -> ApiHandler:

@@ -47,7 +47,7 @@ FIRST_CONSUMER_RECORDS = 20
 PER_PARTITION = RECORDS // PARTITIONS
 
 
-def _confluent_consumer(bootstrap: str, group: str) -> Any:
+def _confluent_consumer(bootstrap: str, group: str, **config: Any) -> Any:
     from confluent_kafka import Consumer
 
     return Consumer(
@@ -58,6 +58,7 @@ def _confluent_consumer(bootstrap: str, group: str) -> Any:
             "enable.auto.commit": False,
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+            **config,
         }
     )
 
@@ -141,6 +142,70 @@ def test_two_confluent_consumers_in_a_group_split_the_partitions(bootstrap: str)
     partitions_read = [{p for p, *_ in records} for records in consumed]
     assert partitions_read[0] == assigned[0] and partitions_read[1] == assigned[1]
     check_round_trip(topic, consumed[0] + consumed[1])
+
+
+def test_a_second_confluent_consumer_with_the_same_instance_id_fences_the_first(
+    bootstrap: str,
+) -> None:
+    """Static membership (KIP-345): consumer B joining with consumer A's group.instance.id takes
+    A's place; A learns it was fenced (a fatal FENCED_INSTANCE_ID, not a silent timeout or a
+    rejoin that fences B back), and B takes A's partitions from the offsets A committed, so
+    every record is read once over the two of them."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    topic = "groups-confluent-static-fence"
+    group = f"{topic}-group"
+    static = {"group.instance.id": f"{topic}-instance"}
+    create_topic_confluent(bootstrap, topic)
+    confluent_produce(bootstrap, topic, {"acks": "all"})
+
+    first_errors: list[Any] = []
+    first = _confluent_consumer(bootstrap, group, error_cb=first_errors.append, **static)
+    second = None
+    try:
+        first.subscribe([topic])
+        first_records: Consumed = []
+        confluent_poll(first, first_records, FIRST_CONSUMER_RECORDS)
+        first.commit(asynchronous=False)
+        committed = _confluent_committed(first, topic)
+        # A reads nothing more: every record past its commit is B's to read, once.
+        first.pause(first.assignment())
+
+        second = _confluent_consumer(bootstrap, group, **static)
+        second.subscribe([topic])
+        second_records: Consumed = []
+        fenced: Any = None
+        deadline = time.monotonic() + GROUP_SETTLE_TIMEOUT_S
+        while fenced is None or len(second_records) < RECORDS - len(first_records):
+            assert time.monotonic() < deadline, (
+                f"A fenced: {fenced}, A's errors: {first_errors}, "
+                f"B read {len(second_records)} records"
+            )
+            if fenced is None:
+                message = first.poll(0.1)
+                if message is not None:
+                    assert message.error() is not None, "A read a record after its commit"
+                    fenced = message.error()
+            confluent_poll_once(second, second_records, 0.1)
+        # librdkafka makes the fence a fatal error of the consumer: poll delivers an error
+        # _FATAL whose text is FENCED_INSTANCE_ID's, and every later commit raises _FATAL.
+        fenced_instance = KafkaError(KafkaError.FENCED_INSTANCE_ID).str()
+        assert fenced.code() == KafkaError._FATAL and fenced_instance in fenced.str(), fenced
+        with pytest.raises(KafkaException) as commit_failure:
+            first.commit(
+                offsets=[TopicPartition(topic, p, max(committed[p], 0)) for p in range(PARTITIONS)],
+                asynchronous=False,
+            )
+        assert commit_failure.value.args[0].code() == KafkaError._FATAL, commit_failure.value
+        assert {tp.partition for tp in second.assignment()} == set(range(PARTITIONS))
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    for partition in range(PARTITIONS):
+        resumed_at = min(o for p, o, *_ in second_records if p == partition)
+        assert resumed_at == max(committed[partition], 0)
+    check_round_trip(topic, first_records + second_records)
 
 
 def _kafka_python_consumer(bootstrap: str, topic: str, group: str, **config: Any) -> Any:

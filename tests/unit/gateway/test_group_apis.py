@@ -70,10 +70,18 @@ NOT_OWNED_PARTITION = (OWNED_PARTITION + 1) % OFFSETS_PARTITIONS
 
 # -- messages against kafka-python -----------------------------------------------------------
 
+_FETCHED_PARTITION: Message = {
+    "partition_index": 1,
+    "committed_offset": 42,
+    "committed_leader_epoch": 3,
+    "metadata": "md",
+    "error_code": 0,
+}
+
 _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message]] = {
     ApiKey.FIND_COORDINATOR: (
         kafka_find_coordinator.FindCoordinatorRequest,
-        {"key": "orders-app", "key_type": 0},
+        {"key": "orders-app", "key_type": 0, "coordinator_keys": ["orders-app", "billing"]},
         kafka_find_coordinator.FindCoordinatorResponse,
         {
             "throttle_time_ms": 3,
@@ -82,6 +90,24 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message]] = {
             "node_id": 2,
             "host": "gw",
             "port": 9092,
+            "coordinators": [
+                {
+                    "key": "orders-app",
+                    "node_id": 2,
+                    "host": "gw",
+                    "port": 9092,
+                    "error_code": 0,
+                    "error_message": None,
+                },
+                {
+                    "key": "billing",
+                    "node_id": -1,
+                    "host": "",
+                    "port": -1,
+                    "error_code": 15,
+                    "error_message": "none yet",
+                },
+            ],
         },
     ),
     ApiKey.JOIN_GROUP: (
@@ -100,6 +126,7 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message]] = {
             "throttle_time_ms": 1,
             "error_code": 0,
             "generation_id": 4,
+            "protocol_type": PROTOCOL_TYPE,
             "protocol_name": ASSIGNOR,
             "leader": "m-1",
             "member_id": "m-1",
@@ -113,22 +140,44 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message]] = {
             "generation_id": 4,
             "member_id": "m-1",
             "group_instance_id": "i-1",
+            "protocol_type": PROTOCOL_TYPE,
+            "protocol_name": ASSIGNOR,
             "assignments": [{"member_id": "m-1", "assignment": b"asg"}],
         },
         kafka_group.SyncGroupResponse,
-        {"throttle_time_ms": 1, "error_code": 27, "assignment": b"asg"},
+        {
+            "throttle_time_ms": 1,
+            "error_code": 27,
+            "protocol_type": PROTOCOL_TYPE,
+            "protocol_name": ASSIGNOR,
+            "assignment": b"asg",
+        },
     ),
     ApiKey.HEARTBEAT: (
         kafka_group.HeartbeatRequest,
-        {"group_id": "g", "generation_id": 4, "member_id": "m-1"},
+        {"group_id": "g", "generation_id": 4, "member_id": "m-1", "group_instance_id": "i-1"},
         kafka_group.HeartbeatResponse,
         {"throttle_time_ms": 1, "error_code": 27},
     ),
     ApiKey.LEAVE_GROUP: (
         kafka_group.LeaveGroupRequest,
-        {"group_id": "g", "member_id": "m-1"},
+        {
+            "group_id": "g",
+            "member_id": "m-1",
+            "members": [
+                {"member_id": "m-1", "group_instance_id": None, "reason": "closing"},
+                {"member_id": "", "group_instance_id": "i-2", "reason": None},
+            ],
+        },
         kafka_group.LeaveGroupResponse,
-        {"throttle_time_ms": 1, "error_code": 25},
+        {
+            "throttle_time_ms": 1,
+            "error_code": 25,
+            "members": [
+                {"member_id": "m-1", "group_instance_id": None, "error_code": 0},
+                {"member_id": "", "group_instance_id": "i-2", "error_code": 82},
+            ],
+        },
     ),
     ApiKey.OFFSET_COMMIT: (
         kafka_group.OffsetCommitRequest,
@@ -136,12 +185,18 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message]] = {
             "group_id": "g",
             "generation_id_or_member_epoch": 4,
             "member_id": "m-1",
+            "group_instance_id": "i-1",
             "retention_time_ms": -1,
             "topics": [
                 {
                     "name": "t",
                     "partitions": [
-                        {"partition_index": 1, "committed_offset": 42, "committed_metadata": "md"}
+                        {
+                            "partition_index": 1,
+                            "committed_offset": 42,
+                            "committed_leader_epoch": 3,
+                            "committed_metadata": "md",
+                        }
                     ],
                 }
             ],
@@ -154,24 +209,33 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message]] = {
     ),
     ApiKey.OFFSET_FETCH: (
         kafka_group.OffsetFetchRequest,
-        {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0, 1]}]},
+        {
+            "group_id": "g",
+            "topics": [{"name": "t", "partition_indexes": [0, 1]}],
+            "groups": [
+                {
+                    "group_id": "g",
+                    "member_id": None,
+                    "member_epoch": -1,
+                    "topics": [{"name": "t", "partition_indexes": [0, 1]}],
+                },
+                {"group_id": "h", "member_id": "m-1", "member_epoch": 5, "topics": None},
+            ],
+            "require_stable": True,
+        },
         kafka_group.OffsetFetchResponse,
         {
             "throttle_time_ms": 1,
-            "topics": [
-                {
-                    "name": "t",
-                    "partitions": [
-                        {
-                            "partition_index": 1,
-                            "committed_offset": 42,
-                            "metadata": "md",
-                            "error_code": 0,
-                        }
-                    ],
-                }
-            ],
+            "topics": [{"name": "t", "partitions": [_FETCHED_PARTITION]}],
             "error_code": 14,
+            "groups": [
+                {
+                    "group_id": "g",
+                    "topics": [{"name": "t", "partitions": [_FETCHED_PARTITION]}],
+                    "error_code": 0,
+                },
+                {"group_id": "h", "topics": [], "error_code": 14},
+            ],
         },
     ),
     ApiKey.DESCRIBE_GROUPS: (
@@ -190,6 +254,7 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message]] = {
                     "members": [
                         {
                             "member_id": "m-1",
+                            "group_instance_id": "i-1",
                             "client_id": "c",
                             "client_host": "/127.0.0.1",
                             "member_metadata": b"sub",
@@ -203,12 +268,19 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message]] = {
     ),
     ApiKey.LIST_GROUPS: (
         kafka_groups.ListGroupsRequest,
-        {},
+        {"states_filter": ["Stable", "Empty"], "types_filter": ["classic"]},
         kafka_groups.ListGroupsResponse,
         {
             "throttle_time_ms": 1,
             "error_code": 0,
-            "groups": [{"group_id": "g", "protocol_type": PROTOCOL_TYPE}],
+            "groups": [
+                {
+                    "group_id": "g",
+                    "protocol_type": PROTOCOL_TYPE,
+                    "group_state": "Stable",
+                    "group_type": "classic",
+                }
+            ],
         },
     ),
     ApiKey.DELETE_GROUPS: (
@@ -443,7 +515,7 @@ def test_find_coordinator_names_the_gateway_mapped_from_the_owning_coordinator()
             for owner, partition in owned.items():
                 group = group_on(partition, "found")
                 mapped = GATEWAYS[owner % len(GATEWAYS)]
-                for version in (0, 1):
+                for version in range(4):
                     answer = await gw.call(
                         ApiKey.FIND_COORDINATOR, version, {"key": group, "key_type": 0}
                     )
@@ -454,6 +526,26 @@ def test_find_coordinator_names_the_gateway_mapped_from_the_owning_coordinator()
                         _gateway_port(mapped),
                     )
                     assert gw.image.gateway_for(owner) == mapped
+            # v4 looks several keys up at once, each answered on its own.
+            keys = [group_on(OWNED_PARTITION, "batch"), group_on(NOT_OWNED_PARTITION, "batch")]
+            answer = await gw.call(
+                ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": keys}
+            )
+            assert [
+                (c["key"], c["error_code"], c["node_id"], c["port"]) for c in answer["coordinators"]
+            ] == [
+                (key, 0, GATEWAYS[o % len(GATEWAYS)], _gateway_port(GATEWAYS[o % len(GATEWAYS)]))
+                for key, o in zip(keys, (OWNER, OTHER), strict=True)
+            ]
+            answer = await gw.call(
+                ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["tx"]}
+            )
+            [refused] = answer["coordinators"]
+            assert (refused["key"], refused["error_code"], refused["node_id"]) == (
+                "tx",
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                -1,
+            )
 
     run(scenario())
 
@@ -489,7 +581,7 @@ async def _join(gw: Gateway, version: int, group: str, instance: str | None = No
     return joined
 
 
-@pytest.mark.parametrize("version", range(6))
+@pytest.mark.parametrize("version", range(RECOMMENDED_VERSIONS[ApiKey.JOIN_GROUP][1] + 1))
 def test_member_joins_syncs_heartbeats_and_leaves_at_each_join_group_version(
     version: int,
 ) -> None:
@@ -505,7 +597,7 @@ def test_member_joins_syncs_heartbeats_and_leaves_at_each_join_group_version(
             ]
             synced = await gw.call(
                 ApiKey.SYNC_GROUP,
-                min(version, 3),
+                min(version, 5),
                 {
                     "group_id": group,
                     "generation_id": joined["generation_id"],
@@ -516,15 +608,17 @@ def test_member_joins_syncs_heartbeats_and_leaves_at_each_join_group_version(
             )
             assert (synced["error_code"], synced["assignment"]) == (0, ASSIGNMENT)
             beat = {"group_id": group, "generation_id": joined["generation_id"]}
-            answer = await gw.call(ApiKey.HEARTBEAT, min(version, 1), beat | {"member_id": member})
+            beat["group_instance_id"] = instance
+            answer = await gw.call(ApiKey.HEARTBEAT, min(version, 4), beat | {"member_id": member})
             assert answer["error_code"] == ErrorCode.NONE
-            [described] = (await gw.call(ApiKey.DESCRIBE_GROUPS, 3, {"groups": [group]}))["groups"]
+            [described] = (await gw.call(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group]}))["groups"]
             assert (described["error_code"], described["group_state"]) == (0, "Stable")
             assert (described["protocol_type"], described["protocol_data"]) == (
                 PROTOCOL_TYPE,
                 ASSIGNOR,
             )
             [shown] = described["members"]
+            assert shown["group_instance_id"] == instance
             assert (shown["member_id"], shown["client_id"], shown["client_host"]) == (
                 member,
                 CLIENT_ID,
@@ -534,12 +628,103 @@ def test_member_joins_syncs_heartbeats_and_leaves_at_each_join_group_version(
                 SUBSCRIPTION,
                 ASSIGNMENT,
             )
+            leaving = {"member_id": member, "group_instance_id": instance, "reason": None}
             answer = await gw.call(
-                ApiKey.LEAVE_GROUP, min(version, 1), {"group_id": group, "member_id": member}
+                ApiKey.LEAVE_GROUP,
+                min(version, 5),
+                {"group_id": group, "member_id": member, "members": [leaving]},
             )
             assert answer["error_code"] == ErrorCode.NONE
-            answer = await gw.call(ApiKey.HEARTBEAT, min(version, 1), beat | {"member_id": member})
+            if version >= 3:
+                assert answer["members"] == [
+                    {"member_id": member, "group_instance_id": instance, "error_code": 0}
+                ]
+            answer = await gw.call(ApiKey.HEARTBEAT, min(version, 4), beat | {"member_id": member})
             assert answer["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+
+    run(scenario())
+
+
+def test_a_replaced_static_member_is_fenced_in_every_version_that_names_its_instance() -> None:
+    async def scenario() -> None:
+        async with gateway() as gw:
+            group = group_on(OWNED_PARTITION, "static")
+            instance = "instance-x"
+            old = await _join(gw, 5, group, instance)
+            generation = old["generation_id"]
+            own = {"member_id": old["member_id"], "assignment": ASSIGNMENT}
+            sync = {"group_id": group, "generation_id": generation, "group_instance_id": instance}
+            await gw.call(
+                ApiKey.SYNC_GROUP, 3, sync | {"member_id": old["member_id"], "assignments": [own]}
+            )
+            # The same instance starts again elsewhere: it takes the old member's place, in the
+            # same generation, and (a v5 client cannot be told to skip the assignment) as a
+            # follower that receives the stored assignment.
+            new_client = await RawClient.connect(gw.port)
+            try:
+                new = await gw.call(
+                    ApiKey.JOIN_GROUP, 5, _join_body(group, instance=instance), new_client
+                )
+            finally:
+                await new_client.close()
+            assert (new["error_code"], new["generation_id"]) == (0, generation)
+            assert new["member_id"] != old["member_id"]
+            assert (new["leader"], new["members"]) == ("", [])
+            synced = await gw.call(
+                ApiKey.SYNC_GROUP, 3, sync | {"member_id": new["member_id"], "assignments": []}
+            )
+            assert (synced["error_code"], synced["assignment"]) == (0, ASSIGNMENT)
+
+            stale = {"group_id": group, "generation_id": generation, "member_id": old["member_id"]}
+            fenced = ErrorCode.FENCED_INSTANCE_ID
+            for version in (3, 4):
+                answer = await gw.call(
+                    ApiKey.HEARTBEAT, version, stale | {"group_instance_id": instance}
+                )
+                assert answer["error_code"] == fenced, version
+            # Heartbeat v0-2 cannot carry the instance id: the old id is merely unknown.
+            answer = await gw.call(ApiKey.HEARTBEAT, 2, stale)
+            assert answer["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+            for version in (3, 4, 5):
+                answer = await gw.call(
+                    ApiKey.SYNC_GROUP,
+                    version,
+                    stale | {"group_instance_id": instance, "assignments": []},
+                )
+                assert answer["error_code"] == fenced, version
+            for version in (5, 6, 7):
+                answer = await gw.call(
+                    ApiKey.JOIN_GROUP, version, _join_body(group, old["member_id"], instance)
+                )
+                assert answer["error_code"] == fenced, version
+            commit = _commit_body(group, {0: (9, None)}) | {
+                "generation_id_or_member_epoch": generation,
+                "member_id": old["member_id"],
+                "group_instance_id": instance,
+            }
+            for version in (7, 8, 9):
+                answer = await gw.call(ApiKey.OFFSET_COMMIT, version, commit)
+                assert _fetched_codes(answer) == [fenced], version
+            answer = await gw.call(ApiKey.OFFSET_COMMIT, 6, commit)
+            assert _fetched_codes(answer) == [ErrorCode.UNKNOWN_MEMBER_ID]
+            leaving = {"member_id": old["member_id"], "group_instance_id": instance, "reason": None}
+            for version in (3, 4, 5):
+                answer = await gw.call(
+                    ApiKey.LEAVE_GROUP, version, {"group_id": group, "members": [leaving]}
+                )
+                assert answer["error_code"] == ErrorCode.NONE
+                assert [m["error_code"] for m in answer["members"]] == [fenced], version
+            # Nothing of that disturbed the new member.
+            answer = await gw.call(
+                ApiKey.HEARTBEAT,
+                4,
+                stale | {"member_id": new["member_id"], "group_instance_id": instance},
+            )
+            assert answer["error_code"] == ErrorCode.NONE
+            wanted = {"group_id": group, "topics": [{"name": "t", "partition_indexes": [0]}]}
+            assert _fetched(await gw.call(ApiKey.OFFSET_FETCH, 3, wanted)) == {
+                ("t", 0): (-1, "", 0)
+            }
 
     run(scenario())
 
@@ -551,14 +736,29 @@ def test_groups_are_listed_by_the_gateway_they_map_to_described_and_deleted() ->
             elsewhere = group_on(NOT_OWNED_PARTITION, "unlisted")
             for group in (mine, elsewhere):
                 await _join(gw, 5, group)
-            for version in range(3):
+            for version in range(6):
                 listed = await gw.call(ApiKey.LIST_GROUPS, version, {})
                 # OTHER's groups are listed by the gateway OTHER maps onto, not this one.
                 assert listed["error_code"] == ErrorCode.NONE
                 assert [(g["group_id"], g["protocol_type"]) for g in listed["groups"]] == [
                     (mine, PROTOCOL_TYPE)
                 ]
-            answer = await gw.call(ApiKey.DELETE_GROUPS, 1, {"groups_names": [mine, elsewhere]})
+            # v4 filters by state, v5 by group type (case-insensitively).
+            for version, body, expected in (
+                (4, {"states_filter": ["completingrebalance"]}, [mine]),
+                (4, {"states_filter": ["Empty"]}, []),
+                (5, {"states_filter": [], "types_filter": ["Classic"]}, [mine]),
+                (5, {"states_filter": [], "types_filter": ["consumer"]}, []),
+            ):
+                listed = await gw.call(ApiKey.LIST_GROUPS, version, body)
+                assert [g["group_id"] for g in listed["groups"]] == expected
+                if expected and version == 5:
+                    [shown] = listed["groups"]
+                    assert (shown["group_state"], shown["group_type"]) == (
+                        "CompletingRebalance",
+                        "classic",
+                    )
+            answer = await gw.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": [mine, elsewhere]})
             assert [r["error_code"] for r in answer["results"]] == [ErrorCode.NON_EMPTY_GROUP] * 2
             [described] = (await gw.call(ApiKey.DESCRIBE_GROUPS, 0, {"groups": [elsewhere]}))[
                 "groups"
@@ -624,6 +824,58 @@ def test_offsets_committed_at_each_version_are_fetched_back_per_partition_and_al
                     ApiKey.OFFSET_FETCH, version, {"group_id": group, "topics": None}
                 )
                 assert _fetched(answer) == {k: v for k, v in expected.items() if v[0] >= 0}
+
+    run(scenario())
+
+
+def test_offsets_committed_at_later_versions_are_fetched_back_one_group_or_several_at_once() -> (
+    None
+):
+    async def scenario() -> None:
+        async with gateway() as gw:
+            groups = [group_on(OWNED_PARTITION, "batch"), group_on(NOT_OWNED_PARTITION, "batch")]
+            for version in range(4, RECOMMENDED_VERSIONS[ApiKey.OFFSET_COMMIT][1] + 1):
+                for n, group in enumerate(groups):
+                    body = _commit_body(group, {version: (10 * version + n, f"v{version}")})
+                    answer = await gw.call(ApiKey.OFFSET_COMMIT, version, body)
+                    assert _fetched_codes(answer) == [0], version
+            written = range(4, RECOMMENDED_VERSIONS[ApiKey.OFFSET_COMMIT][1] + 1)
+            expected = [
+                {("t", v): (10 * v + n, f"v{v}", 0) for v in written} for n in range(len(groups))
+            ]
+            wanted = [{"name": "t", "partition_indexes": list(written)}]
+            for version in range(4, 8):
+                for group, offsets in zip(groups, expected, strict=True):
+                    body = {"group_id": group, "topics": wanted, "require_stable": True}
+                    answer = await gw.call(ApiKey.OFFSET_FETCH, version, body)
+                    assert (answer["error_code"], _fetched(answer)) == (0, offsets), version
+            # v8+ fetch several groups in one request, each answered on its own (null topics:
+            # every committed partition).
+            for version in (8, 9):
+                body = {
+                    "groups": [
+                        {
+                            "group_id": groups[0],
+                            "member_id": None,
+                            "member_epoch": -1,
+                            "topics": wanted,
+                        },
+                        {
+                            "group_id": groups[1],
+                            "member_id": None,
+                            "member_epoch": -1,
+                            "topics": None,
+                        },
+                        {"group_id": "", "member_id": None, "member_epoch": -1, "topics": None},
+                    ],
+                    "require_stable": False,
+                }
+                answer = await gw.call(ApiKey.OFFSET_FETCH, version, body)
+                got = answer["groups"]
+                assert [g["group_id"] for g in got] == [groups[0], groups[1], ""]
+                assert [g["error_code"] for g in got[:2]] == [0, 0]
+                assert [_fetched(g) for g in got[:2]] == expected
+                assert _fetched(got[2]) == {}
 
     run(scenario())
 
