@@ -20,23 +20,28 @@ flight, and after one fails unappended, the ones the client had already sent fai
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode, error_code
+from brook.record import CorruptRecordError
 from brook.record.sequence import first_batch_sequence, is_ahead
 from brook.v1 import common_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import NO_NODE
+from brook_gateway.fetch_budget import ResponseBudget, node_budgets
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.upstream import UpstreamError
 
 __all__ = ["PartitionOrder", "ProduceAffinity", "ProduceCoalescer", "data_handlers"]
+
+_log = logging.getLogger(__name__)
 
 _ACKS: Final = {
     0: storage_pb2.ACKS_NONE,
@@ -63,10 +68,11 @@ async def _fan_out(
     call: Callable[[str, list[_Part]], Awaitable[None]],
     fail: Callable[[_Part, ErrorCode, str], None],
     affinity: tuple[ProduceAffinity, str] | None = None,
+    planned: Callable[[Mapping[str, list[_Part]]], None] | None = None,
 ) -> None:
     """``affinity``: (the table, the connection) whose pins override the metadata's leaders;
     the calls are entered in it before the first await, so a request that arrives next sees
-    them."""
+    them. ``planned``: told the partitions of each call before any is made."""
     routed = backend.route((t, p, (t, p, item)) for t, p, item in parts)
     if affinity is not None:
         table, peer = affinity
@@ -95,6 +101,8 @@ async def _fan_out(
             table.enter(peer, address, items)
     for part, code in routed.errors:
         fail(part, code, "")
+    if planned is not None:
+        planned(routed.by_address)
 
     async def one(address: str, items: list[_Part]) -> None:
         try:
@@ -801,6 +809,19 @@ def _fetch(backend: Backend) -> ApiHandler:
                 "log_start_offset": -1,
             }
 
+        node_max_bytes: dict[str, int] = {}
+
+        def planned(calls: Mapping[str, list[_Part]]) -> None:
+            node_max_bytes.update(
+                node_budgets(
+                    request["max_bytes"],
+                    {
+                        a: [data["partition_max_bytes"] for _, _, data in items]
+                        for a, items in calls.items()
+                    },
+                )
+            )
+
         async def call(address: str, items: list[_Part]) -> None:
             partitions = []
             for t, p, data in items:
@@ -819,7 +840,7 @@ def _fetch(backend: Backend) -> ApiHandler:
                 storage_pb2.FetchRequest(
                     max_wait_ms=max_wait_ms,
                     min_bytes=max(request["min_bytes"], 0),
-                    max_bytes=request["max_bytes"],
+                    max_bytes=node_max_bytes[address],
                     isolation_level=isolation,
                     partitions=partitions,
                 ),
@@ -844,7 +865,22 @@ def _fetch(backend: Backend) -> ApiHandler:
         parts = [
             (t["topic"], p["partition"], p) for t in request["topics"] for p in t["partitions"]
         ]
-        await _fan_out(backend, parts, call, fail)
+        await _fan_out(backend, parts, call, fail, planned=planned)
+        budget = ResponseBudget(request["max_bytes"])
+        for t, p, data in parts:
+            result = results[(t, p)]
+            records = result.get("records")
+            if not records:
+                continue
+            try:
+                length = budget.take(records, data["partition_max_bytes"])
+            except CorruptRecordError as e:
+                _log.error("fetch of %s-%d answered unreadable records: %s", t, p, e)
+                fail((t, p, data), ErrorCode.CORRUPT_MESSAGE, str(e))
+                continue
+            if length < len(records):
+                # Cut to whole batches within the budget; the client fetches the rest next.
+                result["records"] = records[:length]
         return {
             "throttle_time_ms": 0,
             "error_code": 0,

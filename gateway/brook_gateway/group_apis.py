@@ -68,6 +68,10 @@ _SKIP_ASSIGNMENT_MIN_VERSION: Final = 9
 # The longest a JoinGroup may wait for its group to rejoin (its rebalance timeout, capped at
 # Kafka's default group.max.session.timeout.ms) before the gateway gives up on it.
 JOIN_WAIT_MS_MAX: Final = 1_800_000
+# How long an OffsetCommit naming a partition this gateway's metadata lacks waits for it to
+# arrive before answering UNKNOWN_TOPIC_OR_PARTITION: far above the metadata's propagation
+# between gateways (milliseconds), far below a client's request timeout.
+COMMIT_METADATA_WAIT_MS: Final = 1000
 
 
 class GroupRouteError(Exception):
@@ -476,7 +480,7 @@ def _leave_group(router: GroupRouter) -> ApiHandler:
     return ApiHandler(ApiKey.LEAVE_GROUP, handle, versions=(0, 5))
 
 
-def _offset_commit(router: GroupRouter) -> ApiHandler:
+def _offset_commit(backend: Backend, router: GroupRouter) -> ApiHandler:
     def answer(request: Message, codes: dict[tuple[str, int], int], default: int) -> Message:
         return {
             "throttle_time_ms": 0,
@@ -504,6 +508,24 @@ def _offset_commit(router: GroupRouter) -> ApiHandler:
         return ErrorCode.NOT_COORDINATOR if ErrorCode.NOT_COORDINATOR in codes else 0
 
     async def handle(request: Message, context: RequestContext) -> Message:
+        # As a Kafka broker does before its coordinator sees the commit: a partition missing
+        # from the metadata is answered UNKNOWN_TOPIC_OR_PARTITION, the others are committed.
+        image = backend.image
+        named = [
+            (t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]
+        ]
+        if not all(image.partition(*tp) is not None for tp in named):
+            # A topic created a moment ago through another gateway may not have reached this
+            # one's metadata yet: only an unknown partition pays for the wait.
+            await image.wait_until(
+                lambda: all(image.partition(*tp) is not None for tp in named),
+                COMMIT_METADATA_WAIT_MS / 1000,
+            )
+        codes = {
+            tp: int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            for tp in named
+            if image.partition(*tp) is None
+        }
         # retention_time_ms (v2-4) is ignored, as by Kafka since 2.1 (KIP-211): offsets
         # expire by offsets.retention.minutes once the group is empty.
         commit = group_pb2.CommitOffsetsRequest(
@@ -520,15 +542,18 @@ def _offset_commit(router: GroupRouter) -> ApiHandler:
                 )
                 for t in request["topics"]
                 for p in t["partitions"]
+                if (t["name"], p["partition_index"]) not in codes
             ],
         )
+        if not commit.partitions:
+            return answer(request, codes, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         if request["group_instance_id"] is not None:
             commit.group_instance_id = request["group_instance_id"]
         try:
             response = await router.forward(commit.group_id, "CommitOffsets", commit, group_error)
         except GroupRouteError as e:
-            return error(request, context, int(e.code))
-        codes = {(r.topic, r.partition): int(r.error_code) for r in response.partitions}
+            return answer(request, codes, int(e.code))
+        codes.update(((r.topic, r.partition), int(r.error_code)) for r in response.partitions)
         return answer(request, codes, int(ErrorCode.UNKNOWN_SERVER_ERROR))
 
     return ApiHandler(ApiKey.OFFSET_COMMIT, handle, versions=(2, 9), error_response=error)
@@ -828,7 +853,7 @@ def group_handlers(backend: Backend) -> list[ApiHandler]:
         _sync_group(router),
         _heartbeat(router),
         _leave_group(router),
-        _offset_commit(router),
+        _offset_commit(backend, router),
         _offset_fetch(router),
         _describe_groups(router),
         _list_groups(backend),

@@ -472,6 +472,14 @@ async def gateway(
         _node(100 + i, common_pb2.NODE_ROLE_STORAGE_NODE, "GRPC", port)
         for i, port in enumerate(storage_ports)
     ]
+    # The topic the tests commit offsets for: OffsetCommit answers a partition the metadata
+    # lacks UNKNOWN_TOPIC_OR_PARTITION.
+    records += [
+        metadata_pb2.MetadataRecord(
+            partition=metadata_pb2.PartitionRecord(topic="t", partition=p, leader=-1)
+        )
+        for p in range(3)
+    ]
     image.apply(True, 1, records)
     upstreams = Upstreams(message_bytes_max=1 << 20, request_timeout_ms=request_timeout_ms)
     backend = Backend(
