@@ -473,12 +473,13 @@ async def gateway(
         for i, port in enumerate(storage_ports)
     ]
     # The topic the tests commit offsets for: OffsetCommit answers a partition the metadata
-    # lacks UNKNOWN_TOPIC_OR_PARTITION.
+    # lacks UNKNOWN_TOPIC_OR_PARTITION (one partition per OffsetCommit version, which some
+    # tests commit to).
     records += [
         metadata_pb2.MetadataRecord(
             partition=metadata_pb2.PartitionRecord(topic="t", partition=p, leader=-1)
         )
-        for p in range(3)
+        for p in range(RECOMMENDED_VERSIONS[ApiKey.OFFSET_COMMIT][1] + 1)
     ]
     image.apply(True, 1, records)
     upstreams = Upstreams(message_bytes_max=1 << 20, request_timeout_ms=request_timeout_ms)
