@@ -50,7 +50,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.API_VERSIONS: (0, 3),
         ApiKey.CREATE_TOPICS: (2, 4),
         ApiKey.DELETE_TOPICS: (0, 3),
-        ApiKey.INIT_PRODUCER_ID: (0, 1),
+        ApiKey.INIT_PRODUCER_ID: (0, 4),
         ApiKey.DESCRIBE_CONFIGS: (0, 1),
         ApiKey.ALTER_CONFIGS: (0, 1),
         ApiKey.SASL_AUTHENTICATE: (0, 1),
