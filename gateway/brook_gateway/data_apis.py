@@ -31,7 +31,7 @@ from brook.record.sequence import first_batch_sequence, is_ahead
 from brook.v1 import common_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import NO_NODE
+from brook_gateway.cluster_view import NO_NODE, ClusterImage
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.upstream import UpstreamError
@@ -122,6 +122,35 @@ def _unreachable_as_not_leader(code: ErrorCode) -> ErrorCode:
     makes every client refresh its metadata and retry, by which time the gateway routes to the
     new leader."""
     return ErrorCode.NOT_LEADER_OR_FOLLOWER if code == ErrorCode.NETWORK_EXCEPTION else code
+
+
+# The errors whose answers carry the partition's current leader (KIP-951).
+_NEW_LEADER_ERRORS: Final = frozenset(
+    {int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH)}
+)
+
+
+def _current_leader(
+    image: ClusterImage, code: int, hint: common_pb2.LeaderHint | None
+) -> Message | None:
+    """Kafka's CurrentLeader (Produce v10, Fetch v12; KIP-951) for a partition a storage node
+    refused as not led there: the gateway shown as leader of the storage node it names, at the
+    partition's leader epoch. None for other errors, or when no leader (or gateway) is known."""
+    if code not in _NEW_LEADER_ERRORS or hint is None or hint.leader_id < 0:
+        return None
+    leader = image.gateway_for(hint.leader_id)
+    if leader == NO_NODE:
+        return None
+    return {"leader_id": leader, "leader_epoch": hint.leader_epoch}
+
+
+def _leader_endpoints(image: ClusterImage, leaders: set[int]) -> list[Message]:
+    """Kafka's NodeEndpoints of the gateways named in current_leader fields."""
+    return [
+        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in image.kafka_brokers()
+        if b.node_id in leaders
+    ]
 
 
 def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
@@ -660,6 +689,7 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
         if acks is None:
             return _produce_error(request, context, int(ErrorCode.INVALID_REQUIRED_ACKS))
         results: dict[tuple[str, int], Message] = {}
+        leaders: set[int] = set()
 
         # acks=0: the client never hears of a refusal, so none holds for it.
         tracked = request["acks"] != 0
@@ -693,7 +723,7 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                     if answered is not None:
                         code = error_code(int(r.error_code))
                         affinity.refused(peer, answered, code, r.error_message)
-                results[(r.topic, r.partition)] = {
+                answer = {
                     "index": r.partition,
                     "error_code": int(r.error_code),
                     "base_offset": r.base_offset,
@@ -705,6 +735,15 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                     ],
                     "error_message": r.error_message or None,
                 }
+                leader = _current_leader(
+                    backend.image,
+                    int(r.error_code),
+                    r.current_leader if r.HasField("current_leader") else None,
+                )
+                if leader is not None:
+                    answer["current_leader"] = leader
+                    leaders.add(leader["leader_id"])
+                results[(r.topic, r.partition)] = answer
 
         parts = []
         for t in request["topic_data"]:
@@ -757,10 +796,11 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                 for t in request["topic_data"]
             ],
             "throttle_time_ms": 0,
+            "node_endpoints": _leader_endpoints(backend.image, leaders),
         }
 
     return ApiHandler(
-        ApiKey.PRODUCE, handle, versions=(PRODUCE_SERVED_MIN, 8), error_response=_produce_error
+        ApiKey.PRODUCE, handle, versions=(PRODUCE_SERVED_MIN, 10), error_response=_produce_error
     )
 
 

@@ -34,7 +34,8 @@ from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.server import KafkaServer, ServerLimits
 from brook_gateway.upstream import Upstreams
-from test_gateway_fuzz import KafkaGateways, kafka_gateways, kafka_request
+from test_gateway_fuzz import KafkaGateways, create_topic, kafka_gateways, kafka_request
+from test_kafka_clients import PARTITIONS, RECORDS, confluent_produce
 
 from brook.errors import ErrorCode
 from brook.launcher import LocalCluster, Role
@@ -53,7 +54,6 @@ LIMITS: Final = ServerLimits(
     idle_timeout_ms=60_000,
     request_timeout_ms=CLIENT_TIMEOUT_MS,
 )
-RECORDS: Final = 5
 
 
 @pytest.fixture(scope="module")
@@ -252,3 +252,93 @@ def test_init_producer_id_v3_and_later_bump_the_epoch_of_the_producer_named(
     fresh = _init_producer_id(gateways, version, -1, -1)
     bumped = _init_producer_id(gateways, version, fresh["producer_id"], fresh["producer_epoch"])
     assert bumped == {**fresh, "producer_epoch": fresh["producer_epoch"] + 1}
+
+
+def test_confluent_kafka_idempotent_producer_uses_init_producer_id_v4_and_produce_v10(
+    gateways: KafkaGateways,
+) -> None:
+    topic = _topic("idempotent-v10")
+    create_topic(gateways.address, topic, PARTITIONS, TIMEOUT_S)
+    with librdkafka_log() as lines:
+        offsets = confluent_produce(
+            gateways.bootstrap,
+            topic,
+            {"enable.idempotence": True, "debug": "protocol"},
+            logger=lines.logger,
+        )
+    assert sorted(offsets) == sorted(list(range(RECORDS // PARTITIONS)) * PARTITIONS)
+    assert versions_sent(lines, "InitProducerId") == {4}
+    assert versions_sent(lines, "Produce") == {10}
+
+
+def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v4(
+    gateways: KafkaGateways,
+) -> None:
+    """kafka-python infers the broker release from the ranges: Produce 9 makes it 2.8, which
+    turns on its KIP-360 epoch bump, which needs InitProducerId 3+."""
+    from kafka import KafkaProducer
+    from kafka.protocol.producer.produce import ProduceRequest
+    from kafka.protocol.producer.transaction import InitProducerIdRequest
+
+    topic = _topic("kafka-python-v9")
+    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+    producer = KafkaProducer(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        offsets = [
+            producer.send(topic, value=b"v%d" % i, partition=0).get(TIMEOUT_S).offset
+            for i in range(RECORDS)
+        ]
+        versions = producer._sender._client._manager.broker_version_data
+        assert versions.broker_version == (2, 8)
+        # The version its Sender asks for (it caps Produce at 9).
+        assert versions.api_version(ProduceRequest, max_version=9) == 9
+        assert versions.api_version(InitProducerIdRequest, min_version=3) == 4
+    finally:
+        producer.close(timeout=TIMEOUT_S)
+    assert offsets == list(range(RECORDS))
+
+
+# -- Produce ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", range(3, 11))
+def test_produce_appends_in_every_served_version(gateways: KafkaGateways, version: int) -> None:
+    topic = _topic(f"produce-v{version}")
+    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+    for expected_offset in (0, 1):
+        response = kafka_request(
+            gateways.address, ApiKey.PRODUCE, version, _produce_body(topic, _batch()), TIMEOUT_S
+        )
+        ((partition,),) = [t["partition_responses"] for t in response["responses"]]
+        assert partition["error_code"] == ErrorCode.NONE, partition
+        assert partition["base_offset"] == expected_offset
+        assert partition["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
+        assert response["node_endpoints"] == []
+        if version >= 5:
+            assert partition["log_start_offset"] == 0
+
+
+@pytest.mark.parametrize("version", [9, 10])
+def test_produce_refused_by_a_node_not_leading_names_the_leader_from_v10(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    topic = _topic(f"produce-hint-v{version}")
+    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+
+    async def scenario() -> None:
+        _, epoch = await _leader(compat_cluster, topic)
+        async with misrouting_gateway(compat_cluster, topic) as address:
+            response = await _call(address, ApiKey.PRODUCE, version, _produce_body(topic, _batch()))
+        ((partition,),) = [t["partition_responses"] for t in response["responses"]]
+        assert partition["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER, partition
+        if version < 10:
+            assert partition["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
+            assert response["node_endpoints"] == []
+            return
+        # The in-process gateway is the only one its metadata knows: every leader maps to it.
+        assert partition["current_leader"] == {"leader_id": GATEWAY_NODE_ID, "leader_epoch": epoch}
+        assert response["node_endpoints"] == [
+            {"node_id": GATEWAY_NODE_ID, "host": "127.0.0.1", "port": 1, "rack": None}
+        ]
+
+    run(scenario())
