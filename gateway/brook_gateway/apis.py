@@ -34,7 +34,7 @@ __all__ = [
 RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
     {
         ApiKey.PRODUCE: (0, 10),
-        ApiKey.FETCH: (4, 11),
+        ApiKey.FETCH: (4, 12),
         ApiKey.LIST_OFFSETS: (1, 3),
         ApiKey.METADATA: (0, 5),
         ApiKey.OFFSET_COMMIT: (2, 3),

@@ -131,12 +131,16 @@ _NEW_LEADER_ERRORS: Final = frozenset(
 
 
 def _current_leader(
-    image: ClusterImage, code: int, hint: common_pb2.LeaderHint | None
+    image: ClusterImage,
+    answer: storage_pb2.PartitionProduceResponse | storage_pb2.FetchPartitionResponse,
 ) -> Message | None:
     """Kafka's CurrentLeader (Produce v10, Fetch v12; KIP-951) for a partition a storage node
     refused as not led there: the gateway shown as leader of the storage node it names, at the
     partition's leader epoch. None for other errors, or when no leader (or gateway) is known."""
-    if code not in _NEW_LEADER_ERRORS or hint is None or hint.leader_id < 0:
+    if int(answer.error_code) not in _NEW_LEADER_ERRORS or not answer.HasField("current_leader"):
+        return None
+    hint = answer.current_leader
+    if hint.leader_id < 0:
         return None
     leader = image.gateway_for(hint.leader_id)
     if leader == NO_NODE:
@@ -735,11 +739,7 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                     ],
                     "error_message": r.error_message or None,
                 }
-                leader = _current_leader(
-                    backend.image,
-                    int(r.error_code),
-                    r.current_leader if r.HasField("current_leader") else None,
-                )
+                leader = _current_leader(backend.image, r)
                 if leader is not None:
                     answer["current_leader"] = leader
                     leaders.add(leader["leader_id"])
@@ -852,6 +852,8 @@ def _fetch(backend: Backend) -> ApiHandler:
                 )
                 if data["current_leader_epoch"] >= 0:
                     fetch_partition.current_leader_epoch = data["current_leader_epoch"]
+                if data["last_fetched_epoch"] >= 0:
+                    fetch_partition.last_fetched_epoch = data["last_fetched_epoch"]
                 partitions.append(fetch_partition)
             max_wait_ms = max(request["max_wait_ms"], 0)
             response = await backend.upstreams.call(
@@ -866,7 +868,7 @@ def _fetch(backend: Backend) -> ApiHandler:
                 backend.upstreams.request_timeout_s + max_wait_ms / 1000,
             )
             for r in response.partitions:
-                results[(r.topic, r.partition)] = {
+                answer = {
                     "partition_index": r.partition,
                     "error_code": int(r.error_code),
                     "high_watermark": r.high_watermark,
@@ -880,6 +882,15 @@ def _fetch(backend: Backend) -> ApiHandler:
                     "preferred_read_replica": -1,
                     "records": bytes(r.records),
                 }
+                if r.HasField("diverging_epoch"):
+                    answer["diverging_epoch"] = {
+                        "epoch": r.diverging_epoch.epoch,
+                        "end_offset": r.diverging_epoch.end_offset,
+                    }
+                leader = _current_leader(backend.image, r)
+                if leader is not None:
+                    answer["current_leader"] = leader
+                results[(r.topic, r.partition)] = answer
 
         parts = [
             (t["topic"], p["partition"], p) for t in request["topics"] for p in t["partitions"]
@@ -899,7 +910,9 @@ def _fetch(backend: Backend) -> ApiHandler:
             ],
         }
 
-    return ApiHandler(ApiKey.FETCH, handle, versions=(4, 11), error_response=_fetch_error)
+    # 13+ name topics by id, which the gateway's Metadata does not hand out (librdkafka stays
+    # at 12 without them).
+    return ApiHandler(ApiKey.FETCH, handle, versions=(4, 12), error_response=_fetch_error)
 
 
 def _list_offsets_error(request: Message, context: RequestContext, code: int) -> Message:

@@ -39,7 +39,7 @@ from test_kafka_clients import PARTITIONS, RECORDS, confluent_produce
 
 from brook.errors import ErrorCode
 from brook.launcher import LocalCluster, Role
-from brook.record import BatchBuilder
+from brook.record import BatchBuilder, scan_batches
 from brook.v1 import common_pb2, metadata_pb2, storage_pb2, storage_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -342,3 +342,141 @@ def test_produce_refused_by_a_node_not_leading_names_the_leader_from_v10(
         ]
 
     run(scenario())
+
+
+# -- Fetch --------------------------------------------------------------------------------------
+
+
+def _fetch_body(topic: str, offset: int, last_fetched_epoch: int = -1) -> Message:
+    return {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "isolation_level": 1,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": last_fetched_epoch,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
+def _produced(gateways: KafkaGateways, prefix: str, count: int) -> str:
+    """A new topic of one partition holding `count` records, one batch each."""
+    topic = _topic(prefix)
+    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+    for _ in range(count):
+        response = kafka_request(
+            gateways.address, ApiKey.PRODUCE, 10, _produce_body(topic, _batch()), TIMEOUT_S
+        )
+        assert response["responses"][0]["partition_responses"][0]["error_code"] == 0, response
+    return topic
+
+
+def _fetched(gateways: KafkaGateways, version: int, body: Message) -> Message:
+    response = kafka_request(gateways.address, ApiKey.FETCH, version, body, TIMEOUT_S)
+    ((partition,),) = [t["partitions"] for t in response["responses"]]
+    return partition  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_fetch_reads_in_every_served_version(gateways: KafkaGateways, version: int) -> None:
+    topic = _produced(gateways, f"fetch-v{version}", 3)
+    partition = _fetched(gateways, version, _fetch_body(topic, 1))
+    assert partition["error_code"] == ErrorCode.NONE, partition
+    assert (partition["high_watermark"], partition["last_stable_offset"]) == (3, 3)
+    offsets = [h.base_offset for _, h in scan_batches(partition["records"])]
+    assert offsets == [1, 2]
+    assert partition["diverging_epoch"] == {"epoch": -1, "end_offset": -1}
+
+
+def test_fetch_v12_answers_a_diverging_last_fetched_epoch_without_records(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    topic = _produced(gateways, "fetch-diverging", 3)
+    _, epoch = run(_leader(compat_cluster, topic))
+    # The client's last batch is of the current epoch: nothing diverges.
+    agreeing = _fetched(gateways, 12, _fetch_body(topic, 2, last_fetched_epoch=epoch))
+    assert agreeing["diverging_epoch"] == {"epoch": -1, "end_offset": -1}
+    assert [h.base_offset for _, h in scan_batches(agreeing["records"])] == [2]
+    # A client that fetched beyond this log in its current epoch (from a leader whose log was
+    # lost): the log parts at the epoch's end, where the client must truncate to.
+    diverging = _fetched(gateways, 12, _fetch_body(topic, 5, last_fetched_epoch=epoch))
+    assert diverging["error_code"] == ErrorCode.NONE, diverging
+    assert diverging["diverging_epoch"] == {"epoch": epoch, "end_offset": 3}
+    assert not diverging["records"]
+    assert diverging["high_watermark"] == 3
+    # An epoch this log does not know: Kafka's OFFSET_OUT_OF_RANGE.
+    unknown = _fetched(gateways, 12, _fetch_body(topic, 2, last_fetched_epoch=epoch + 1))
+    assert unknown["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE, unknown
+    # Before v12 there is no such field: the same position reads on.
+    older = _fetched(gateways, 11, _fetch_body(topic, 2, last_fetched_epoch=epoch + 1))
+    assert [h.base_offset for _, h in scan_batches(older["records"])] == [2]
+
+
+def test_fetch_refused_by_a_node_not_leading_names_the_leader_from_v12(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    topic = _produced(gateways, "fetch-hint", 1)
+
+    async def scenario() -> None:
+        _, epoch = await _leader(compat_cluster, topic)
+        async with misrouting_gateway(compat_cluster, topic) as address:
+            answers = {
+                version: await _call(address, ApiKey.FETCH, version, _fetch_body(topic, 0))
+                for version in (11, 12)
+            }
+        for version, response in answers.items():
+            ((partition,),) = [t["partitions"] for t in response["responses"]]
+            assert partition["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER, partition
+            expected = (
+                {"leader_id": GATEWAY_NODE_ID, "leader_epoch": epoch}
+                if version >= 12
+                else {"leader_id": -1, "leader_epoch": -1}
+            )
+            assert partition["current_leader"] == expected
+
+    run(scenario())
+
+
+def test_confluent_kafka_consumer_fetches_with_fetch_v12(gateways: KafkaGateways) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = _produced(gateways, "confluent-fetch-v12", 3)
+    with librdkafka_log() as lines:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": gateways.bootstrap,
+                "group.id": topic,
+                "auto.offset.reset": "earliest",
+                "debug": "protocol",
+            },
+            logger=lines.logger,
+        )
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            offsets: list[int] = []
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(offsets) < 3:
+                assert time.monotonic() < deadline, f"read only {offsets}"
+                message = consumer.poll(0.5)
+                if message is not None:
+                    assert message.error() is None, message.error()
+                    offsets.append(message.offset())
+        finally:
+            consumer.close()
+    assert offsets == [0, 1, 2]
+    assert versions_sent(lines, "Fetch") == {12}

@@ -102,6 +102,7 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message, int]] = {
                             "log_start_offset": 0,
                             "diverging_epoch": {"epoch": 2, "end_offset": 15},
                             "current_leader": _LEADER,
+                            "snapshot_id": {"end_offset": 9, "epoch": 1},
                             "aborted_transactions": [],
                             "preferred_read_replica": -1,
                             "records": b"\x00batch",
