@@ -19,7 +19,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final
 
@@ -207,13 +207,6 @@ def run(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, TIMEOUT_S))
 
 
-def _eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not check():
-        assert time.monotonic() < deadline, f"not {what} within {TIMEOUT_S} s"
-        time.sleep(0.05)
-
-
 # -- InitProducerId ---------------------------------------------------------------------------
 
 
@@ -300,20 +293,40 @@ def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v4(
 
 # -- Produce ------------------------------------------------------------------------------------
 
+# What a client retries while a new partition reaches its storage node.
+_NOT_YET: Final = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    }
+)
+
+
+def produce_once(gateways: KafkaGateways, version: int, topic: str) -> Message:
+    """The partition's answer to one batch, sent again (as a client would) while the storage
+    node does not know the new partition yet, for at most TIMEOUT_S."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        response = kafka_request(
+            gateways.address, ApiKey.PRODUCE, version, _produce_body(topic, _batch()), TIMEOUT_S
+        )
+        ((answer,),) = [t["partition_responses"] for t in response["responses"]]
+        if answer["error_code"] not in _NOT_YET or time.monotonic() > deadline:
+            assert response["node_endpoints"] == []
+            return answer  # type: ignore[no-any-return]
+        time.sleep(0.05)
+
 
 @pytest.mark.parametrize("version", range(3, 11))
 def test_produce_appends_in_every_served_version(gateways: KafkaGateways, version: int) -> None:
     topic = _topic(f"produce-v{version}")
     create_topic(gateways.address, topic, 1, TIMEOUT_S)
     for expected_offset in (0, 1):
-        response = kafka_request(
-            gateways.address, ApiKey.PRODUCE, version, _produce_body(topic, _batch()), TIMEOUT_S
-        )
-        ((partition,),) = [t["partition_responses"] for t in response["responses"]]
+        partition = produce_once(gateways, version, topic)
         assert partition["error_code"] == ErrorCode.NONE, partition
         assert partition["base_offset"] == expected_offset
         assert partition["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
-        assert response["node_endpoints"] == []
         if version >= 5:
             assert partition["log_start_offset"] == 0
 
@@ -322,8 +335,7 @@ def test_produce_appends_in_every_served_version(gateways: KafkaGateways, versio
 def test_produce_refused_by_a_node_not_leading_names_the_leader_from_v10(
     compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
 ) -> None:
-    topic = _topic(f"produce-hint-v{version}")
-    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+    topic = _produced(gateways, f"produce-hint-v{version}", 1)
 
     async def scenario() -> None:
         _, epoch = await _leader(compat_cluster, topic)
@@ -379,10 +391,8 @@ def _produced(gateways: KafkaGateways, prefix: str, count: int) -> str:
     topic = _topic(prefix)
     create_topic(gateways.address, topic, 1, TIMEOUT_S)
     for _ in range(count):
-        response = kafka_request(
-            gateways.address, ApiKey.PRODUCE, 10, _produce_body(topic, _batch()), TIMEOUT_S
-        )
-        assert response["responses"][0]["partition_responses"][0]["error_code"] == 0, response
+        answer = produce_once(gateways, 10, topic)
+        assert answer["error_code"] == ErrorCode.NONE, answer
     return topic
 
 
