@@ -151,18 +151,20 @@ class FetchRequest(_message.Message):
     def __init__(self, max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., isolation_level: _Optional[_Union[_common_pb2.IsolationLevel, str]] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ..., decode_records: _Optional[bool] = ...) -> None: ...
 
 class FetchPartition(_message.Message):
-    __slots__ = ("topic", "partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch")
+    __slots__ = ("topic", "partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch", "last_fetched_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PARTITION_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     fetch_offset: int
     partition_max_bytes: int
     current_leader_epoch: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., partition_max_bytes: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ...) -> None: ...
+    last_fetched_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., partition_max_bytes: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("partitions", "throttle_time_ms")
@@ -173,7 +175,7 @@ class FetchResponse(_message.Message):
     def __init__(self, partitions: _Optional[_Iterable[_Union[FetchPartitionResponse, _Mapping]]] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class FetchPartitionResponse(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "last_stable_offset", "log_start_offset", "records", "decoded_records", "aborted_transactions", "current_leader", "next_fetch_offset")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "last_stable_offset", "log_start_offset", "records", "decoded_records", "aborted_transactions", "current_leader", "next_fetch_offset", "diverging_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +188,7 @@ class FetchPartitionResponse(_message.Message):
     ABORTED_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     CURRENT_LEADER_FIELD_NUMBER: _ClassVar[int]
     NEXT_FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DIVERGING_EPOCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: _errors_pb2.ErrorCode
@@ -198,7 +201,8 @@ class FetchPartitionResponse(_message.Message):
     aborted_transactions: _containers.RepeatedCompositeFieldContainer[_common_pb2.AbortedTransaction]
     current_leader: _common_pb2.LeaderHint
     next_fetch_offset: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., last_stable_offset: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., decoded_records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., aborted_transactions: _Optional[_Iterable[_Union[_common_pb2.AbortedTransaction, _Mapping]]] = ..., current_leader: _Optional[_Union[_common_pb2.LeaderHint, _Mapping]] = ..., next_fetch_offset: _Optional[int] = ...) -> None: ...
+    diverging_epoch: _common_pb2.EpochEndOffset
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., last_stable_offset: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., decoded_records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., aborted_transactions: _Optional[_Iterable[_Union[_common_pb2.AbortedTransaction, _Mapping]]] = ..., current_leader: _Optional[_Union[_common_pb2.LeaderHint, _Mapping]] = ..., next_fetch_offset: _Optional[int] = ..., diverging_epoch: _Optional[_Union[_common_pb2.EpochEndOffset, _Mapping]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("partitions", "isolation_level", "max_bytes", "partition_max_bytes", "decode_records")

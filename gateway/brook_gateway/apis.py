@@ -33,8 +33,8 @@ __all__ = [
 
 RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
     {
-        ApiKey.PRODUCE: (0, 8),
-        ApiKey.FETCH: (4, 11),
+        ApiKey.PRODUCE: (0, 10),
+        ApiKey.FETCH: (4, 12),
         ApiKey.LIST_OFFSETS: (1, 3),
         ApiKey.METADATA: (0, 5),
         ApiKey.OFFSET_COMMIT: (2, 9),
@@ -50,7 +50,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.API_VERSIONS: (0, 3),
         ApiKey.CREATE_TOPICS: (2, 4),
         ApiKey.DELETE_TOPICS: (0, 3),
-        ApiKey.INIT_PRODUCER_ID: (0, 1),
+        ApiKey.INIT_PRODUCER_ID: (0, 4),
         ApiKey.DESCRIBE_CONFIGS: (0, 1),
         ApiKey.ALTER_CONFIGS: (0, 1),
         ApiKey.SASL_AUTHENTICATE: (0, 1),

@@ -33,7 +33,7 @@ from brook.record.sequence import first_batch_sequence, is_ahead
 from brook.v1 import common_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import NO_NODE
+from brook_gateway.cluster_view import NO_NODE, ClusterImage
 from brook_gateway.fetch_budget import ResponseBudget, node_budgets
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
@@ -130,6 +130,39 @@ def _unreachable_as_not_leader(code: ErrorCode) -> ErrorCode:
     makes every client refresh its metadata and retry, by which time the gateway routes to the
     new leader."""
     return ErrorCode.NOT_LEADER_OR_FOLLOWER if code == ErrorCode.NETWORK_EXCEPTION else code
+
+
+# The errors whose answers carry the partition's current leader (KIP-951).
+_NEW_LEADER_ERRORS: Final = frozenset(
+    {int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH)}
+)
+
+
+def _current_leader(
+    image: ClusterImage,
+    answer: storage_pb2.PartitionProduceResponse | storage_pb2.FetchPartitionResponse,
+) -> Message | None:
+    """Kafka's CurrentLeader (Produce v10, Fetch v12; KIP-951) for a partition a storage node
+    refused as not led there: the gateway shown as leader of the storage node it names, at the
+    partition's leader epoch. None for other errors, or when no leader (or gateway) is known."""
+    if int(answer.error_code) not in _NEW_LEADER_ERRORS or not answer.HasField("current_leader"):
+        return None
+    hint = answer.current_leader
+    if hint.leader_id < 0:
+        return None
+    leader = image.gateway_for(hint.leader_id)
+    if leader == NO_NODE:
+        return None
+    return {"leader_id": leader, "leader_epoch": hint.leader_epoch}
+
+
+def _leader_endpoints(image: ClusterImage, leaders: set[int]) -> list[Message]:
+    """Kafka's NodeEndpoints of the gateways named in current_leader fields."""
+    return [
+        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in image.kafka_brokers()
+        if b.node_id in leaders
+    ]
 
 
 def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
@@ -668,6 +701,7 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
         if acks is None:
             return _produce_error(request, context, int(ErrorCode.INVALID_REQUIRED_ACKS))
         results: dict[tuple[str, int], Message] = {}
+        leaders: set[int] = set()
 
         # acks=0: the client never hears of a refusal, so none holds for it.
         tracked = request["acks"] != 0
@@ -701,7 +735,7 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                     if answered is not None:
                         code = error_code(int(r.error_code))
                         affinity.refused(peer, answered, code, r.error_message)
-                results[(r.topic, r.partition)] = {
+                answer = {
                     "index": r.partition,
                     "error_code": int(r.error_code),
                     "base_offset": r.base_offset,
@@ -713,6 +747,11 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                     ],
                     "error_message": r.error_message or None,
                 }
+                leader = _current_leader(backend.image, r)
+                if leader is not None:
+                    answer["current_leader"] = leader
+                    leaders.add(leader["leader_id"])
+                results[(r.topic, r.partition)] = answer
 
         parts = []
         for t in request["topic_data"]:
@@ -765,10 +804,11 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                 for t in request["topic_data"]
             ],
             "throttle_time_ms": 0,
+            "node_endpoints": _leader_endpoints(backend.image, leaders),
         }
 
     return ApiHandler(
-        ApiKey.PRODUCE, handle, versions=(PRODUCE_SERVED_MIN, 8), error_response=_produce_error
+        ApiKey.PRODUCE, handle, versions=(PRODUCE_SERVED_MIN, 10), error_response=_produce_error
     )
 
 
@@ -833,6 +873,8 @@ def _fetch(backend: Backend) -> ApiHandler:
                 )
                 if data["current_leader_epoch"] >= 0:
                     fetch_partition.current_leader_epoch = data["current_leader_epoch"]
+                if data["last_fetched_epoch"] >= 0:
+                    fetch_partition.last_fetched_epoch = data["last_fetched_epoch"]
                 partitions.append(fetch_partition)
             max_wait_ms = max(request["max_wait_ms"], 0)
             response = await backend.upstreams.call(
@@ -847,7 +889,7 @@ def _fetch(backend: Backend) -> ApiHandler:
                 backend.upstreams.request_timeout_s + max_wait_ms / 1000,
             )
             for r in response.partitions:
-                results[(r.topic, r.partition)] = {
+                answer = {
                     "partition_index": r.partition,
                     "error_code": int(r.error_code),
                     "high_watermark": r.high_watermark,
@@ -861,6 +903,15 @@ def _fetch(backend: Backend) -> ApiHandler:
                     "preferred_read_replica": -1,
                     "records": bytes(r.records),
                 }
+                if r.HasField("diverging_epoch"):
+                    answer["diverging_epoch"] = {
+                        "epoch": r.diverging_epoch.epoch,
+                        "end_offset": r.diverging_epoch.end_offset,
+                    }
+                leader = _current_leader(backend.image, r)
+                if leader is not None:
+                    answer["current_leader"] = leader
+                results[(r.topic, r.partition)] = answer
 
         parts = [
             (t["topic"], p["partition"], p) for t in request["topics"] for p in t["partitions"]
@@ -895,7 +946,9 @@ def _fetch(backend: Backend) -> ApiHandler:
             ],
         }
 
-    return ApiHandler(ApiKey.FETCH, handle, versions=(4, 11), error_response=_fetch_error)
+    # 13+ name topics by id, which the gateway's Metadata does not hand out (librdkafka stays
+    # at 12 without them).
+    return ApiHandler(ApiKey.FETCH, handle, versions=(4, 12), error_response=_fetch_error)
 
 
 def _list_offsets_error(request: Message, context: RequestContext, code: int) -> Message:

@@ -842,7 +842,7 @@ def _init_producer_id(backend: Backend) -> ApiHandler:
         # librdkafka takes as its own connection failing) would not be.
         return error(request, context, int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
 
-    return ApiHandler(ApiKey.INIT_PRODUCER_ID, handle, versions=(0, 1), error_response=error)
+    return ApiHandler(ApiKey.INIT_PRODUCER_ID, handle, versions=(0, 4), error_response=error)
 
 
 def group_handlers(backend: Backend) -> list[ApiHandler]:

@@ -128,12 +128,15 @@ def create_topic_confluent(bootstrap: str, topic: str) -> None:
     futures[topic].result(CLIENT_TIMEOUT_MS / 1000)
 
 
-def confluent_produce(bootstrap: str, topic: str, config: dict[str, Any]) -> list[int]:
+def confluent_produce(
+    bootstrap: str, topic: str, config: dict[str, Any], **client_args: Any
+) -> list[int]:
     """Produces the expected records of ``topic`` with a confluent-kafka Producer configured
-    with ``config``; the offsets it was told (meaningless with acks=0)."""
+    with ``config`` (and ``client_args``, such as ``logger``); the offsets it was told
+    (meaningless with acks=0)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, **config})
+    producer = Producer({"bootstrap.servers": bootstrap, **config}, **client_args)
     errors: list[Any] = []
     offsets: list[int] = []
 

@@ -65,6 +65,9 @@ class FetchTarget:
     partition: Partition | None = None
     error: ErrorResult | None = None
     """Why it cannot be served now (re-evaluated by ``resolve_targets``)."""
+    last_fetched_epoch: int = NO_EPOCH
+    """The epoch of the client's last fetched batch: a log that parts from it there is
+    answered with ``diverging_epoch`` and no records."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,21 @@ def _read_sync(targets: Sequence[FetchTarget], response_bytes_max: int, decode: 
         limit = remaining if target.max_bytes is None else min(target.max_bytes, remaining)
         try:
             high_watermarks[partition] = partition.high_watermark
+            diverging = partition.diverging_epoch(target.last_fetched_epoch, target.fetch_offset)
+            if diverging is not None and diverging[0] == NO_EPOCH:
+                # Kafka's answer to a consumer whose epoch the log cannot place.
+                raise PartitionError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"the end of last fetched epoch {target.last_fetched_epoch} is unknown here",
+                )
+            if diverging is not None:
+                # Answered at once and without records, as Kafka does: the client truncates.
+                response.diverging_epoch.epoch, response.diverging_epoch.end_offset = diverging
+                response.high_watermark = response.last_stable_offset = partition.high_watermark
+                response.log_start_offset = partition.log_start_offset
+                has_error = True
+                sizes.append(0)
+                continue
             data = partition.read(target.fetch_offset, max(limit, 0), min_one_batch=total == 0)
             response.high_watermark = data.high_watermark
             # No transactions yet (issue #8): the last stable offset is the high watermark.

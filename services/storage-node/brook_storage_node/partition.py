@@ -475,6 +475,18 @@ class Partition:
 
     # -- reads and listeners ----------------------------------------------------------------
 
+    def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+        """(epoch, end offset) where a fetcher's log parts from this one (Kafka's check: its
+        last epoch ends here before its position, or is unknown here: (NO_EPOCH, -1)), None if
+        it does not or the fetcher names no epoch. Followers truncate to it; consumers (Fetch
+        v12+) are told, or get OFFSET_OUT_OF_RANGE for an unknown epoch, as from Kafka."""
+        if last_fetched_epoch < 0 or fetch_offset == 0:
+            return None
+        epoch, end_offset = self.log.end_offset_for_epoch(last_fetched_epoch)
+        if epoch == NO_EPOCH or epoch < last_fetched_epoch or end_offset < fetch_offset:
+            return epoch, end_offset
+        return None
+
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool) -> FetchData:
         """Whole batches from ``offset``, below the HW only (what consumers may see)."""
         return self.log.read(

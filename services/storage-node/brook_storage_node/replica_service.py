@@ -29,7 +29,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from brook.config import Config
 from brook.errors import ErrorCode
@@ -43,8 +43,6 @@ from brook_storage_node.replica_manager import ReplicaManager
 __all__ = ["CaughtUpListener", "ReplicaServiceLimits", "ReplicaServicer"]
 
 _log = logging.getLogger(__name__)
-
-_UNDEFINED_EPOCH: Final = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +176,14 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                 )
             response.high_watermark = partition.high_watermark
             response.log_start_offset = partition.log_start_offset
-            if target.partition is None and self._diverging(partition, entry, response):
-                return
+            if target.partition is None:
+                diverging = partition.diverging_epoch(entry.last_fetched_epoch, entry.fetch_offset)
+                if diverging is not None:
+                    epoch, end_offset = diverging
+                    response.diverging_epoch.CopyFrom(
+                        common_pb2.EpochEndOffset(epoch=epoch, end_offset=end_offset)
+                    )
+                    return
             log_end = partition.log_end_offset
             if entry.fetch_offset > log_end or entry.fetch_offset < partition.log_start_offset:
                 raise PartitionError(
@@ -199,28 +203,6 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             response.error_code = wire_code(result.code)
             response.error_message = result.message
             target.partition = None
-
-    @staticmethod
-    def _diverging(
-        partition: Partition,
-        entry: replica_pb2.ReplicaFetchPartition,
-        response: replica_pb2.ReplicaFetchPartitionResponse,
-    ) -> bool:
-        """Set ``diverging_epoch`` if the follower's last epoch ends here before its
-        position (Kafka's check); True if it did."""
-        if entry.last_fetched_epoch < 0 or entry.fetch_offset == 0:
-            return False
-        epoch, end_offset = partition.log.end_offset_for_epoch(entry.last_fetched_epoch)
-        if (
-            epoch == _UNDEFINED_EPOCH
-            or epoch < entry.last_fetched_epoch
-            or (end_offset < entry.fetch_offset)
-        ):
-            response.diverging_epoch.CopyFrom(
-                common_pb2.EpochEndOffset(epoch=epoch, end_offset=end_offset)
-            )
-            return True
-        return False
 
     async def _read(self, request: replica_pb2.ReplicaFetchRequest, targets: list[_Target]) -> None:
         budget = request.max_bytes or self._limits.response_bytes_max

@@ -647,6 +647,11 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                     entry.partition_max_bytes or None,
                     _client_leader_epoch(entry),
                     rejected,
+                    last_fetched_epoch=(
+                        entry.last_fetched_epoch
+                        if entry.HasField("last_fetched_epoch")
+                        else NO_EPOCH
+                    ),
                 )
             )
         budget = self._response_budget(request.max_bytes)

@@ -1,0 +1,492 @@
+"""The data and admin APIs in the versions current clients send, against the compatibility
+suite's real cluster (conftest.py: two storage nodes, two gateways).
+
+Two kinds of checks per raised API: the handler's answer in each served version, through raw
+requests (fields that exist only in some versions, Kafka's per-version meaning); and a real
+client negotiating the new version end to end. Which version librdkafka sends is read from its
+own protocol debug log ("Sent ProduceRequest (v10, ..."), kafka-python's from its negotiated
+broker version data.
+
+The KIP-951 leader hints (Produce v10, Fetch v12) need a request to reach a storage node that
+does not lead the partition: an in-process gateway whose metadata names the wrong node does
+that, as a real gateway with stale metadata would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Final
+
+import grpc
+import pytest
+from brook_gateway.api_versions import api_versions_handler
+from brook_gateway.apis import Dispatcher
+from brook_gateway.backend import Backend
+from brook_gateway.cluster_view import ClusterImage
+from brook_gateway.data_apis import data_handlers
+from brook_gateway.protocol.codec import Message
+from brook_gateway.protocol.kafka_messages import ApiKey
+from brook_gateway.server import KafkaServer, ServerLimits
+from brook_gateway.upstream import Upstreams
+from test_gateway_fuzz import KafkaGateways, create_topic, kafka_gateways, kafka_request
+from test_kafka_clients import PARTITIONS, RECORDS, confluent_produce
+
+from brook.errors import ErrorCode
+from brook.launcher import LocalCluster, Role
+from brook.record import BatchBuilder, scan_batches
+from brook.v1 import common_pb2, metadata_pb2, storage_pb2, storage_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT_S: Final = 30.0
+CLIENT_TIMEOUT_MS: Final = 30_000
+GATEWAY_NODE_ID: Final = 4001
+LIMITS: Final = ServerLimits(
+    request_bytes_max=1 << 20,
+    connections_max=4,
+    in_flight_per_connection_max=4,
+    idle_timeout_ms=60_000,
+    request_timeout_ms=CLIENT_TIMEOUT_MS,
+)
+
+
+@pytest.fixture(scope="module")
+def gateways(compat_cluster: LocalCluster) -> KafkaGateways:
+    return kafka_gateways(compat_cluster)
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _batch(value: bytes = b"value") -> bytes:
+    builder = BatchBuilder()
+    builder.append(int(time.time() * 1000), b"key", value)
+    return builder.build()
+
+
+def _produce_body(topic: str, records: bytes, acks: int = -1) -> Message:
+    return {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout_ms": CLIENT_TIMEOUT_MS,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+    }
+
+
+# -- librdkafka's own account of the versions it sends ----------------------------------------
+
+
+class _Lines(logging.Handler):
+    """The lines a confluent-kafka client logs through `logger` (pass it as `logger=`)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.logger = logging.getLogger(f"librdkafka-{uuid.uuid4().hex[:8]}")
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.propagate = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextmanager
+def librdkafka_log() -> Iterator[_Lines]:
+    lines = _Lines()
+    lines.logger.addHandler(lines)
+    try:
+        yield lines
+    finally:
+        lines.logger.removeHandler(lines)
+
+
+def versions_sent(lines: _Lines, request: str) -> set[int]:
+    """The versions of `request` (e.g. "Produce") librdkafka logged as sent."""
+    pattern = re.compile(rf"Sent {request}Request \(v(\d+),")
+    return {int(m.group(1)) for line in lines.lines for m in pattern.finditer(line)}
+
+
+# -- an in-process gateway whose metadata names the wrong leader ------------------------------
+
+
+def _storage_nodes(cluster: LocalCluster) -> dict[int, int]:
+    """storage node id -> its gRPC port."""
+    return {
+        cluster.spec(name).node_id: cluster.spec(name).ports["GRPC"]
+        for name in cluster.names(Role.STORAGE_NODE)
+    }
+
+
+async def _leader(cluster: LocalCluster, topic: str) -> tuple[int, int]:
+    """(storage node id, leader epoch) of partition 0 of `topic`, from a storage node."""
+    port = next(iter(_storage_nodes(cluster).values()))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = storage_pb2_grpc.StorageServiceStub(channel)
+        response = await stub.GetMetadata(storage_pb2.GetMetadataRequest(topics=[topic]))
+    (state,) = response.topics
+    (partition,) = [p for p in state.partitions if p.partition == 0]
+    return partition.leader_id, partition.leader_epoch
+
+
+def _misrouting_image(cluster: LocalCluster, topic: str, wrong_leader: int) -> ClusterImage:
+    records = [
+        metadata_pb2.MetadataRecord(
+            broker=metadata_pb2.BrokerRecord(
+                node_id=GATEWAY_NODE_ID,
+                role=common_pb2.NODE_ROLE_GATEWAY,
+                endpoints=[common_pb2.Endpoint(listener="PLAINTEXT", host="127.0.0.1", port=1)],
+            )
+        )
+    ]
+    for node_id, port in _storage_nodes(cluster).items():
+        records.append(
+            metadata_pb2.MetadataRecord(
+                broker=metadata_pb2.BrokerRecord(
+                    node_id=node_id,
+                    role=common_pb2.NODE_ROLE_STORAGE_NODE,
+                    endpoints=[common_pb2.Endpoint(listener="GRPC", host="127.0.0.1", port=port)],
+                )
+            )
+        )
+    records += [
+        metadata_pb2.MetadataRecord(topic=metadata_pb2.TopicRecord(name=topic)),
+        metadata_pb2.MetadataRecord(
+            partition=metadata_pb2.PartitionRecord(
+                topic=topic,
+                partition=0,
+                replicas=[wrong_leader],
+                isr=[wrong_leader],
+                leader=wrong_leader,
+            )
+        ),
+    ]
+    image = ClusterImage()
+    image.apply(True, 1, records)
+    return image
+
+
+@asynccontextmanager
+async def misrouting_gateway(cluster: LocalCluster, topic: str) -> AsyncIterator[tuple[str, int]]:
+    """The Kafka address of an in-process gateway that sends partition 0 of `topic` to a
+    storage node that does not lead it."""
+    leader, _ = await _leader(cluster, topic)
+    wrong = next(n for n in _storage_nodes(cluster) if n != leader)
+    upstreams = Upstreams(message_bytes_max=1 << 20, request_timeout_ms=CLIENT_TIMEOUT_MS)
+    backend = Backend(
+        node_id=GATEWAY_NODE_ID,
+        image=_misrouting_image(cluster, topic, wrong),
+        upstreams=upstreams,
+        controllers=(),
+    )
+    dispatcher = Dispatcher()
+    dispatcher.register(api_versions_handler(dispatcher))
+    for handler in data_handlers(backend):
+        dispatcher.register(handler)
+    server = KafkaServer(dispatcher, LIMITS, "127.0.0.1", 0)
+    await server.start()
+    try:
+        yield ("127.0.0.1", server.port)
+    finally:
+        await server.stop()
+        await upstreams.close()
+
+
+async def _call(address: tuple[str, int], api: ApiKey, version: int, body: Message) -> Message:
+    """One raw request, on a thread: the gateway answering it runs on this event loop."""
+    return await asyncio.to_thread(kafka_request, address, api, version, body, TIMEOUT_S)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, TIMEOUT_S))
+
+
+# -- InitProducerId ---------------------------------------------------------------------------
+
+
+def _init_producer_id(gateways: KafkaGateways, version: int, pid: int, epoch: int) -> Message:
+    return kafka_request(
+        gateways.address,
+        ApiKey.INIT_PRODUCER_ID,
+        version,
+        {
+            "transactional_id": None,
+            "transaction_timeout_ms": 60_000,
+            "producer_id": pid,
+            "producer_epoch": epoch,
+        },
+        TIMEOUT_S,
+    )
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_init_producer_id_hands_out_a_new_id_in_every_version(
+    gateways: KafkaGateways, version: int
+) -> None:
+    first = _init_producer_id(gateways, version, -1, -1)
+    second = _init_producer_id(gateways, version, -1, -1)
+    for answer in (first, second):
+        assert answer["error_code"] == ErrorCode.NONE, answer
+        assert answer["producer_id"] >= 0 and answer["producer_epoch"] == 0
+    assert first["producer_id"] != second["producer_id"]
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_init_producer_id_v3_and_later_bump_the_epoch_of_the_producer_named(
+    gateways: KafkaGateways, version: int
+) -> None:
+    """KIP-360: what kafka-python asks for (with v3+) after a sequence error."""
+    fresh = _init_producer_id(gateways, version, -1, -1)
+    bumped = _init_producer_id(gateways, version, fresh["producer_id"], fresh["producer_epoch"])
+    assert bumped == {**fresh, "producer_epoch": fresh["producer_epoch"] + 1}
+
+
+def test_confluent_kafka_idempotent_producer_uses_init_producer_id_v4_and_produce_v10(
+    gateways: KafkaGateways,
+) -> None:
+    topic = _topic("idempotent-v10")
+    create_topic(gateways.address, topic, PARTITIONS, TIMEOUT_S)
+    with librdkafka_log() as lines:
+        offsets = confluent_produce(
+            gateways.bootstrap,
+            topic,
+            {"enable.idempotence": True, "debug": "protocol"},
+            logger=lines.logger,
+        )
+    assert sorted(offsets) == sorted(list(range(RECORDS // PARTITIONS)) * PARTITIONS)
+    assert versions_sent(lines, "InitProducerId") == {4}
+    assert versions_sent(lines, "Produce") == {10}
+
+
+def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v4(
+    gateways: KafkaGateways,
+) -> None:
+    """kafka-python infers the broker release from the ranges: Produce 9 makes it 2.8, which
+    turns on its KIP-360 epoch bump, which needs InitProducerId 3+."""
+    from kafka import KafkaProducer
+    from kafka.protocol.producer.produce import ProduceRequest
+    from kafka.protocol.producer.transaction import InitProducerIdRequest
+
+    topic = _topic("kafka-python-v9")
+    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+    producer = KafkaProducer(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        offsets = [
+            producer.send(topic, value=b"v%d" % i, partition=0).get(TIMEOUT_S).offset
+            for i in range(RECORDS)
+        ]
+        versions = producer._sender._client._manager.broker_version_data
+        assert versions.broker_version == (2, 8)
+        # The version its Sender asks for (it caps Produce at 9).
+        assert versions.api_version(ProduceRequest, max_version=9) == 9
+        assert versions.api_version(InitProducerIdRequest, min_version=3) == 4
+    finally:
+        producer.close(timeout=TIMEOUT_S)
+    assert offsets == list(range(RECORDS))
+
+
+# -- Produce ------------------------------------------------------------------------------------
+
+# What a client retries while a new partition reaches its storage node.
+_NOT_YET: Final = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    }
+)
+
+
+def produce_once(gateways: KafkaGateways, version: int, topic: str) -> Message:
+    """The partition's answer to one batch, sent again (as a client would) while the storage
+    node does not know the new partition yet, for at most TIMEOUT_S."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        response = kafka_request(
+            gateways.address, ApiKey.PRODUCE, version, _produce_body(topic, _batch()), TIMEOUT_S
+        )
+        ((answer,),) = [t["partition_responses"] for t in response["responses"]]
+        if answer["error_code"] not in _NOT_YET or time.monotonic() > deadline:
+            assert response["node_endpoints"] == []
+            return answer  # type: ignore[no-any-return]
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("version", range(3, 11))
+def test_produce_appends_in_every_served_version(gateways: KafkaGateways, version: int) -> None:
+    topic = _topic(f"produce-v{version}")
+    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+    for expected_offset in (0, 1):
+        partition = produce_once(gateways, version, topic)
+        assert partition["error_code"] == ErrorCode.NONE, partition
+        assert partition["base_offset"] == expected_offset
+        assert partition["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
+        if version >= 5:
+            assert partition["log_start_offset"] == 0
+
+
+@pytest.mark.parametrize("version", [9, 10])
+def test_produce_refused_by_a_node_not_leading_names_the_leader_from_v10(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    topic = _produced(gateways, f"produce-hint-v{version}", 1)
+
+    async def scenario() -> None:
+        _, epoch = await _leader(compat_cluster, topic)
+        async with misrouting_gateway(compat_cluster, topic) as address:
+            response = await _call(address, ApiKey.PRODUCE, version, _produce_body(topic, _batch()))
+        ((partition,),) = [t["partition_responses"] for t in response["responses"]]
+        assert partition["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER, partition
+        if version < 10:
+            assert partition["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
+            assert response["node_endpoints"] == []
+            return
+        # The in-process gateway is the only one its metadata knows: every leader maps to it.
+        assert partition["current_leader"] == {"leader_id": GATEWAY_NODE_ID, "leader_epoch": epoch}
+        assert response["node_endpoints"] == [
+            {"node_id": GATEWAY_NODE_ID, "host": "127.0.0.1", "port": 1, "rack": None}
+        ]
+
+    run(scenario())
+
+
+# -- Fetch --------------------------------------------------------------------------------------
+
+
+def _fetch_body(topic: str, offset: int, last_fetched_epoch: int = -1) -> Message:
+    return {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "isolation_level": 1,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": last_fetched_epoch,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
+def _produced(gateways: KafkaGateways, prefix: str, count: int) -> str:
+    """A new topic of one partition holding `count` records, one batch each."""
+    topic = _topic(prefix)
+    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+    for _ in range(count):
+        answer = produce_once(gateways, 10, topic)
+        assert answer["error_code"] == ErrorCode.NONE, answer
+    return topic
+
+
+def _fetched(gateways: KafkaGateways, version: int, body: Message) -> Message:
+    response = kafka_request(gateways.address, ApiKey.FETCH, version, body, TIMEOUT_S)
+    ((partition,),) = [t["partitions"] for t in response["responses"]]
+    return partition  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_fetch_reads_in_every_served_version(gateways: KafkaGateways, version: int) -> None:
+    topic = _produced(gateways, f"fetch-v{version}", 3)
+    partition = _fetched(gateways, version, _fetch_body(topic, 1))
+    assert partition["error_code"] == ErrorCode.NONE, partition
+    assert (partition["high_watermark"], partition["last_stable_offset"]) == (3, 3)
+    offsets = [h.base_offset for _, h in scan_batches(partition["records"])]
+    assert offsets == [1, 2]
+    assert partition["diverging_epoch"] == {"epoch": -1, "end_offset": -1}
+
+
+def test_fetch_v12_answers_a_diverging_last_fetched_epoch_without_records(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    topic = _produced(gateways, "fetch-diverging", 3)
+    _, epoch = run(_leader(compat_cluster, topic))
+    # The client's last batch is of the current epoch: nothing diverges.
+    agreeing = _fetched(gateways, 12, _fetch_body(topic, 2, last_fetched_epoch=epoch))
+    assert agreeing["diverging_epoch"] == {"epoch": -1, "end_offset": -1}
+    assert [h.base_offset for _, h in scan_batches(agreeing["records"])] == [2]
+    # A client that fetched beyond this log in its current epoch (from a leader whose log was
+    # lost): the log parts at the epoch's end, where the client must truncate to.
+    diverging = _fetched(gateways, 12, _fetch_body(topic, 5, last_fetched_epoch=epoch))
+    assert diverging["error_code"] == ErrorCode.NONE, diverging
+    assert diverging["diverging_epoch"] == {"epoch": epoch, "end_offset": 3}
+    assert not diverging["records"]
+    assert diverging["high_watermark"] == 3
+    # An epoch this log does not know: Kafka's OFFSET_OUT_OF_RANGE.
+    unknown = _fetched(gateways, 12, _fetch_body(topic, 2, last_fetched_epoch=epoch + 1))
+    assert unknown["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE, unknown
+    # Before v12 there is no such field: the same position reads on.
+    older = _fetched(gateways, 11, _fetch_body(topic, 2, last_fetched_epoch=epoch + 1))
+    assert [h.base_offset for _, h in scan_batches(older["records"])] == [2]
+
+
+def test_fetch_refused_by_a_node_not_leading_names_the_leader_from_v12(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    topic = _produced(gateways, "fetch-hint", 1)
+
+    async def scenario() -> None:
+        _, epoch = await _leader(compat_cluster, topic)
+        async with misrouting_gateway(compat_cluster, topic) as address:
+            answers = {
+                version: await _call(address, ApiKey.FETCH, version, _fetch_body(topic, 0))
+                for version in (11, 12)
+            }
+        for version, response in answers.items():
+            ((partition,),) = [t["partitions"] for t in response["responses"]]
+            assert partition["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER, partition
+            expected = (
+                {"leader_id": GATEWAY_NODE_ID, "leader_epoch": epoch}
+                if version >= 12
+                else {"leader_id": -1, "leader_epoch": -1}
+            )
+            assert partition["current_leader"] == expected
+
+    run(scenario())
+
+
+def test_confluent_kafka_consumer_fetches_with_fetch_v12(gateways: KafkaGateways) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = _produced(gateways, "confluent-fetch-v12", 3)
+    with librdkafka_log() as lines:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": gateways.bootstrap,
+                "group.id": topic,
+                "auto.offset.reset": "earliest",
+                "debug": "protocol",
+            },
+            logger=lines.logger,
+        )
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            offsets: list[int] = []
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(offsets) < 3:
+                assert time.monotonic() < deadline, f"read only {offsets}"
+                message = consumer.poll(0.5)
+                if message is not None:
+                    assert message.error() is None, message.error()
+                    offsets.append(message.offset())
+        finally:
+            consumer.close()
+    assert offsets == [0, 1, 2]
+    assert versions_sent(lines, "Fetch") == {12}
