@@ -51,6 +51,7 @@ APIS: Final = (
     "CreateTopics",
     "DeleteTopics",
     "InitProducerId",
+    "OffsetForLeaderEpoch",
     "DescribeConfigs",
     "AlterConfigs",
     "SaslAuthenticate",

@@ -2,7 +2,9 @@
 
 `RECOMMENDED_VERSIONS` is the one place the advertised ranges are defined (from
 ../shared/kafka-protocol/CLIENTS.md, section 7: the highest version every current client
-implements, with minimums low enough for older librdkafka's feature detection). Only APIs
+implements, with minimums low enough for older librdkafka's feature detection), raised where
+the gateway serves more (Metadata to v12 with topic ids and leader epochs, and with them
+OffsetForLeaderEpoch, which section 7 ties to exactly that: docs/decisions.md). Only APIs
 with a registered handler are advertised, so the gateway can never announce an API it cannot
 answer. A handler may serve fewer versions than are advertised (Produce is advertised from 0
 but served from 3); requests for the rest are answered with UNSUPPORTED_VERSION, as Kafka 4.0
@@ -36,7 +38,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.PRODUCE: (0, 10),
         ApiKey.FETCH: (4, 12),
         ApiKey.LIST_OFFSETS: (1, 3),
-        ApiKey.METADATA: (0, 5),
+        ApiKey.METADATA: (0, 12),
         ApiKey.OFFSET_COMMIT: (2, 9),
         ApiKey.OFFSET_FETCH: (1, 9),
         ApiKey.FIND_COORDINATOR: (0, 4),
@@ -51,6 +53,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.CREATE_TOPICS: (2, 4),
         ApiKey.DELETE_TOPICS: (0, 3),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
         ApiKey.DESCRIBE_CONFIGS: (0, 1),
         ApiKey.ALTER_CONFIGS: (0, 1),
         ApiKey.SASL_AUTHENTICATE: (0, 1),

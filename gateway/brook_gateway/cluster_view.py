@@ -178,6 +178,21 @@ class ClusterImage:
         brokers = self.kafka_brokers()
         return brokers[0].node_id if brokers else NO_NODE
 
+    def storage_live(self, node_id: int) -> bool:
+        """Whether ``node_id`` is a registered, unfenced storage node: Kafka lists a replica
+        on any other node as offline."""
+        node = self.nodes.get(node_id)
+        return (
+            node is not None and node.role == common_pb2.NODE_ROLE_STORAGE_NODE and not node.fenced
+        )
+
+    def topic_by_id(self, topic_id: bytes) -> TopicState | None:
+        """The topic with Kafka id ``topic_id``; None for an unknown id (or the zero id, which
+        names no topic)."""
+        if not any(topic_id):
+            return None
+        return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+
     def storage_address(self, node_id: int) -> str | None:
         """The GRPC address of a live storage node."""
         node = self.nodes.get(node_id)

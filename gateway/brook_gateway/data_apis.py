@@ -30,13 +30,14 @@ from typing import Any, Final
 from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode, error_code
 from brook.record import CorruptRecordError
 from brook.record.sequence import first_batch_sequence, is_ahead
-from brook.v1 import common_pb2, storage_pb2
+from brook.v1 import common_pb2, replica_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import NO_NODE, ClusterImage
 from brook_gateway.fetch_budget import ResponseBudget, node_budgets
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
+from brook_gateway.protocol.primitives import UUID_ZERO
 from brook_gateway.upstream import UpstreamError
 
 __all__ = ["PartitionOrder", "ProduceAffinity", "ProduceCoalescer", "data_handlers"]
@@ -123,6 +124,14 @@ async def _fan_out(
     await asyncio.gather(*(one(a, items) for a, items in routed.by_address.items()))
 
 
+def _client_leader_epoch(partition: Message) -> int | None:
+    """The current_leader_epoch a Fetch (v9+), ListOffsets (v4+) or OffsetForLeaderEpoch
+    (v2+) partition carries; None when the version has none or the client sent -1 (unknown),
+    which the storage node must not check."""
+    epoch = partition.get("current_leader_epoch", NO_EPOCH)
+    return epoch if epoch >= 0 else None
+
+
 def _unreachable_as_not_leader(code: ErrorCode) -> ErrorCode:
     """The leader storage node is unreachable: most likely dead, with leadership about to
     move. Kafka clients know NETWORK_EXCEPTION only as their own transport error, and
@@ -165,7 +174,29 @@ def _leader_endpoints(image: ClusterImage, leaders: set[int]) -> list[Message]:
     ]
 
 
+# Kafka's value of an authorized-operations bitfield that was not asked for (Metadata v8+):
+# Brook has no ACLs to report.
+_AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
+# Kafka's "no epoch" in leader-epoch fields.
+NO_EPOCH: Final = -1
+# The replica id a consumer's OffsetForLeaderEpoch carries (v3+), and the gateway's on its way
+# to the storage node.
+_CONSUMER_REPLICA_ID: Final = -1
+# Metadata v10+ asks for topics by id as well as by name; v0-9 and unset ids read as zero.
+_NO_TOPIC_ID: Final = UUID_ZERO
+METADATA_SERVED: Final = (0, 12)
+# The first Metadata version that looks topics up by id (v10-11 carry the fields unused).
+METADATA_BY_ID_MIN: Final = 12
+
+
 def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
+    """Metadata v0-12. From v7 every partition carries its leader epoch and from v10 every
+    topic its id: the two things a Kafka client uses to tell a topic deleted and re-created
+    (with the same name, perhaps fewer partitions) from the one it knew, and a leader from a
+    stale one. v12+ may ask for a topic by id alone (name null): answered by id, an unknown id
+    with UNKNOWN_TOPIC_ID and that id. v10-11 asking by id get INVALID_REQUEST, as from Kafka.
+    ``allow_auto_topic_creation`` is not read here: unknown names are answered as unknown."""
+
     async def handle(request: Message, context: RequestContext) -> Message:
         affinity.refreshed(context.peer)
         image = backend.image
@@ -175,17 +206,30 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
         ]
         requested = request["topics"]
         if requested is None or (context.api_version == 0 and not requested):
-            names = sorted(image.topics)
+            wanted: list[tuple[str | None, bytes]] = [
+                (n, _NO_TOPIC_ID) for n in sorted(image.topics)
+            ]
         else:
-            names = [t["name"] for t in requested]
-        topics = []
-        for name in names:
-            state = image.topics.get(name)
+            wanted = [(t["name"], t.get("topic_id") or _NO_TOPIC_ID) for t in requested]
+            if context.api_version < METADATA_BY_ID_MIN and any(
+                name is None or any(topic_id) for name, topic_id in wanted
+            ):
+                # v10-11 have the fields but, as in Kafka, not the lookup: their answer has no
+                # room for a topic without a name.
+                return error(request, context, int(ErrorCode.INVALID_REQUEST))
+        topics: list[Message] = []
+        for name, topic_id in wanted:
+            state = image.topics.get(name) if name is not None else image.topic_by_id(topic_id)
             if state is None:
                 topics.append(
                     {
-                        "error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                        "error_code": int(
+                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                            if name is not None
+                            else ErrorCode.UNKNOWN_TOPIC_ID
+                        ),
                         "name": name,
+                        "topic_id": topic_id if name is None else _NO_TOPIC_ID,
                         "partitions": [],
                     }
                 )
@@ -196,6 +240,11 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                 leader = image.gateway_for(p.leader)
                 replicas = list(dict.fromkeys(image.gateway_for(r) for r in p.replicas))
                 isr = list(dict.fromkeys(image.gateway_for(r) for r in p.isr))
+                offline = list(
+                    dict.fromkeys(
+                        image.gateway_for(r) for r in p.replicas if not image.storage_live(r)
+                    )
+                )
                 partitions.append(
                     {
                         "error_code": int(
@@ -203,17 +252,20 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                         ),
                         "partition_index": index,
                         "leader_id": leader,
+                        "leader_epoch": p.leader_epoch,
                         "replica_nodes": [r for r in replicas if r != NO_NODE],
                         "isr_nodes": [r for r in isr if r != NO_NODE],
-                        "offline_replicas": [],
+                        "offline_replicas": [r for r in offline if r != NO_NODE],
                     }
                 )
             topics.append(
                 {
                     "error_code": 0,
-                    "name": name,
+                    "name": state.name,
+                    "topic_id": state.topic_id,
                     "is_internal": state.internal,
                     "partitions": partitions,
+                    "topic_authorized_operations": _AUTHORIZED_OPERATIONS_OMITTED,
                 }
             )
         return {
@@ -222,14 +274,24 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
             "cluster_id": image.cluster_id or None,
             "controller_id": image.controller_gateway(),
             "topics": topics,
+            "cluster_authorized_operations": _AUTHORIZED_OPERATIONS_OMITTED,
         }
 
     def error(request: Message, context: RequestContext, code: int) -> Message:
-        del context
-        names = [t["name"] for t in request["topics"] or []]
-        return {"topics": [{"error_code": code, "name": n, "partitions": []} for n in names]}
+        nameless = None if context.api_version >= METADATA_BY_ID_MIN else ""
+        return {
+            "topics": [
+                {
+                    "error_code": code,
+                    "name": nameless if t["name"] is None else t["name"],
+                    "topic_id": t.get("topic_id") or _NO_TOPIC_ID,
+                    "partitions": [],
+                }
+                for t in request["topics"] or []
+            ]
+        }
 
-    return ApiHandler(ApiKey.METADATA, handle, versions=(0, 5), error_response=error)
+    return ApiHandler(ApiKey.METADATA, handle, versions=METADATA_SERVED, error_response=error)
 
 
 ProduceResponses = Sequence[storage_pb2.PartitionProduceResponse]
@@ -871,8 +933,10 @@ def _fetch(backend: Backend) -> ApiHandler:
                     fetch_offset=data["fetch_offset"],
                     partition_max_bytes=data["partition_max_bytes"],
                 )
-                if data["current_leader_epoch"] >= 0:
-                    fetch_partition.current_leader_epoch = data["current_leader_epoch"]
+                # v9+: the node fences a stale epoch and refuses an unknown newer one.
+                epoch = _client_leader_epoch(data)
+                if epoch is not None:
+                    fetch_partition.current_leader_epoch = epoch
                 if data["last_fetched_epoch"] >= 0:
                     fetch_partition.last_fetched_epoch = data["last_fetched_epoch"]
                 partitions.append(fetch_partition)
@@ -997,20 +1061,22 @@ def _list_offsets(backend: Backend) -> ApiHandler:
             }
 
         async def call(address: str, items: list[_Part]) -> None:
+            partitions = []
+            for t, p, data in items:
+                entry = storage_pb2.ListOffsetsPartition(
+                    topic=t,
+                    partition=p,
+                    spec=_offset_spec(data["timestamp"]),  # type: ignore[arg-type]
+                    timestamp_ms=max(data["timestamp"], 0),
+                )
+                # v4+: the node fences a stale epoch and refuses an unknown newer one.
+                epoch = _client_leader_epoch(data)
+                if epoch is not None:
+                    entry.current_leader_epoch = epoch
+                partitions.append(entry)
             response = await backend.upstreams.call(
                 backend.upstreams.storage(address).ListOffsets,
-                storage_pb2.ListOffsetsRequest(
-                    isolation_level=isolation,
-                    partitions=[
-                        storage_pb2.ListOffsetsPartition(
-                            topic=t,
-                            partition=p,
-                            spec=_offset_spec(data["timestamp"]),  # type: ignore[arg-type]
-                            timestamp_ms=max(data["timestamp"], 0),
-                        )
-                        for t, p, data in items
-                    ],
-                ),
+                storage_pb2.ListOffsetsRequest(isolation_level=isolation, partitions=partitions),
             )
             for r in response.partitions:
                 results[(r.topic, r.partition)] = {
@@ -1018,6 +1084,7 @@ def _list_offsets(backend: Backend) -> ApiHandler:
                     "error_code": int(r.error_code),
                     "timestamp": r.timestamp_ms if r.timestamp_ms else -1,
                     "offset": r.offset,
+                    "leader_epoch": r.leader_epoch if r.offset >= 0 else NO_EPOCH,
                 }
 
         parts = [
@@ -1042,6 +1109,95 @@ def _list_offsets(backend: Backend) -> ApiHandler:
     )
 
 
+def _offset_for_leader_epoch_error(request: Message, context: RequestContext, code: int) -> Message:
+    del context
+    return {
+        "topics": [
+            {
+                "topic": t["topic"],
+                "partitions": [
+                    {"partition": p["partition"], "error_code": code} for p in t["partitions"]
+                ],
+            }
+            for t in request["topics"]
+        ]
+    }
+
+
+def _offset_for_leader_epoch(backend: Backend) -> ApiHandler:
+    """OffsetForLeaderEpoch v0-4 for consumers (KIP-320): the end offset of the largest leader
+    epoch <= the asked one in the leader's log, from the leader epoch cache the storage node
+    keeps for its followers' truncation (ReplicaService.OffsetForLeaderEpoch, asked as
+    replica -1). A consumer whose position lies past that end offset has seen records the
+    log no longer has (an unclean leader change truncated them) and resets; one whose
+    current_leader_epoch is stale is fenced."""
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        results: dict[tuple[str, int], Message] = {}
+
+        def fail(part: _Part, code: ErrorCode, message: str) -> None:
+            del message
+            results[(part[0], part[1])] = {"partition": part[1], "error_code": int(code)}
+
+        async def call(address: str, items: list[_Part]) -> None:
+            response = await backend.upstreams.call(
+                backend.upstreams.replica(address).OffsetForLeaderEpoch,
+                replica_pb2.OffsetForLeaderEpochRequest(
+                    replica_id=_CONSUMER_REPLICA_ID,
+                    partitions=[
+                        replica_pb2.OffsetForLeaderEpochPartition(
+                            topic=t,
+                            partition=p,
+                            # Always set: this field is not optional, and its default 0
+                            # would read as "epoch 0" (-1 is no check).
+                            current_leader_epoch=max(data["current_leader_epoch"], NO_EPOCH),
+                            leader_epoch=data["leader_epoch"],
+                        )
+                        for t, p, data in items
+                    ],
+                ),
+            )
+            for r in response.partitions:
+                results[(r.topic, r.partition)] = {
+                    "partition": r.partition,
+                    "error_code": int(r.error_code),
+                    "leader_epoch": r.end_offset.epoch if not r.error_code else NO_EPOCH,
+                    "end_offset": r.end_offset.end_offset if not r.error_code else -1,
+                }
+
+        parts = [
+            (t["topic"], p["partition"], p) for t in request["topics"] for p in t["partitions"]
+        ]
+        await _fan_out(backend, parts, call, fail)
+        return {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "topic": t["topic"],
+                    "partitions": [
+                        results.get(
+                            (t["topic"], p["partition"]),
+                            {
+                                "partition": p["partition"],
+                                "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                            },
+                        )
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in request["topics"]
+            ],
+        }
+
+    return ApiHandler(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        handle,
+        versions=(0, 4),
+        error_response=_offset_for_leader_epoch_error,
+    )
+
+
 def data_handlers(backend: Backend) -> list[ApiHandler]:
     affinity = ProduceAffinity()
     return [
@@ -1049,4 +1205,5 @@ def data_handlers(backend: Backend) -> list[ApiHandler]:
         _produce(backend, affinity),
         _fetch(backend),
         _list_offsets(backend),
+        _offset_for_leader_epoch(backend),
     ]

@@ -22,7 +22,7 @@ from opentelemetry import propagate, trace
 from brook.client.network import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS, rpc_error
 from brook.errors import ErrorCode, error_code
 from brook.telemetry import tracer
-from brook.v1 import admin_pb2_grpc, group_pb2_grpc, storage_pb2_grpc
+from brook.v1 import admin_pb2_grpc, group_pb2_grpc, replica_pb2_grpc, storage_pb2_grpc
 
 __all__ = ["UpstreamError", "Upstreams"]
 
@@ -78,6 +78,11 @@ class Upstreams:
 
     def storage(self, address: str) -> storage_pb2_grpc.StorageServiceStub:
         return storage_pb2_grpc.StorageServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def replica(self, address: str) -> replica_pb2_grpc.ReplicaServiceStub:
+        """A storage node's replication service (the gateway asks it only for end offsets of
+        leader epochs, on behalf of consumers validating their positions)."""
+        return replica_pb2_grpc.ReplicaServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
 
     def groups(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
         return group_pb2_grpc.GroupCoordinatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]

@@ -35,6 +35,7 @@ class ApiKey(enum.IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
@@ -1196,6 +1197,69 @@ INIT_PRODUCER_ID_RESPONSE: Final = MessageSpec(
 )
 
 
+OFFSET_FOR_LEADER_EPOCH_REQUEST: Final = MessageSpec(
+    "OffsetForLeaderEpochRequest",
+    23,
+    (0, 4),
+    (4, HI),
+    (
+        F("replica_id", "int32", (3, HI), default=-2),
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("topic", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("partition", "int32", (0, HI)),
+                        F("current_leader_epoch", "int32", (2, HI), default=-1),
+                        F("leader_epoch", "int32", (0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+OFFSET_FOR_LEADER_EPOCH_RESPONSE: Final = MessageSpec(
+    "OffsetForLeaderEpochResponse",
+    23,
+    (0, 4),
+    (4, HI),
+    (
+        F("throttle_time_ms", "int32", (2, HI)),
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("topic", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("error_code", "int16", (0, HI)),
+                        F("partition", "int32", (0, HI)),
+                        F("leader_epoch", "int32", (1, HI), default=-1),
+                        F("end_offset", "int64", (0, HI), default=-1),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
 DESCRIBE_CONFIGS_REQUEST: Final = MessageSpec(
     "DescribeConfigsRequest",
     32,
@@ -1444,6 +1508,7 @@ REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.CREATE_TOPICS: CREATE_TOPICS_REQUEST,
     ApiKey.DELETE_TOPICS: DELETE_TOPICS_REQUEST,
     ApiKey.INIT_PRODUCER_ID: INIT_PRODUCER_ID_REQUEST,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: OFFSET_FOR_LEADER_EPOCH_REQUEST,
     ApiKey.DESCRIBE_CONFIGS: DESCRIBE_CONFIGS_REQUEST,
     ApiKey.ALTER_CONFIGS: ALTER_CONFIGS_REQUEST,
     ApiKey.SASL_AUTHENTICATE: SASL_AUTHENTICATE_REQUEST,
@@ -1471,6 +1536,7 @@ RESPONSES: Final[dict[int, MessageSpec]] = {
     ApiKey.CREATE_TOPICS: CREATE_TOPICS_RESPONSE,
     ApiKey.DELETE_TOPICS: DELETE_TOPICS_RESPONSE,
     ApiKey.INIT_PRODUCER_ID: INIT_PRODUCER_ID_RESPONSE,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: OFFSET_FOR_LEADER_EPOCH_RESPONSE,
     ApiKey.DESCRIBE_CONFIGS: DESCRIBE_CONFIGS_RESPONSE,
     ApiKey.ALTER_CONFIGS: ALTER_CONFIGS_RESPONSE,
     ApiKey.SASL_AUTHENTICATE: SASL_AUTHENTICATE_RESPONSE,

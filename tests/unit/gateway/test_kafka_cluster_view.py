@@ -8,10 +8,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 from brook_gateway.api_versions import api_versions_handler
-from brook_gateway.apis import Dispatcher
+from brook_gateway.apis import RECOMMENDED_VERSIONS, Dispatcher
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import NO_NODE, ClusterImage
 from brook_gateway.data_apis import data_handlers
+from brook_gateway.protocol.codec import Message
+from brook_gateway.protocol.frames import decode_response
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.upstream import Upstreams
 from gateway_support import RawClient, running_server
@@ -182,5 +184,172 @@ def test_a_storage_node_that_does_not_answer_gives_a_retriable_error() -> None:
             assert partition["offset"] == -1
             await client.close()
         await upstreams.close()
+
+    run(scenario())
+
+
+_TOPIC_ID = bytes(range(1, 17))
+_RECREATED_ID = bytes(range(101, 117))
+
+
+def _versioned_image() -> ClusterImage:
+    """Topic "v" (id _TOPIC_ID): partition i led by storage node 1 + i % 3 in leader epoch
+    10 + i, replicated on nodes 1-3; node 3 is fenced."""
+    image = ClusterImage()
+    records = [_node(3001, common_pb2.NODE_ROLE_GATEWAY, 9001)]
+    records += [_node(n, common_pb2.NODE_ROLE_STORAGE_NODE, 7000 + n) for n in (1, 2)]
+    records.append(_node(3, common_pb2.NODE_ROLE_STORAGE_NODE, 7003, fenced=True))
+    records.append(
+        metadata_pb2.MetadataRecord(topic=metadata_pb2.TopicRecord(name="v", topic_id=_TOPIC_ID))
+    )
+    records += [
+        metadata_pb2.MetadataRecord(
+            partition=metadata_pb2.PartitionRecord(
+                topic_id=_TOPIC_ID,
+                topic="v",
+                partition=i,
+                replicas=[1, 2, 3],
+                isr=[1, 2],
+                leader=1 + i % 2,
+                leader_epoch=10 + i,
+            )
+        )
+        for i in range(3)
+    ]
+    image.apply(True, 5, records)
+    return image
+
+
+def _metadata_request(version: int, topics: list[Message] | None) -> Message:
+    return {"topics": topics, "allow_auto_topic_creation": False}
+
+
+async def _metadata_frames(
+    image: ClusterImage, requests: list[tuple[int, Message]]
+) -> list[tuple[Message, bytes]]:
+    """(decoded response, raw frame) of each (version, body) sent to a real server."""
+    dispatcher, upstreams = _server_backend(image)
+    answers = []
+    async with running_server(dispatcher) as server:
+        client = await RawClient.connect(server.port)
+        for correlation_id, (version, body) in enumerate(requests):
+            await client.send(ApiKey.METADATA, version, correlation_id, body)
+            frame = await client.read_frame()
+            received_id, response = decode_response(ApiKey.METADATA, version, frame)
+            assert received_id == correlation_id
+            answers.append((response, frame))
+        await client.close()
+    await upstreams.close()
+    return answers
+
+
+def test_metadata_in_every_served_version_carries_its_fields_as_kafka_python_reads_them() -> None:
+    """Each version's answer decoded by kafka-python's own protocol classes (written from
+    Kafka's schemas independently of Brook's codec): topic ids from v10, leader epochs from
+    v7, offline replicas from v5, authorized operations at "not requested" from v8."""
+    from kafka.protocol.metadata import MetadataResponse
+
+    low, high = RECOMMENDED_VERSIONS[ApiKey.METADATA]
+    assert (low, high) == (0, 12)
+    versions = list(range(low, high + 1))
+    requests = [(v, _metadata_request(v, [{"name": "v"}] if v == 0 else None)) for v in versions]
+
+    async def scenario() -> None:
+        answers = await _metadata_frames(_versioned_image(), requests)
+        for version, (ours, frame) in zip(versions, answers, strict=True):
+            theirs = MetadataResponse.decode(frame, version=version, header=True)
+            (topic,) = theirs.topics
+            assert topic.name == "v" and topic.error_code == 0
+            (mine,) = ours["topics"]
+            if version >= 10:
+                assert topic.topic_id.bytes == _TOPIC_ID
+            partitions = sorted(topic.partitions, key=lambda p: p.partition_index)
+            assert [p.partition_index for p in partitions] == [0, 1, 2]
+            for p, m in zip(
+                partitions,
+                sorted(mine["partitions"], key=lambda p: p["partition_index"]),
+                strict=True,
+            ):
+                assert p.leader_id == m["leader_id"] == 3001
+                assert p.replica_nodes == m["replica_nodes"]
+                if version >= 7:
+                    assert p.leader_epoch == 10 + p.partition_index
+                if version >= 5:
+                    # Node 3 is fenced; every replica is shown on the one gateway.
+                    assert p.offline_replicas == [3001]
+            if version >= 8:
+                # Kafka's "not requested" value, which kafka-python reads as no bitfield.
+                assert mine["topic_authorized_operations"] == -(2**31)
+                assert topic.authorized_operations is None
+            if 8 <= version <= 10:
+                assert ours["cluster_authorized_operations"] == -(2**31)
+                assert theirs.authorized_operations is None
+
+    run(scenario())
+
+
+def test_metadata_v12_answers_topics_by_id_and_unknown_ids_with_unknown_topic_id() -> None:
+    unknown = bytes([7]) * 16
+    by_id = [{"topic_id": _TOPIC_ID, "name": None}, {"topic_id": unknown, "name": None}]
+    # v10-11 carry the fields but, as in Kafka, may not use them.
+    requests = [(v, _metadata_request(v, by_id)) for v in (12, 10, 11)]
+
+    async def scenario() -> None:
+        v12, v10, v11 = [r for r, _ in await _metadata_frames(_versioned_image(), requests)]
+        known, missing = v12["topics"]
+        assert (known["error_code"], known["name"], known["topic_id"]) == (0, "v", _TOPIC_ID)
+        assert len(known["partitions"]) == 3
+        assert missing["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
+        assert (missing["name"], missing["topic_id"], missing["partitions"]) == (None, unknown, [])
+        for refused in (v10, v11):
+            assert [t["error_code"] for t in refused["topics"]] == [ErrorCode.INVALID_REQUEST] * 2
+
+    run(scenario())
+
+
+def test_metadata_of_a_recreated_topic_shows_the_new_id_and_its_partitions_only() -> None:
+    image = _versioned_image()
+    image.apply(
+        False,
+        6,
+        [
+            metadata_pb2.MetadataRecord(
+                remove_topic=metadata_pb2.RemoveTopicRecord(topic_id=_TOPIC_ID, name="v")
+            ),
+            metadata_pb2.MetadataRecord(
+                topic=metadata_pb2.TopicRecord(name="v", topic_id=_RECREATED_ID)
+            ),
+            metadata_pb2.MetadataRecord(
+                partition=metadata_pb2.PartitionRecord(
+                    topic_id=_RECREATED_ID, topic="v", partition=0, replicas=[1], isr=[1], leader=1
+                )
+            ),
+        ],
+    )
+    requests = [
+        (12, _metadata_request(12, [{"name": "v"}])),
+        (12, _metadata_request(12, [{"topic_id": _TOPIC_ID, "name": None}])),
+        (9, _metadata_request(9, [{"name": "v"}])),
+    ]
+
+    async def scenario() -> None:
+        by_name, old_id, v9 = [r for r, _ in await _metadata_frames(image, requests)]
+        (topic,) = by_name["topics"]
+        assert topic["topic_id"] == _RECREATED_ID
+        assert [(p["partition_index"], p["leader_epoch"]) for p in topic["partitions"]] == [(0, 0)]
+        assert old_id["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
+        assert [p["partition_index"] for p in v9["topics"][0]["partitions"]] == [0]
+
+    run(scenario())
+
+
+def test_metadata_for_an_unknown_topic_name_has_the_zero_topic_id() -> None:
+    async def scenario() -> None:
+        ((response, _),) = await _metadata_frames(
+            _versioned_image(), [(12, _metadata_request(12, [{"name": "nope"}]))]
+        )
+        (topic,) = response["topics"]
+        assert topic["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert (topic["name"], topic["topic_id"]) == ("nope", bytes(16))
 
     run(scenario())
