@@ -28,8 +28,10 @@ from typing import Any, Final
 
 from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode, error_code
 from brook.record.sequence import first_batch_sequence, is_ahead
+from brook.topic_name import topic_name_problem
 from brook.v1 import common_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.auto_create import TopicAutoCreator
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import NO_NODE
 from brook_gateway.protocol.codec import Message
@@ -125,6 +127,8 @@ def _unreachable_as_not_leader(code: ErrorCode) -> ErrorCode:
 
 
 def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
+    auto_creator = TopicAutoCreator(backend)
+
     async def handle(request: Message, context: RequestContext) -> Message:
         affinity.refreshed(context.peer)
         image = backend.image
@@ -137,13 +141,23 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
             names = sorted(image.topics)
         else:
             names = [t["name"] for t in requested]
+        unknown = {
+            n: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if topic_name_problem(n) is None
+            else ErrorCode.INVALID_TOPIC_EXCEPTION
+            for n in names
+            if n not in image.topics
+        }
+        wanted = [n for n, code in unknown.items() if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        if wanted and (context.api_version < 4 or request["allow_auto_topic_creation"]):
+            unknown.update(await auto_creator.create(wanted))
         topics = []
         for name in names:
             state = image.topics.get(name)
-            if state is None:
+            if state is None or unknown.get(name, ErrorCode.NONE) != ErrorCode.NONE:
                 topics.append(
                     {
-                        "error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                        "error_code": int(unknown.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)),
                         "name": name,
                         "partitions": [],
                     }
