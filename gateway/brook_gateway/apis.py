@@ -56,6 +56,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.SASL_AUTHENTICATE: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 1),
         ApiKey.DELETE_GROUPS: (0, 1),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     }
 )
 
