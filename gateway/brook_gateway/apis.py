@@ -4,9 +4,8 @@
 ../shared/kafka-protocol/CLIENTS.md, section 7: the highest version every current client
 implements, with minimums low enough for older librdkafka's feature detection). Only APIs
 with a registered handler are advertised, so the gateway can never announce an API it cannot
-answer. A handler may serve fewer versions than are advertised (Produce is advertised from 0
-but served from 3); requests for the rest are answered with UNSUPPORTED_VERSION, as Kafka 4.0
-does.
+answer. A handler may serve fewer versions than are advertised; requests for the rest are
+answered with UNSUPPORTED_VERSION, as Kafka 4.0 does.
 """
 
 from __future__ import annotations

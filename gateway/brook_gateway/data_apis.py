@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode, error_code
+from brook.record.errors import RecordError
+from brook.record.legacy import message_set_to_batch
 from brook.record.sequence import first_batch_sequence, is_ahead
 from brook.topic_name import topic_name_problem
 from brook.v1 import common_pb2, storage_pb2
@@ -49,8 +51,10 @@ _ACKS: Final = {
 _LATEST_TIMESTAMP: Final = -1
 _EARLIEST_TIMESTAMP: Final = -2
 _MAX_TIMESTAMP: Final = -3
-# Produce v0-2 carry the old MessageSet formats, which Brook does not store.
-PRODUCE_SERVED_MIN: Final = 3
+# Produce v0-2 carry the old MessageSet formats (v0/v1), which Brook does not store: the
+# gateway converts them to RecordBatch v2 (brook.record.legacy), as Kafka 3.x does.
+PRODUCE_SERVED_MIN: Final = 0
+_PRODUCE_RECORD_BATCH_MIN: Final = 3
 
 _Part = tuple[str, int, Any]
 # Records bytes one merged Produce call carries at most (a single larger request goes alone):
@@ -724,6 +728,12 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
         for t in request["topic_data"]:
             for p in t["partition_data"]:
                 part = (t["name"], p["index"], p["records"])
+                if context.api_version < _PRODUCE_RECORD_BATCH_MIN:
+                    try:
+                        part = (part[0], part[1], message_set_to_batch(p["records"] or b""))
+                    except RecordError as e:
+                        fail(part, error_code(e.error_code), f"message set: {e}")
+                        continue
                 refusal = affinity.refusal(context.peer, part) if tracked else None
                 if refusal is None:
                     parts.append(part)
