@@ -14,7 +14,9 @@ storage engine needs a tighter bound to work at all (a segment must hold one rec
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from brook.config import (
@@ -24,6 +26,7 @@ from brook.config import (
     ConfigError,
     ConfigKey,
     ConfigType,
+    ConfigValue,
     Importance,
     OneOf,
     Range,
@@ -47,6 +50,26 @@ _LONG = ConfigType.LONG
 _DAY_MS: Final = 24 * 60 * 60 * 1000
 # A time index entry is 12 bytes and the active segment's index keeps one slot in reserve.
 _SEGMENT_INDEX_BYTES_MIN: Final = 24
+
+# Kafka 3.x still accepts these deprecated topic configs (removed in 4.0) and, with the
+# 3.0 message format, ignores them; so does Brook, so that tools and scripts that set them work.
+_IGNORED: Final = "[Deprecated, accepted and ignored, as Kafka 3.x does] In "
+_RELEASE_VERSION_RE: Final = re.compile(r"^(0\.(8|9|10|11)\.\d+|[1-9]\d*\.\d+)(\.\d+)?(-IV\d+)?$")
+
+
+@dataclass(frozen=True)
+class KafkaReleaseVersion:
+    """A Kafka release or metadata version as message.format.version takes it: 0.10.2,
+    0.11.0-IV2, 2.8, 3.0-IV1."""
+
+    def __call__(self, value: ConfigValue) -> str | None:
+        if not isinstance(value, str) or not _RELEASE_VERSION_RE.match(value):
+            return "is not a Kafka version such as 0.10.2, 2.8 or 3.0-IV1"
+        return None
+
+    def describe(self) -> str:
+        return "a Kafka version: 0.8.0 ... 3.x-IVn"
+
 
 TOPIC_CONFIG_DEF: Final = ConfigDef(
     [
@@ -153,6 +176,23 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "The largest record batch (after compression) the topic accepts.",
             _M,
             Range(BATCH_OVERHEAD, INT32_MAX),
+        ),
+        ConfigKey(
+            "message.downconversion.enable",
+            ConfigType.BOOLEAN,
+            True,
+            _IGNORED + "Kafka: whether fetches of older versions get records converted to the "
+            "message format they understand.",
+            _L,
+        ),
+        ConfigKey(
+            "message.format.version",
+            ConfigType.STRING,
+            "3.0-IV1",
+            _IGNORED + "Kafka: the message format of appended records; every record is stored "
+            "as RecordBatch v2 (the format of 0.11 and later).",
+            _M,
+            KafkaReleaseVersion(),
         ),
         ConfigKey(
             "message.timestamp.after.max.ms",
@@ -298,6 +338,8 @@ BROKER_SYNONYMS: Final[Mapping[str, str]] = {
     "local.retention.ms": "log.local.retention.ms",
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "max.message.bytes": "message.max.bytes",
+    "message.downconversion.enable": "log.message.downconversion.enable",
+    "message.format.version": "log.message.format.version",
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
     "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",

@@ -57,6 +57,7 @@ APIS: Final = (
     "SaslAuthenticate",
     "CreatePartitions",
     "DeleteGroups",
+    "IncrementalAlterConfigs",
 )
 
 _TYPE_DEFAULTS: Final[dict[str, Any]] = {

@@ -49,14 +49,16 @@ ELECTION_TYPE_PREFERRED: ElectionType
 ELECTION_TYPE_UNCLEAN: ElectionType
 
 class CreateTopicsRequest(_message.Message):
-    __slots__ = ("topics", "timeout_ms", "validate_only")
+    __slots__ = ("topics", "timeout_ms", "validate_only", "auto_create")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CREATE_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[CreatableTopic]
     timeout_ms: int
     validate_only: bool
-    def __init__(self, topics: _Optional[_Iterable[_Union[CreatableTopic, _Mapping]]] = ..., timeout_ms: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+    auto_create: bool
+    def __init__(self, topics: _Optional[_Iterable[_Union[CreatableTopic, _Mapping]]] = ..., timeout_ms: _Optional[int] = ..., validate_only: _Optional[bool] = ..., auto_create: _Optional[bool] = ...) -> None: ...
 
 class CreatableTopic(_message.Message):
     __slots__ = ("name", "num_partitions", "replication_factor", "assignments", "configs")

@@ -1,5 +1,6 @@
-"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and AlterConfigs: forwarded to
-the active controller's AdminService, whose answers already carry Kafka's error codes.
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs and
+IncrementalAlterConfigs: forwarded to the active controller's AdminService, whose answers
+already carry Kafka's error codes.
 
 After a successful topic change the gateway waits (within the request's timeout) until its
 own metadata cache shows it, so a client that sends Metadata right after CreateTopics sees
@@ -296,58 +297,115 @@ async def _current_overrides(backend: Backend, resources: list[Message]) -> dict
     }
 
 
+async def _send_alter_configs(
+    backend: Backend,
+    request: Message,
+    context: RequestContext,
+    resources: list[admin_pb2.AlterConfigsResource],
+) -> Message:
+    """Sends the changes to the controller and answers AlterConfigs or IncrementalAlterConfigs
+    (their responses have the same shape)."""
+    try:
+        response = await backend.upstreams.admin(
+            backend.controllers,
+            "AlterConfigs",
+            admin_pb2.AlterConfigsRequest(
+                resources=resources, validate_only=request["validate_only"]
+            ),
+            lambda r: [x.error_code for x in r.results],
+        )
+    except UpstreamError as e:
+        alter_error: Message = _resources_error("responses")(request, context, int(e.code))
+        return alter_error
+    return {
+        "throttle_time_ms": 0,
+        "responses": [
+            {
+                "error_code": int(r.error_code),
+                "error_message": r.error_message or None,
+                "resource_type": int(r.resource.type),
+                "resource_name": r.resource.name,
+            }
+            for r in response.results
+        ],
+    }
+
+
 def _alter_configs(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         try:
             current = await _current_overrides(backend, request["resources"])
-            resources = []
-            for r in request["resources"]:
-                named = {c["name"] for c in r["configs"]}
-                ops = [
-                    admin_pb2.AlterableConfig(
-                        name=c["name"], op=admin_pb2.ALTER_CONFIG_OP_SET, value=c["value"]
-                    )
-                    if c["value"] is not None
-                    else admin_pb2.AlterableConfig(
-                        name=c["name"], op=admin_pb2.ALTER_CONFIG_OP_DELETE
-                    )
-                    for c in r["configs"]
-                ]
-                ops.extend(
-                    admin_pb2.AlterableConfig(name=name, op=admin_pb2.ALTER_CONFIG_OP_DELETE)
-                    for name in sorted(current.get(r["resource_name"], set()) - named)
-                )
-                resources.append(
-                    admin_pb2.AlterConfigsResource(
-                        resource=_resource(r["resource_type"], r["resource_name"]), configs=ops
-                    )
-                )
-            response = await backend.upstreams.admin(
-                backend.controllers,
-                "AlterConfigs",
-                admin_pb2.AlterConfigsRequest(
-                    resources=resources, validate_only=request["validate_only"]
-                ),
-                lambda r: [x.error_code for x in r.results],
-            )
         except UpstreamError as e:
             alter_error: Message = _resources_error("responses")(request, context, int(e.code))
             return alter_error
-        return {
-            "throttle_time_ms": 0,
-            "responses": [
-                {
-                    "error_code": int(r.error_code),
-                    "error_message": r.error_message or None,
-                    "resource_type": int(r.resource.type),
-                    "resource_name": r.resource.name,
-                }
-                for r in response.results
-            ],
-        }
+        resources = []
+        for r in request["resources"]:
+            named = {c["name"] for c in r["configs"]}
+            ops = [
+                admin_pb2.AlterableConfig(
+                    name=c["name"], op=admin_pb2.ALTER_CONFIG_OP_SET, value=c["value"]
+                )
+                if c["value"] is not None
+                else admin_pb2.AlterableConfig(name=c["name"], op=admin_pb2.ALTER_CONFIG_OP_DELETE)
+                for c in r["configs"]
+            ]
+            ops.extend(
+                admin_pb2.AlterableConfig(name=name, op=admin_pb2.ALTER_CONFIG_OP_DELETE)
+                for name in sorted(current.get(r["resource_name"], set()) - named)
+            )
+            resources.append(
+                admin_pb2.AlterConfigsResource(
+                    resource=_resource(r["resource_type"], r["resource_name"]), configs=ops
+                )
+            )
+        return await _send_alter_configs(backend, request, context, resources)
 
     return ApiHandler(
         ApiKey.ALTER_CONFIGS,
+        handle,
+        versions=(0, 1),
+        error_response=_resources_error("responses"),
+    )
+
+
+# IncrementalAlterConfigs' operation codes (KIP-339) -> the controller's. Any other code leaves
+# the op UNSPECIFIED, which the controller refuses as an unknown operation (INVALID_REQUEST),
+# changing nothing of that resource.
+_INCREMENTAL_OPS: Final = {
+    0: admin_pb2.ALTER_CONFIG_OP_SET,
+    1: admin_pb2.ALTER_CONFIG_OP_DELETE,
+    2: admin_pb2.ALTER_CONFIG_OP_APPEND,
+    3: admin_pb2.ALTER_CONFIG_OP_SUBTRACT,
+}
+
+
+def _incremental_alter_configs(backend: Backend) -> ApiHandler:
+    """KIP-339: SET, DELETE, APPEND and SUBTRACT (the last two for list configs) on the named
+    configs only; the controller applies a resource's operations all or nothing."""
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        resources = []
+        for r in request["resources"]:
+            ops = []
+            for c in r["configs"]:
+                op = admin_pb2.AlterableConfig(
+                    name=c["name"],
+                    op=_INCREMENTAL_OPS.get(
+                        c["config_operation"], admin_pb2.ALTER_CONFIG_OP_UNSPECIFIED
+                    ),
+                )
+                if c["value"] is not None:
+                    op.value = c["value"]
+                ops.append(op)
+            resources.append(
+                admin_pb2.AlterConfigsResource(
+                    resource=_resource(r["resource_type"], r["resource_name"]), configs=ops
+                )
+            )
+        return await _send_alter_configs(backend, request, context, resources)
+
+    return ApiHandler(
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
         handle,
         versions=(0, 1),
         error_response=_resources_error("responses"),
@@ -361,4 +419,5 @@ def admin_handlers(backend: Backend) -> list[ApiHandler]:
         _create_partitions(backend),
         _describe_configs(backend),
         _alter_configs(backend),
+        _incremental_alter_configs(backend),
     ]

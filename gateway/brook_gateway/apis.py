@@ -6,9 +6,8 @@ implements, with minimums low enough for older librdkafka's feature detection), 
 the gateway serves more (Metadata to v12 with topic ids and leader epochs, and with them
 OffsetForLeaderEpoch, which section 7 ties to exactly that: docs/decisions.md). Only APIs
 with a registered handler are advertised, so the gateway can never announce an API it cannot
-answer. A handler may serve fewer versions than are advertised (Produce is advertised from 0
-but served from 3); requests for the rest are answered with UNSUPPORTED_VERSION, as Kafka 4.0
-does.
+answer. A handler may serve fewer versions than are advertised; requests for the rest are
+answered with UNSUPPORTED_VERSION, as Kafka 4.0 does.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.SASL_AUTHENTICATE: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 1),
         ApiKey.DELETE_GROUPS: (0, 2),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     }
 )
 

@@ -29,9 +29,13 @@ from typing import Any, Final
 
 from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode, error_code
 from brook.record import CorruptRecordError
+from brook.record.errors import RecordError
+from brook.record.legacy import message_set_to_batch
 from brook.record.sequence import first_batch_sequence, is_ahead
+from brook.topic_name import topic_name_problem
 from brook.v1 import common_pb2, replica_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.auto_create import TopicAutoCreator
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import NO_NODE, ClusterImage
 from brook_gateway.fetch_budget import ResponseBudget, node_budgets
@@ -53,8 +57,10 @@ _ACKS: Final = {
 _LATEST_TIMESTAMP: Final = -1
 _EARLIEST_TIMESTAMP: Final = -2
 _MAX_TIMESTAMP: Final = -3
-# Produce v0-2 carry the old MessageSet formats, which Brook does not store.
-PRODUCE_SERVED_MIN: Final = 3
+# Produce v0-2 carry the old MessageSet formats (v0/v1), which Brook does not store: the
+# gateway converts them to RecordBatch v2 (brook.record.legacy), as Kafka 3.x does.
+PRODUCE_SERVED_MIN: Final = 0
+_PRODUCE_RECORD_BATCH_MIN: Final = 3
 
 _Part = tuple[str, int, Any]
 # Records bytes one merged Produce call carries at most (a single larger request goes alone):
@@ -195,7 +201,10 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
     (with the same name, perhaps fewer partitions) from the one it knew, and a leader from a
     stale one. v12+ may ask for a topic by id alone (name null): answered by id, an unknown id
     with UNKNOWN_TOPIC_ID and that id. v10-11 asking by id get INVALID_REQUEST, as from Kafka.
-    ``allow_auto_topic_creation`` is not read here: unknown names are answered as unknown."""
+    An unknown, valid name is created when the request allows it (always before v4, then
+    ``allow_auto_topic_creation``) and the controllers' ``auto.create.topics.enable`` is on
+    (auto_create.py); an invalid one is INVALID_TOPIC_EXCEPTION."""
+    auto_creator = TopicAutoCreator(backend)
 
     async def handle(request: Message, context: RequestContext) -> Message:
         affinity.refreshed(context.peer)
@@ -217,14 +226,29 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                 # v10-11 have the fields but, as in Kafka, not the lookup: their answer has no
                 # room for a topic without a name.
                 return error(request, context, int(ErrorCode.INVALID_REQUEST))
+        unknown = {
+            name: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if topic_name_problem(name) is None
+            else ErrorCode.INVALID_TOPIC_EXCEPTION
+            for name, _ in wanted
+            if name is not None and name not in image.topics
+        }
+        creatable = [
+            n for n, code in unknown.items() if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        ]
+        if creatable and (context.api_version < 4 or request["allow_auto_topic_creation"]):
+            unknown.update(await auto_creator.create(creatable))
         topics: list[Message] = []
         for name, topic_id in wanted:
             state = image.topics.get(name) if name is not None else image.topic_by_id(topic_id)
-            if state is None:
+            code = unknown.get(name, ErrorCode.NONE) if name is not None else ErrorCode.NONE
+            if state is None or code != ErrorCode.NONE:
                 topics.append(
                     {
                         "error_code": int(
-                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                            code
+                            if code != ErrorCode.NONE
+                            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                             if name is not None
                             else ErrorCode.UNKNOWN_TOPIC_ID
                         ),
@@ -819,6 +843,12 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
         for t in request["topic_data"]:
             for p in t["partition_data"]:
                 part = (t["name"], p["index"], p["records"])
+                if context.api_version < _PRODUCE_RECORD_BATCH_MIN:
+                    try:
+                        part = (part[0], part[1], message_set_to_batch(p["records"] or b""))
+                    except RecordError as e:
+                        fail(part, error_code(e.error_code), f"message set: {e}")
+                        continue
                 refusal = affinity.refusal(context.peer, part) if tracked else None
                 if refusal is None:
                     parts.append(part)

@@ -41,6 +41,7 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
 
 
 REQUEST_HEADER: Final = MessageSpec(
@@ -1489,6 +1490,61 @@ DELETE_GROUPS_RESPONSE: Final = MessageSpec(
 )
 
 
+INCREMENTAL_ALTER_CONFIGS_REQUEST: Final = MessageSpec(
+    "IncrementalAlterConfigsRequest",
+    44,
+    (0, 1),
+    (1, HI),
+    (
+        F(
+            "resources",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("resource_type", "int8", (0, HI)),
+                F("resource_name", "string", (0, HI)),
+                F(
+                    "configs",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("name", "string", (0, HI)),
+                        F("config_operation", "int8", (0, HI)),
+                        F("value", "string", (0, HI), nullable=(0, HI)),
+                    ),
+                ),
+            ),
+        ),
+        F("validate_only", "bool", (0, HI)),
+    ),
+)
+
+
+INCREMENTAL_ALTER_CONFIGS_RESPONSE: Final = MessageSpec(
+    "IncrementalAlterConfigsResponse",
+    44,
+    (0, 1),
+    (1, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "responses",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("error_code", "int16", (0, HI)),
+                F("error_message", "string", (0, HI), nullable=(0, HI)),
+                F("resource_type", "int8", (0, HI)),
+                F("resource_name", "string", (0, HI)),
+            ),
+        ),
+    ),
+)
+
+
 REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.PRODUCE: PRODUCE_REQUEST,
     ApiKey.FETCH: FETCH_REQUEST,
@@ -1514,6 +1570,7 @@ REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.SASL_AUTHENTICATE: SASL_AUTHENTICATE_REQUEST,
     ApiKey.CREATE_PARTITIONS: CREATE_PARTITIONS_REQUEST,
     ApiKey.DELETE_GROUPS: DELETE_GROUPS_REQUEST,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_REQUEST,
 }
 
 
@@ -1542,4 +1599,5 @@ RESPONSES: Final[dict[int, MessageSpec]] = {
     ApiKey.SASL_AUTHENTICATE: SASL_AUTHENTICATE_RESPONSE,
     ApiKey.CREATE_PARTITIONS: CREATE_PARTITIONS_RESPONSE,
     ApiKey.DELETE_GROUPS: DELETE_GROUPS_RESPONSE,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_RESPONSE,
 }

@@ -25,6 +25,7 @@ from brook_controller.election import preferred_election, unclean_election
 from brook_controller.quorum_controller import QuorumController
 from brook_controller.topics import (
     alter_configs,
+    auto_created_topic,
     create_partitions,
     create_topic,
     delete_topic,
@@ -100,7 +101,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def CreateTopics(
         self, request: admin_pb2.CreateTopicsRequest, context: Any
     ) -> admin_pb2.CreateTopicsResponse:
-        defaults = self._controller.settings.topic_defaults
+        settings = self._controller.settings
+        defaults = settings.topic_defaults
 
         def blank(topic: admin_pb2.CreatableTopic) -> admin_pb2.CreateTopicResult:
             return admin_pb2.CreateTopicResult(name=topic.name)
@@ -119,6 +121,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                         "the topic collides with another of this request ('.' and '_' are "
                         "the same in metric names)",
                     )
+                if request.auto_create:
+                    topic = auto_created_topic(topic, settings.auto_create_topics)
                 result = create_topic(changes, topic, defaults, pending)
                 families.add(family)
                 return result

@@ -279,9 +279,14 @@ CONFIG_DEF: Final = service_config_def(
             "auto.create.topics.enable",
             ConfigType.BOOLEAN,
             False,
-            "Whether producing to or asking metadata for an unknown topic creates it. Off in "
-            "Brook, unlike Kafka: a typo in a topic name, or a client that merely asks, would "
-            "otherwise create topics with default settings that are hard to take back.",
+            "Whether a Kafka client's Metadata request naming an unknown topic creates it "
+            "(versions 0-3 always ask for it, 4 and later when allow_auto_topic_creation is set, "
+            "as producers do), with num.partitions and default.replication.factor; a producer's "
+            "first record to a new topic is then delivered. Never for names starting with __ "
+            "(the cluster's own) or invalid names. Off in Brook, unlike Kafka: a typo in a topic "
+            "name, or a client that merely asks, would otherwise create topics with default "
+            "settings that are hard to take back. Read by the controllers, so every gateway "
+            "behaves alike.",
             _H,
         ),
         ConfigKey(

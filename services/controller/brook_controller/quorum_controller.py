@@ -84,6 +84,7 @@ class ControllerSettings:
     imbalance_check_interval_s: float
     imbalance_percentage: int
     topic_defaults: TopicDefaults
+    auto_create_topics: bool
     offsets_partitions: int
     offsets_replication_factor: int
     offsets_segment_bytes: int
@@ -104,6 +105,7 @@ class ControllerSettings:
             topic_defaults=TopicDefaults(
                 config.get_int("num.partitions"), config.get_int("default.replication.factor")
             ),
+            auto_create_topics=config.get_bool("auto.create.topics.enable"),
             offsets_partitions=config.get_int("offsets.topic.num.partitions"),
             offsets_replication_factor=config.get_int("offsets.topic.replication.factor"),
             offsets_segment_bytes=config.get_int("offsets.topic.segment.bytes"),

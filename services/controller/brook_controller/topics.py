@@ -8,7 +8,6 @@ with Kafka's error code, having added nothing.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from brook.topic_config import (
     validate_broker_default_configs,
     validate_topic_configs,
 )
+from brook.topic_name import CLUSTER_TOPIC_PREFIX, topic_name_problem
 from brook.v1 import admin_pb2, common_pb2, metadata_pb2, storage_pb2
 from brook_controller.changes import ChangeSet
 from brook_controller.image import (
@@ -39,6 +39,7 @@ __all__ = [
     "RECORDS_PER_REQUEST_MAX",
     "TopicDefaults",
     "alter_configs",
+    "auto_created_topic",
     "create_partitions",
     "create_topic",
     "delete_topic",
@@ -48,8 +49,6 @@ __all__ = [
 ]
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
-TOPIC_NAME_CHARS_MAX: Final = 249
-_TOPIC_NAME_RE: Final = re.compile(r"^[a-zA-Z0-9._-]+$")
 # Kafka's bound on the records one administrative operation may write (its
 # MAX_RECORDS_PER_USER_OP): a request for more is refused rather than turned into one huge
 # Raft entry.
@@ -60,22 +59,6 @@ RECORDS_PER_REQUEST_MAX: Final = 10_000
 class TopicDefaults:
     num_partitions: int
     replication_factor: int
-
-
-def topic_name_problem(name: str) -> str | None:
-    """Kafka's rules for a topic name; None if it is valid."""
-    if not name:
-        return "the topic name is empty"
-    if name in (".", ".."):
-        return f"the topic name cannot be {name!r}"
-    if len(name) > TOPIC_NAME_CHARS_MAX:
-        return f"the topic name is {len(name)} characters long; the limit is {TOPIC_NAME_CHARS_MAX}"
-    if not _TOPIC_NAME_RE.match(name):
-        return (
-            f"the topic name {name!r} contains characters other than ASCII letters, digits, "
-            "'.', '_' and '-'"
-        )
-    return None
 
 
 def _storage_nodes(image: MetadataImage) -> list[Node]:
@@ -232,6 +215,30 @@ def create_topic(
         replication_factor=len(assignment[0]),
         configs=_topic_config_entries(image, dict(request.configs), (), False, False),
     )
+
+
+def auto_created_topic(
+    request: admin_pb2.CreatableTopic, enabled: bool
+) -> admin_pb2.CreatableTopic:
+    """The topic a client creates by naming it (Kafka's auto.create.topics.enable): the
+    cluster's num.partitions and default.replication.factor, no configs or placement, whatever
+    the request carries. BrookError if it may not be created that way."""
+    name = request.name
+    problem = topic_name_problem(name)
+    if problem is not None:
+        raise BrookError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+    if not enabled:
+        raise BrookError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"no topic is named {name!r}, and auto.create.topics.enable is false",
+        )
+    if name.startswith(CLUSTER_TOPIC_PREFIX):
+        raise BrookError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"no topic is named {name!r}; names starting with {CLUSTER_TOPIC_PREFIX!r} belong "
+            "to the cluster and are never created on demand",
+        )
+    return admin_pb2.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1)
 
 
 def _positive_or_default(value: int, default: int, code: ErrorCode, what: str) -> int:
