@@ -74,14 +74,17 @@ def _request_codec(api_key: int, api_version: int) -> tuple[int, MessageCodec]:
 
 def decode_request(frame: bytes) -> tuple[RequestHeader, Message]:
     """The header and body of a request frame. Raises UnknownApiError for an API or version
-    without a schema and ProtocolError for bytes that do not follow it."""
+    without a schema and ProtocolError for bytes that do not follow it.
+
+    Bytes after the body are ignored, as Kafka's broker ignores them (it reads what the schema
+    says and no more). librdkafka relies on it: its flexible Metadata request for all topics
+    (v9+) leaves a 4-byte array-count placeholder where the 1-byte compact count belongs, so 3
+    bytes trail the body (librdkafka 2.16, `rd_kafka_MetadataRequest0`)."""
     api_key, api_version, _ = peek_request(frame)
     header_version, codec = _request_codec(api_key, api_version)
     r = Reader(frame)
     header = codec_for(REQUEST_HEADER, header_version).read(r)
     body = codec.read(r)
-    if r.remaining:
-        raise ProtocolError(f"{r.remaining} bytes left over after the request body")
     return (
         RequestHeader(api_key, api_version, header["correlation_id"], header["client_id"]),
         body,

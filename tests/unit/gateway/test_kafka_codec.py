@@ -133,6 +133,21 @@ def test_api_versions_v3_request_decodes_from_hand_built_bytes() -> None:
     assert encode_request(18, 3, 42, "abc", body)[4:] == frame
 
 
+def test_librdkafkas_metadata_request_for_all_topics_decodes_despite_its_trailing_bytes() -> None:
+    # What librdkafka 2.16 sends for "all topics" at v12: the array count is left as its
+    # 4-byte placeholder, read as a null compact array and 3 bytes that follow the body.
+    frame = bytes.fromhex(
+        "0003 000c 00000003"  # api key 3, version 12, correlation id 3
+        "0007 72646b61666b61"  # client id "rdkafka"
+        "00"  # header tagged fields
+        "00000000"  # the count's placeholder: read as a null array and the body's 3 other bytes
+        "01 00 00"  # librdkafka's allow_auto_topic_creation, include_topic_..., tags: left over
+    )
+    header, body = decode_request(frame)
+    assert (header.api_key, header.api_version, header.client_id) == (3, 12, "rdkafka")
+    assert body["topics"] is None
+
+
 def test_metadata_v1_null_topics_differs_from_empty_topics() -> None:
     codec = codec_for(REQUESTS[ApiKey.METADATA], 1)
     assert codec.decode(bytes.fromhex("ffffffff"))["topics"] is None

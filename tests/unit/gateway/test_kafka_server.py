@@ -217,7 +217,6 @@ def test_bad_frames_close_only_their_own_connection() -> None:
         "oversized": (10**6).to_bytes(4, "big") + b"x" * 100,
         # ApiVersions v3 (header v2) whose compact string claims 15 bytes and has 2.
         "malformed body": _frame("0012 0003 00000001 0000 00 10 6162"),
-        "trailing bytes": _frame("0012 0000 00000001 0000 ff"),
     }
 
     async def scenario() -> None:
@@ -232,6 +231,18 @@ def test_bad_frames_close_only_their_own_connection() -> None:
             await bystander.send(ApiKey.API_VERSIONS, 0, 2, {})
             assert (await bystander.receive(ApiKey.API_VERSIONS, 0))[0] == 2
             await bystander.close()
+
+    run(scenario())
+
+
+def test_bytes_after_a_request_body_are_ignored_as_by_kafka() -> None:
+    async def scenario() -> None:
+        async with running_server() as server:
+            client = await RawClient.connect(server.port)
+            client.writer.write(_frame("0012 0000 00000007 0000 ff"))  # ApiVersions v0 + 1 byte
+            correlation_id, response = await client.receive(ApiKey.API_VERSIONS, 0)
+            assert (correlation_id, response["error_code"]) == (7, 0)
+            await client.close()
 
     run(scenario())
 
