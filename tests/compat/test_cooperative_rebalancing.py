@@ -181,6 +181,8 @@ def _create_topic(bootstrap: str, topic: str) -> None:
 
 
 def _settled(members: list[Member]) -> bool:
+    dead = [m.name for m in members if not m.alive()]
+    assert not dead, f"members {dead} exited (their stderr is in the captured output)"
     owned = [m.owned() for m in members]
     every = [p for o in owned for p in o]
     share, extra = divmod(PARTITIONS, len(members))
