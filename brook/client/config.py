@@ -331,7 +331,7 @@ _CONSUMER_CHECKS: tuple[ConfigCheck, ...] = (
     ),
 )
 # The assignors the group leader can run (brook.client.group.assignors); eager protocol only.
-ASSIGNMENT_STRATEGIES: Final = ("range", "roundrobin", "sticky")
+ASSIGNMENT_STRATEGIES: Final = ("range", "roundrobin", "sticky", "cooperative-sticky")
 
 CONSUMER_CONFIG_DEF: Final = ConfigDef(
     (
@@ -483,7 +483,10 @@ CONSUMER_CONFIG_DEF: Final = ConfigDef(
             ("range",),
             "The assignors this consumer supports, most preferred first; the group uses the "
             "first one every member supports. range and roundrobin are Kafka's; sticky keeps "
-            "partitions where they are as far as balance allows (eager protocol).",
+            "partitions where they are as far as balance allows (eager protocol); "
+            "cooperative-sticky does too, and when it is the only one listed the consumer "
+            "rebalances incrementally (KIP-429): it keeps its partitions through a rebalance "
+            "and gives up only those that move.",
             _M,
             OneOf(ASSIGNMENT_STRATEGIES),
         ),

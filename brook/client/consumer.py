@@ -12,7 +12,7 @@ at ``auto.offset.reset`` (latest by default) unless ``seek`` says otherwise. ``p
 up to ``max.poll.records`` records from prefetched data and starts the next fetch of every
 partition it drained, so the next round trip overlaps the application's work.
 
-Consumer groups (Kafka's classic protocol, eager rebalancing)::
+Consumer groups (Kafka's classic protocol)::
 
     consumer = Consumer(group_id="billing", enable_auto_commit=False)
     consumer.subscribe(["orders"], on_assign=print, on_revoke=print)
@@ -21,12 +21,19 @@ Consumer groups (Kafka's classic protocol, eager rebalancing)::
             handle(record)
         consumer.commit()
 
-Rebalances happen inside ``poll``, in the caller's thread (or task): before rejoining, the
-consumer commits its positions (with ``enable.auto.commit``), calls ``on_revoke`` with every
-partition it had and gives them all up; after the group assigned it partitions it positions
-them at their committed offsets and calls ``on_assign``. The callbacks are plain functions
-taking a list of TopicPartition; they may call ``commit``, ``seek`` and ``position`` (an
-AsyncConsumer's callbacks may use the blocking-free methods and ``commit_async``).
+Rebalances happen inside ``poll``, in the caller's thread (or task). Eager (every assignor
+but ``cooperative-sticky``): before rejoining, the consumer commits its positions (with
+``enable.auto.commit``), calls ``on_revoke`` with every partition it had and gives them all up;
+after the group assigned it partitions it positions them at their committed offsets and calls
+``on_assign``. Cooperative (KIP-429; ``partition.assignment.strategy=cooperative-sticky``
+alone): the consumer keeps its partitions, and ``poll`` keeps returning their records, while
+the group rebalances; then it commits (with ``enable.auto.commit``) and revokes only the
+partitions the new assignment moved away, calls ``on_assign`` with only the new ones, and, if
+it revoked any, rejoins so that they reach their new owner. A member that lost its membership
+(session expired) revokes everything without committing: its partitions may be someone
+else's already. The callbacks are plain functions taking a list of TopicPartition; they may
+call ``commit``, ``seek`` and ``position`` (an AsyncConsumer's callbacks may use the
+blocking-free methods and ``commit_async``).
 
 Like Kafka's consumer, one consumer is meant for one thread (or one task) at a time.
 """
@@ -52,6 +59,7 @@ from brook.client.errors import (
     OffsetOutOfRangeError,
 )
 from brook.client.fetcher import Fetcher, SubscriptionState
+from brook.client.group.assignors import RebalanceProtocol
 from brook.client.group.coordinator import (
     ConsumerCoordinator,
     ConsumerGroupMetadata,
@@ -206,6 +214,10 @@ class _ConsumerCore:
         ) = None
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._next_auto_commit = 0.0
+        self._cooperative = (
+            self.group is not None
+            and self.group.rebalance_protocol is RebalanceProtocol.COOPERATIVE
+        )
 
     @property
     def default_timeout_s(self) -> float:
@@ -309,12 +321,17 @@ class _ConsumerCore:
                 group.last_poll = time.monotonic()
                 if group.fatal_error is not None:
                     raise group.fatal_error
-                if group.rejoin_needed or self._owned is None or self._join is not None:
+                rebalancing = group.rejoin_needed or self._join is not None
+                if self._cooperative and self._owned is not None and rebalancing:
+                    # The member keeps consuming what it holds while the group rebalances.
+                    yield from self._cooperative_rebalance_steps()
+                elif rebalancing or self._owned is None:
                     joined = yield from self._rebalance_steps(deadline)
                     if not joined:
                         return []
                     continue
-                self._maybe_auto_commit()
+                if self._join is None:
+                    self._maybe_auto_commit()
             self._raise_partition_errors()
             records = self._collect()
             if records:
@@ -444,15 +461,26 @@ class _ConsumerCore:
             }
 
     def _revoke_steps(self, timeout_s: float) -> Steps[None]:
-        """Eager revocation: commit (auto-commit), call on_revoke while the partitions are
-        still assigned (so it may commit their positions, as with Kafka), give them all up."""
+        """Eager revocation: give every partition up (see _give_up_steps)."""
         owned = self._owned
         if owned is None:
             return
+        try:
+            yield from self._give_up_steps(owned, timeout_s, commit=True)
+        finally:
+            self._owned = None
+
+    def _give_up_steps(
+        self, partitions: list[TopicPartition], timeout_s: float, *, commit: bool
+    ) -> Steps[None]:
+        """Commit their positions (auto-commit, while the member's generation is current),
+        call on_revoke while they are still assigned (so it may commit them too, as with
+        Kafka), then drop them from the assignment."""
         group = self.group
         assert group is not None
-        if self.config.enable_auto_commit and group.generation_id >= 0:
-            offsets = self._positions()
+        if commit and self.config.enable_auto_commit and group.generation_id >= 0:
+            leaving = set(partitions)
+            offsets = {tp: om for tp, om in self._positions().items() if tp in leaving}
             if offsets:
                 deadline = time.monotonic() + timeout_s
                 future = self._submit(group.commit(offsets, deadline, group_managed=True))
@@ -462,23 +490,71 @@ class _ConsumerCore:
                         _log.warning("auto-commit before revoking partitions failed: %s", error)
         try:
             if self._on_revoke is not None:
-                self._on_revoke(list(owned))
+                self._on_revoke(list(partitions))
         finally:
-            self._owned = None
-            self.subscriptions.assign([])
+            gone = set(partitions)
+            remaining = [tp for tp in self._owned or [] if tp not in gone]
+            self._owned = remaining
+            self.subscriptions.assign(remaining)
             self._changed()
 
+    def _cooperative_rebalance_steps(self) -> Steps[None]:
+        """One step of a cooperative rebalance (KIP-429), never waiting for the join: start
+        it (keeping the partitions), or finish it: revoke what the assignment moved away and
+        ask to rejoin if anything was, then add the new partitions."""
+        group = self.group
+        assert group is not None and self._owned is not None
+        timeout_s = self.default_timeout_s
+        if self._join is None:
+            if group.generation_id < 0:
+                # The membership was lost (session expired, generation fenced): the partitions
+                # may be another member's already, so nothing is committed (Kafka's
+                # onPartitionsLost, whose default is onPartitionsRevoked).
+                yield from self._give_up_steps(list(self._owned), timeout_s, commit=False)
+            else:
+                unsubscribed = [tp for tp in self._owned if tp.topic not in group.topics]
+                if unsubscribed:
+                    yield from self._give_up_steps(unsubscribed, timeout_s, commit=True)
+            self._join = self._submit(self._join_and_fetch(group, list(self._owned)))
+            return
+        join = self._join
+        if not join.done():
+            return
+        self._join = None
+        error = join.exception()
+        if isinstance(error, ClientTimeoutError):
+            _log.info("joining group %s is taking long: %s", group.group_id, error)
+            group.rejoin_needed = True
+            return
+        if error is not None:
+            raise error
+        partitions, committed = join.result()
+        assigned = set(partitions)
+        revoked = [tp for tp in self._owned if tp not in assigned]
+        if revoked:
+            # The leader gives them to their new owners in the round this rejoin starts (asked
+            # for first, so that a failing on_revoke cannot leave the group without it).
+            group.rejoin_needed = True
+            yield from self._give_up_steps(revoked, timeout_s, commit=True)
+        held = set(self._owned)
+        added = [tp for tp in partitions if tp not in held]
+        self._hold(self._owned + added, committed, added)
+
     async def _join_and_fetch(
-        self, group: ConsumerCoordinator
+        self, group: ConsumerCoordinator, owned: list[TopicPartition] | None = None
     ) -> tuple[list[TopicPartition], dict[TopicPartition, OffsetAndMetadata | None]]:
         # Joining waits for the whole group (up to the rebalance timeout); a poll that ends
         # sooner leaves it running and the next poll picks it up.
         deadline = time.monotonic() + max(
             self.default_timeout_s, self.config.max_poll_interval_ms / 1000
         )
-        partitions = await group.join(deadline)
+        held = owned or []
+        partitions = await group.join(deadline, held)
         try:
-            committed = await group.fetch_committed(partitions, deadline)
+            # Partitions the member kept go on from where it is.
+            committed = await group.fetch_committed(
+                [tp for tp in partitions if tp not in set(held)], deadline
+            )
         except BaseException:
             # Without positions the assignment cannot be used; join again next poll.
             group.rejoin_needed = True
@@ -502,6 +578,17 @@ class _ConsumerCore:
         if error is not None:
             raise error
         partitions, committed = join.result()
+        self._hold(partitions, committed, partitions)
+        return True
+
+    def _hold(
+        self,
+        partitions: list[TopicPartition],
+        committed: Mapping[TopicPartition, OffsetAndMetadata | None],
+        added: list[TopicPartition],
+    ) -> None:
+        """Hold ``partitions``, positioning those in ``committed`` at their committed offsets,
+        and tell on_assign about ``added``."""
         self.subscriptions.assign(partitions)
         with self.subscriptions.lock:
             for tp, found in committed.items():
@@ -511,8 +598,7 @@ class _ConsumerCore:
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
         self._changed()
         if self._on_assign is not None:
-            self._on_assign(list(partitions))
-        return True
+            self._on_assign(list(added))
 
     def _maybe_auto_commit(self) -> None:
         if not self.config.enable_auto_commit or self.group is None:

@@ -1,4 +1,5 @@
-"""The partition assignors a consumer group's leader runs: Kafka's range, roundrobin, sticky.
+"""The partition assignors a consumer group's leader runs: Kafka's range, roundrobin, sticky
+and cooperative-sticky.
 
 The coordinator does not assign partitions: it elects a leader among the members and hands
 it every member's subscription (``protocol.Subscription``); the leader runs the assignor the
@@ -7,10 +8,17 @@ group can mix Brook consumers and Kafka clients using the same assignor.
 
 Every assignor is a pure function of its input; members are ordered by group.instance.id (if
 set) and then member id, so a static member keeps its place across restarts.
+
+Each assignor names the rebalance protocols it supports (Kafka's ``supportedProtocols``): under
+EAGER every member gives up all its partitions before it rejoins; under COOPERATIVE (KIP-429) a
+member keeps its partitions through the rebalance, gives up only those the new assignment
+moves away, and then rejoins so that they can be handed to their new owner. A consumer uses
+COOPERATIVE only when every assignor it lists supports it (``rebalance_protocol``).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -21,12 +29,26 @@ from brook.client.types import TopicPartition
 __all__ = [
     "ASSIGNORS",
     "Assignor",
+    "CooperativeStickyAssignor",
     "GroupMember",
     "RangeAssignor",
+    "RebalanceProtocol",
     "RoundRobinAssignor",
     "StickyAssignor",
     "assignor_named",
+    "rebalance_protocol",
 ]
+
+
+class RebalanceProtocol(enum.Enum):
+    """How members give up partitions in a rebalance (Kafka's ConsumerPartitionAssignor
+    .RebalanceProtocol)."""
+
+    EAGER = "eager"
+    COOPERATIVE = "cooperative"
+
+
+_EAGER_ONLY: Final = (RebalanceProtocol.EAGER,)
 
 
 @dataclass(frozen=True)
@@ -47,9 +69,11 @@ class GroupMember:
 
 
 class Assignor(Protocol):
-    """A client-side assignor: ``name`` is what JoinGroup advertises."""
+    """A client-side assignor: ``name`` is what JoinGroup advertises; ``protocols`` the
+    rebalance protocols it can run under."""
 
     name: str
+    protocols: tuple[RebalanceProtocol, ...]
 
     def assign(
         self, partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember]
@@ -78,6 +102,7 @@ class RangeAssignor:
     first ``partitions % members`` members get one more (Kafka's RangeAssignor)."""
 
     name = "range"
+    protocols: tuple[RebalanceProtocol, ...] = _EAGER_ONLY
 
     def assign(
         self, partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember]
@@ -105,6 +130,7 @@ class RoundRobinAssignor:
     member not subscribed to the partition's topic (Kafka's RoundRobinAssignor)."""
 
     name = "roundrobin"
+    protocols: tuple[RebalanceProtocol, ...] = _EAGER_ONLY
 
     def assign(
         self, partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember]
@@ -138,6 +164,7 @@ class StickyAssignor:
     """
 
     name = "sticky"
+    protocols: tuple[RebalanceProtocol, ...] = _EAGER_ONLY
 
     def assign(
         self, partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember]
@@ -213,8 +240,47 @@ class StickyAssignor:
                 return
 
 
+class CooperativeStickyAssignor:
+    """The sticky assignment, handed out without taking a partition from a member that still
+    holds it (Kafka's CooperativeStickyAssignor, KIP-429).
+
+    Members report the partitions they hold in their subscription (``owned_partitions``). The
+    assignment is ``StickyAssignor``'s, except that a partition some other member reports
+    holding is left out this round: the holder, not finding it in its own assignment, gives it
+    up and rejoins, and the next round (where nobody else claims it) hands it to its new owner.
+    So no partition is ever assigned while another member may still be reading it, and the
+    group reaches the sticky, balanced assignment after at most one more round. A partition two
+    members claim (a stale claim) is withheld from both, so both give it up, and it is assigned
+    afresh in the next round.
+
+    Under EAGER (a member also listing an eager-only assignor) members claim nothing, since
+    they gave everything up before joining, and this is the sticky assignment.
+    """
+
+    name = "cooperative-sticky"
+    protocols: tuple[RebalanceProtocol, ...] = (
+        RebalanceProtocol.EAGER,
+        RebalanceProtocol.COOPERATIVE,
+    )
+
+    def assign(
+        self, partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember]
+    ) -> dict[str, list[TopicPartition]]:
+        target = _STICKY.assign(partitions_per_topic, members)
+        claimants: dict[TopicPartition, set[str]] = {}
+        for member in members:
+            for tp in member.subscription.owned_partitions:
+                claimants.setdefault(tp, set()).add(member.member_id)
+        return {
+            member_id: [tp for tp in tps if claimants.get(tp, set()) <= {member_id}]
+            for member_id, tps in target.items()
+        }
+
+
+_STICKY: Final = StickyAssignor()
+
 ASSIGNORS: Final[Mapping[str, Assignor]] = {
-    a.name: a for a in (RangeAssignor(), RoundRobinAssignor(), StickyAssignor())
+    a.name: a for a in (RangeAssignor(), RoundRobinAssignor(), _STICKY, CooperativeStickyAssignor())
 }
 
 
@@ -226,3 +292,11 @@ def assignor_named(name: str) -> Assignor:
         raise ValueError(
             f"unknown partition assignment strategy {name!r}; known: {', '.join(ASSIGNORS)}"
         ) from None
+
+
+def rebalance_protocol(assignors: Sequence[Assignor]) -> RebalanceProtocol:
+    """COOPERATIVE when every one of a consumer's assignors supports it, else EAGER (Kafka's
+    rule: whichever assignor the group picks, the member must be able to follow it)."""
+    if assignors and all(RebalanceProtocol.COOPERATIVE in a.protocols for a in assignors):
+        return RebalanceProtocol.COOPERATIVE
+    return RebalanceProtocol.EAGER

@@ -6,8 +6,9 @@ group's owner), joins the group (JoinGroup, then SyncGroup; the leader runs the 
 heartbeats in the background, fetches committed offsets for a new assignment and commits
 offsets with the member's generation. It never calls application code: the consumer's
 ``poll`` (in the application's thread) revokes and assigns partitions and runs the listener
-around ``join`` (Kafka's eager protocol, where every member gives up all its partitions
-before it rejoins).
+around ``join``: under the eager protocol every member gives up all its partitions before it
+rejoins; under the cooperative one (KIP-429) a member tells the leader what it holds
+(``join``'s ``owned``) and gives up only what the assignment moved away, afterwards.
 
 Errors follow Kafka's consumer:
 
@@ -44,7 +45,13 @@ from brook.client.errors import (
     FencedInstanceIdError,
     api_error,
 )
-from brook.client.group.assignors import Assignor, GroupMember, assignor_named
+from brook.client.group.assignors import (
+    Assignor,
+    GroupMember,
+    RebalanceProtocol,
+    assignor_named,
+    rebalance_protocol,
+)
 from brook.client.group.protocol import (
     CONSUMER_PROTOCOL_TYPE,
     Assignment,
@@ -192,6 +199,7 @@ class ConsumerCoordinator:
         self._wakeup = wakeup
         self._locator = locator
         self._assignors: list[Assignor] = [assignor_named(name) for name in assignors]
+        self.rebalance_protocol = rebalance_protocol(self._assignors)
         self._session_timeout_ms = session_timeout_ms
         self._heartbeat_interval_s = heartbeat_interval_ms / 1000
         self._max_poll_interval_ms = max_poll_interval_ms
@@ -208,6 +216,8 @@ class ConsumerCoordinator:
         self.fatal_error: BaseException | None = None
         self.topics: tuple[str, ...] = ()
         self.assignment: list[TopicPartition] = []
+        # What the member holds while it joins (cooperative: it keeps them through the join).
+        self._owned_at_join: list[TopicPartition] = []
         self.last_poll = time.monotonic()
         self.is_leader = False
         # The leader watches the partition counts it assigned from (Kafka: metadata
@@ -336,9 +346,18 @@ class ConsumerCoordinator:
     # -- joining ----------------------------------------------------------------------------
 
     def _subscription_bytes(self, assignor: Assignor) -> bytes:
-        # Only the sticky assignor reads owned partitions; leaving them out for the others
+        # Only the sticky assignors read owned partitions; leaving them out for the others
         # keeps a member's metadata the same across restarts, which is what lets a restarted
         # static member return without a rebalance (the coordinator compares the bytes).
+        if RebalanceProtocol.COOPERATIVE in assignor.protocols:
+            # What the member holds now: under COOPERATIVE the leader must not give these to
+            # anyone else this round; under EAGER the member gave everything up already.
+            return encode_subscription(
+                Subscription(
+                    list(self.topics), None, list(self._owned_at_join), self.generation_id
+                ),
+                version=2,
+            )
         if assignor.name == "sticky":
             return encode_subscription(
                 Subscription(list(self.topics), None, list(self.assignment), self.generation_id),
@@ -346,8 +365,12 @@ class ConsumerCoordinator:
             )
         return encode_subscription(Subscription(list(self.topics)), version=1)
 
-    async def join(self, deadline: float) -> list[TopicPartition]:
-        """Join (or rejoin) the group and return this member's assignment.
+    async def join(
+        self, deadline: float, owned: Sequence[TopicPartition] = ()
+    ) -> list[TopicPartition]:
+        """Join (or rejoin) the group and return this member's assignment. ``owned`` is what
+        the member holds while it joins (KIP-429: a cooperative member keeps its partitions
+        until the assignment says which to give up).
 
         Raises ClientTimeoutError at ``deadline`` (the caller may call again; the member id
         is kept), FencedInstanceIdError, or an ApiError the group cannot get past.
@@ -355,6 +378,7 @@ class ConsumerCoordinator:
         if self.fatal_error is not None:
             raise self.fatal_error
         self._joining = True
+        self._owned_at_join = list(owned)
         self.state = MemberState.REBALANCING
         try:
             return await self._with_retries("JoinGroup", self._join_once, deadline)
