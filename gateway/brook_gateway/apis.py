@@ -35,7 +35,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
     {
         ApiKey.PRODUCE: (0, 10),
         ApiKey.FETCH: (4, 12),
-        ApiKey.LIST_OFFSETS: (1, 3),
+        ApiKey.LIST_OFFSETS: (1, 7),
         ApiKey.METADATA: (0, 5),
         ApiKey.OFFSET_COMMIT: (2, 3),
         ApiKey.OFFSET_FETCH: (1, 3),

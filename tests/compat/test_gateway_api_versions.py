@@ -65,9 +65,9 @@ def _topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _batch(value: bytes = b"value") -> bytes:
+def _batch(value: bytes = b"value", timestamp_ms: int | None = None) -> bytes:
     builder = BatchBuilder()
-    builder.append(int(time.time() * 1000), b"key", value)
+    builder.append(int(time.time() * 1000) if timestamp_ms is None else timestamp_ms, b"key", value)
     return builder.build()
 
 
@@ -267,8 +267,9 @@ def test_confluent_kafka_idempotent_producer_uses_init_producer_id_v4_and_produc
 def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v4(
     gateways: KafkaGateways,
 ) -> None:
-    """kafka-python infers the broker release from the ranges: Produce 9 makes it 2.8, which
-    turns on its KIP-360 epoch bump, which needs InitProducerId 3+."""
+    """kafka-python infers the broker release from the ranges: Produce 9 makes it at least 2.8
+    (ListOffsets 7 makes it 3.0), which turns on its KIP-360 epoch bump, which needs
+    InitProducerId 3+."""
     from kafka import KafkaProducer
     from kafka.protocol.producer.produce import ProduceRequest
     from kafka.protocol.producer.transaction import InitProducerIdRequest
@@ -282,7 +283,7 @@ def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v4(
             for i in range(RECORDS)
         ]
         versions = producer._sender._client._manager.broker_version_data
-        assert versions.broker_version == (2, 8)
+        assert versions.broker_version >= (2, 8)
         # The version its Sender asks for (it caps Produce at 9).
         assert versions.api_version(ProduceRequest, max_version=9) == 9
         assert versions.api_version(InitProducerIdRequest, min_version=3) == 4
@@ -303,14 +304,15 @@ _NOT_YET: Final = frozenset(
 )
 
 
-def produce_once(gateways: KafkaGateways, version: int, topic: str) -> Message:
+def produce_once(
+    gateways: KafkaGateways, version: int, topic: str, records: bytes | None = None
+) -> Message:
     """The partition's answer to one batch, sent again (as a client would) while the storage
     node does not know the new partition yet, for at most TIMEOUT_S."""
     deadline = time.monotonic() + TIMEOUT_S
+    body = _produce_body(topic, _batch() if records is None else records)
     while True:
-        response = kafka_request(
-            gateways.address, ApiKey.PRODUCE, version, _produce_body(topic, _batch()), TIMEOUT_S
-        )
+        response = kafka_request(gateways.address, ApiKey.PRODUCE, version, body, TIMEOUT_S)
         ((answer,),) = [t["partition_responses"] for t in response["responses"]]
         if answer["error_code"] not in _NOT_YET or time.monotonic() > deadline:
             assert response["node_endpoints"] == []
@@ -386,12 +388,16 @@ def _fetch_body(topic: str, offset: int, last_fetched_epoch: int = -1) -> Messag
     }
 
 
-def _produced(gateways: KafkaGateways, prefix: str, count: int) -> str:
-    """A new topic of one partition holding `count` records, one batch each."""
+def _produced(
+    gateways: KafkaGateways, prefix: str, count: int, timestamps_ms: list[int] | None = None
+) -> str:
+    """A new topic of one partition holding `count` records, one batch each (stamped with
+    `timestamps_ms`, else the time of sending)."""
     topic = _topic(prefix)
     create_topic(gateways.address, topic, 1, TIMEOUT_S)
-    for _ in range(count):
-        answer = produce_once(gateways, 10, topic)
+    for i in range(count):
+        stamp = None if timestamps_ms is None else timestamps_ms[i]
+        answer = produce_once(gateways, 10, topic, _batch(timestamp_ms=stamp))
         assert answer["error_code"] == ErrorCode.NONE, answer
     return topic
 
@@ -490,3 +496,141 @@ def test_confluent_kafka_consumer_fetches_with_fetch_v12(gateways: KafkaGateways
             consumer.close()
     assert offsets == [0, 1, 2]
     assert versions_sent(lines, "Fetch") == {12}
+
+
+# -- ListOffsets ----------------------------------------------------------------------------------
+
+_LATEST: Final = -1
+_EARLIEST: Final = -2
+_MAX_TIMESTAMP: Final = -3
+
+
+def _listed(
+    gateways: KafkaGateways, version: int, topic: str, timestamp: int, leader_epoch: int = -1
+) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.LIST_OFFSETS,
+        version,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "current_leader_epoch": leader_epoch,
+                            "timestamp": timestamp,
+                        }
+                    ],
+                }
+            ],
+        },
+        TIMEOUT_S,
+    )
+    ((partition,),) = [t["partitions"] for t in response["topics"]]
+    return partition  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", range(1, 8))
+def test_list_offsets_answers_in_every_served_version(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    stamps = [1_000_000, 5_000_000, 3_000_000]
+    topic = _produced(gateways, f"list-offsets-v{version}", 3, stamps)
+    _, epoch = run(_leader(compat_cluster, topic))
+    # v4+ answer the epoch of the record found (v0-3 have no such field).
+    epoch_of_record = epoch if version >= 4 else -1
+    found = {
+        spec: (answer["error_code"], answer["offset"], answer["timestamp"], answer["leader_epoch"])
+        for spec in (_LATEST, _EARLIEST, 2_000_000, 6_000_000)
+        for answer in [_listed(gateways, version, topic, spec)]
+    }
+    assert found == {
+        _LATEST: (ErrorCode.NONE, 3, -1, epoch_of_record),
+        _EARLIEST: (ErrorCode.NONE, 0, -1, epoch_of_record),
+        # The first record stamped at or after the time asked.
+        2_000_000: (ErrorCode.NONE, 1, 5_000_000, epoch_of_record),
+        # After every record: no offset.
+        6_000_000: (ErrorCode.NONE, -1, -1, -1),
+    }
+
+
+def test_list_offsets_v7_finds_the_record_with_the_largest_timestamp(
+    gateways: KafkaGateways,
+) -> None:
+    """KIP-734: the offset of the record itself, not the log end, and the first of equals."""
+    topic = _produced(gateways, "list-offsets-max", 4, [1_000_000, 5_000_000, 3_000_000, 5_000_000])
+    answer = _listed(gateways, 7, topic, _MAX_TIMESTAMP)
+    assert (answer["error_code"], answer["offset"], answer["timestamp"]) == (
+        ErrorCode.NONE,
+        1,
+        5_000_000,
+    )
+
+
+def test_list_offsets_v4_checks_the_clients_leader_epoch(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    """A client whose metadata names a newer epoch than the leader's hears
+    UNKNOWN_LEADER_EPOCH (it retries); the current epoch is served. An older one is fenced by
+    the same check (tests/unit/storage_node: FENCED_LEADER_EPOCH), which a new topic, at
+    epoch 0, cannot show here."""
+    topic = _produced(gateways, "list-offsets-epoch", 1)
+    _, epoch = run(_leader(compat_cluster, topic))
+    current = _listed(gateways, 4, topic, _LATEST, leader_epoch=epoch)
+    assert (current["error_code"], current["offset"]) == (ErrorCode.NONE, 1)
+    newer = _listed(gateways, 4, topic, _LATEST, leader_epoch=epoch + 1)
+    assert (newer["error_code"], newer["offset"]) == (ErrorCode.UNKNOWN_LEADER_EPOCH, -1)
+    # v3 has no such field: the same request is served.
+    older_version = _listed(gateways, 3, topic, _LATEST, leader_epoch=epoch + 1)
+    assert (older_version["error_code"], older_version["offset"]) == (ErrorCode.NONE, 1)
+
+
+def test_confluent_kafka_lists_offsets_with_list_offsets_v7(gateways: KafkaGateways) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = _produced(gateways, "confluent-list-offsets", 3, [1_000_000, 2_000_000, 3_000_000])
+    with librdkafka_log() as lines:
+        consumer = Consumer(
+            {"bootstrap.servers": gateways.bootstrap, "group.id": topic, "debug": "protocol"},
+            logger=lines.logger,
+        )
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, 0), timeout=TIMEOUT_S, cached=False
+            )
+            (by_time,) = consumer.offsets_for_times(
+                [TopicPartition(topic, 0, 1_500_000)], timeout=TIMEOUT_S
+            )
+        finally:
+            consumer.close()
+    assert (low, high, by_time.offset) == (0, 3, 1)
+    assert versions_sent(lines, "ListOffsets") == {7}
+
+
+def test_kafka_python_lists_offsets_with_list_offsets_v7_and_infers_kafka_3_0(
+    gateways: KafkaGateways,
+) -> None:
+    """ListOffsets 7 in range makes kafka-python take the gateway for Kafka 3.0; the one
+    behaviour that changes is its default session timeout (45 s instead of 30 s, KIP-735),
+    which the group coordinators accept (group.max.session.timeout.ms)."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.protocol.consumer.offsets import ListOffsetsRequest
+
+    topic = _produced(gateways, "kafka-python-list-offsets", 3, [1_000_000, 2_000_000, 3_000_000])
+    consumer = KafkaConsumer(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        partition = TopicPartition(topic, 0)
+        assert consumer.end_offsets([partition]) == {partition: 3}
+        assert consumer.beginning_offsets([partition]) == {partition: 0}
+        by_time = consumer.offsets_for_times({partition: 1_500_000})
+        assert by_time[partition] is not None and by_time[partition].offset == 1
+        versions = consumer._client._manager.broker_version_data
+        assert versions.broker_version == (3, 0)
+        assert versions.api_version(ListOffsetsRequest, min_version=1) == 7
+        assert consumer.config["session_timeout_ms"] == 45_000
+    finally:
+        consumer.close()

@@ -13,6 +13,7 @@ from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import REQUESTS, RESPONSES, ApiKey
 from gateway_support import assert_same_bytes_as_kafka_python
 from kafka.protocol.consumer import fetch as kafka_fetch
+from kafka.protocol.consumer import offsets as kafka_offsets
 from kafka.protocol.producer import produce as kafka_produce
 
 _LEADER = {"leader_id": 3001, "leader_epoch": 4}
@@ -112,6 +113,48 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message, int]] = {
             ],
         },
         4,
+    ),
+    ApiKey.LIST_OFFSETS: (
+        kafka_offsets.ListOffsetsRequest,
+        {
+            "replica_id": -1,
+            "isolation_level": 1,
+            "topics": [
+                {
+                    "name": "t",
+                    "partitions": [
+                        {"partition_index": 1, "current_leader_epoch": 4, "timestamp": -3},
+                        {"partition_index": 2, "current_leader_epoch": -1, "timestamp": 1_700},
+                    ],
+                }
+            ],
+        },
+        kafka_offsets.ListOffsetsResponse,
+        {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "name": "t",
+                    "partitions": [
+                        {
+                            "partition_index": 1,
+                            "error_code": 0,
+                            "timestamp": 1_800,
+                            "offset": 17,
+                            "leader_epoch": 3,
+                        },
+                        {
+                            "partition_index": 2,
+                            "error_code": 74,
+                            "timestamp": -1,
+                            "offset": -1,
+                            "leader_epoch": -1,
+                        },
+                    ],
+                }
+            ],
+        },
+        1,
     ),
 }
 
