@@ -15,6 +15,7 @@ from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
+from brook_gateway.protocol.primitives import UUID_ZERO
 from brook_gateway.upstream import UpstreamError
 
 __all__ = ["admin_handlers"]
@@ -39,6 +40,16 @@ def _per_item_error(list_field: str, name_field: str, source: str) -> Any:
         return [t["name"] for t in request["topics"]]
 
     return error
+
+
+def _config_value(entry: admin_pb2.ConfigEntry) -> str | None:
+    """Kafka's null for a sensitive value or a setting without one."""
+    return entry.value if entry.HasField("value") else None
+
+
+def _config_source(entry: admin_pb2.ConfigEntry) -> int:
+    """Kafka's ConfigSource number (Brook's enum has its values); -1 when unknown."""
+    return int(entry.source) or -1
 
 
 def _create_topics(backend: Backend) -> ApiHandler:
@@ -91,16 +102,28 @@ def _create_topics(backend: Backend) -> ApiHandler:
                     "name": t.name,
                     "error_code": int(t.error_code),
                     "error_message": t.error_message or None,
-                    "topic_id": t.topic_id or None,
+                    # v7+ (also with validate_only: the id the topic would have had).
+                    "topic_id": t.topic_id or UUID_ZERO,
+                    # v5+: what was created (or would be), the defaults filled in.
                     "num_partitions": t.num_partitions or -1,
                     "replication_factor": t.replication_factor or -1,
+                    "configs": [
+                        {
+                            "name": c.name,
+                            "value": _config_value(c),
+                            "read_only": c.read_only,
+                            "config_source": _config_source(c),
+                            "is_sensitive": c.sensitive,
+                        }
+                        for c in t.configs
+                    ],
                 }
                 for t in response.topics
             ],
         }
 
     error = _per_item_error("topics", "name", "topics")
-    return ApiHandler(ApiKey.CREATE_TOPICS, handle, versions=(2, 4), error_response=error)
+    return ApiHandler(ApiKey.CREATE_TOPICS, handle, versions=(2, 7), error_response=error)
 
 
 def _delete_topics(backend: Backend) -> ApiHandler:
@@ -238,10 +261,10 @@ def _describe_configs(backend: Backend) -> ApiHandler:
                     "configs": [
                         {
                             "name": c.name,
-                            "value": c.value if c.HasField("value") else None,
+                            "value": _config_value(c),
                             "read_only": c.read_only,
                             "is_default": c.source == admin_pb2.CONFIG_SOURCE_DEFAULT_CONFIG,
-                            "config_source": int(c.source) or -1,
+                            "config_source": _config_source(c),
                             "is_sensitive": c.sensitive,
                             "synonyms": [
                                 {

@@ -48,7 +48,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.LIST_GROUPS: (0, 2),
         ApiKey.SASL_HANDSHAKE: (0, 1),
         ApiKey.API_VERSIONS: (0, 3),
-        ApiKey.CREATE_TOPICS: (2, 4),
+        ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (0, 3),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
         ApiKey.DESCRIBE_CONFIGS: (0, 1),

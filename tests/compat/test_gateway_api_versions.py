@@ -634,3 +634,101 @@ def test_kafka_python_lists_offsets_with_list_offsets_v7_and_infers_kafka_3_0(
         assert consumer.config["session_timeout_ms"] == 45_000
     finally:
         consumer.close()
+
+
+# -- CreateTopics -----------------------------------------------------------------------------
+
+
+def _create_topics(
+    gateways: KafkaGateways, version: int, topic: str, validate_only: bool = False
+) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.CREATE_TOPICS,
+        version,
+        {
+            "topics": [
+                {
+                    "name": topic,
+                    # The cluster's defaults, in every version (CLIENTS.md).
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [],
+                    "configs": [{"name": "retention.ms", "value": "3600000"}],
+                }
+            ],
+            "timeout_ms": CLIENT_TIMEOUT_MS,
+            "validate_only": validate_only,
+        },
+        TIMEOUT_S,
+    )
+    (answer,) = response["topics"]
+    return answer  # type: ignore[no-any-return]
+
+
+async def _topic_state(cluster: LocalCluster, topic: str) -> storage_pb2.TopicMetadata | None:
+    """The topic as a storage node knows it, or None."""
+    port = next(iter(_storage_nodes(cluster).values()))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = storage_pb2_grpc.StorageServiceStub(channel)
+        response = await stub.GetMetadata(storage_pb2.GetMetadataRequest(topics=[topic]))
+    (state,) = response.topics
+    return state if state.partitions else None
+
+
+@pytest.mark.parametrize("version", range(2, 8))
+def test_create_topics_answers_what_it_created_from_v5_and_its_id_from_v7(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    topic = _topic(f"create-v{version}")
+    answer = _create_topics(gateways, version, topic)
+    assert answer["error_code"] == ErrorCode.NONE, answer
+    state = run(_topic_state(compat_cluster, topic))
+    assert state is not None
+    if version < 5:
+        # Fields of later versions decode to their defaults.
+        assert (answer["num_partitions"], answer["configs"]) == (-1, [])
+        return
+    assert answer["num_partitions"] == len(state.partitions)
+    assert answer["replication_factor"] == len(state.partitions[0].replicas)
+    configs = {c["name"]: c for c in answer["configs"]}
+    assert configs["retention.ms"] == {
+        "name": "retention.ms",
+        "value": "3600000",
+        "read_only": False,
+        "config_source": 1,  # DYNAMIC_TOPIC_CONFIG: the override just given
+        "is_sensitive": False,
+    }
+    assert configs["cleanup.policy"]["config_source"] == 5  # DEFAULT_CONFIG
+    assert answer["topic_id"] == (state.topic_id if version >= 7 else bytes(16))
+
+
+def test_create_topics_v5_validate_only_answers_what_would_be_created_and_creates_nothing(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    topic = _topic("create-validate")
+    answer = _create_topics(gateways, 7, topic, validate_only=True)
+    assert answer["error_code"] == ErrorCode.NONE, answer
+    assert answer["num_partitions"] > 0 and answer["replication_factor"] > 0
+    assert {c["name"]: c["value"] for c in answer["configs"]}["retention.ms"] == "3600000"
+    assert run(_topic_state(compat_cluster, topic)) is None
+    # The name is still free.
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+
+
+def test_kafka_python_admin_creates_topics_with_create_topics_v7(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.protocol.admin.topics import CreateTopicsRequest
+
+    topic = _topic("kafka-python-create")
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        # -1 partitions and replication factor: the cluster's defaults.
+        admin.create_topics([NewTopic(topic, -1, -1)], timeout_ms=CLIENT_TIMEOUT_MS)
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(CreateTopicsRequest) == 7
+    finally:
+        admin.close()
+    assert run(_topic_state(compat_cluster, topic)) is not None

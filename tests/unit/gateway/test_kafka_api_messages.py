@@ -12,11 +12,13 @@ from brook_gateway.apis import RECOMMENDED_VERSIONS
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import REQUESTS, RESPONSES, ApiKey
 from gateway_support import assert_same_bytes_as_kafka_python
+from kafka.protocol.admin import topics as kafka_topics
 from kafka.protocol.consumer import fetch as kafka_fetch
 from kafka.protocol.consumer import offsets as kafka_offsets
 from kafka.protocol.producer import produce as kafka_produce
 
 _LEADER = {"leader_id": 3001, "leader_epoch": 4}
+_TOPIC_ID = bytes(range(16))
 _ENDPOINTS = [{"node_id": 3001, "host": "gw-1", "port": 9092, "rack": None}]
 
 # api -> (request class, request, response class, response, lowest version to check)
@@ -155,6 +157,64 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message, int]] = {
             ],
         },
         1,
+    ),
+    ApiKey.CREATE_TOPICS: (
+        kafka_topics.CreateTopicsRequest,
+        {
+            "topics": [
+                {
+                    "name": "t",
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [],
+                    "configs": [{"name": "retention.ms", "value": "1000"}],
+                },
+                {
+                    "name": "placed",
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [{"partition_index": 0, "broker_ids": [1, 2]}],
+                    "configs": [{"name": "cleanup.policy", "value": None}],
+                },
+            ],
+            "timeout_ms": 30000,
+            "validate_only": True,
+        },
+        kafka_topics.CreateTopicsResponse,
+        {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "name": "t",
+                    "topic_id": _TOPIC_ID,
+                    "error_code": 0,
+                    "error_message": None,
+                    "topic_config_error_code": 0,
+                    "num_partitions": 3,
+                    "replication_factor": 2,
+                    "configs": [
+                        {
+                            "name": "retention.ms",
+                            "value": "1000",
+                            "read_only": False,
+                            "config_source": 1,
+                            "is_sensitive": False,
+                        }
+                    ],
+                },
+                {
+                    "name": "taken",
+                    "topic_id": bytes(16),
+                    "error_code": 36,
+                    "error_message": "exists",
+                    "topic_config_error_code": 0,
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "configs": [],
+                },
+            ],
+        },
+        2,
     ),
 }
 
