@@ -49,7 +49,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.SASL_HANDSHAKE: (0, 1),
         ApiKey.API_VERSIONS: (0, 3),
         ApiKey.CREATE_TOPICS: (2, 7),
-        ApiKey.DELETE_TOPICS: (0, 3),
+        ApiKey.DELETE_TOPICS: (0, 6),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
         ApiKey.DESCRIBE_CONFIGS: (0, 1),
         ApiKey.ALTER_CONFIGS: (0, 1),

@@ -732,3 +732,123 @@ def test_kafka_python_admin_creates_topics_with_create_topics_v7(
     finally:
         admin.close()
     assert run(_topic_state(compat_cluster, topic)) is not None
+
+
+# -- DeleteTopics -----------------------------------------------------------------------------
+
+
+def _delete_topics(gateways: KafkaGateways, version: int, targets: list[Message]) -> list[Message]:
+    """`targets`: {"name": ..., "topic_id": ...}; v0-5 send the names."""
+    response = kafka_request(
+        gateways.address,
+        ApiKey.DELETE_TOPICS,
+        version,
+        {
+            "topics": targets,
+            "topic_names": [t["name"] for t in targets],
+            "timeout_ms": CLIENT_TIMEOUT_MS,
+        },
+        TIMEOUT_S,
+    )
+    return response["responses"]  # type: ignore[no-any-return]
+
+
+def _gone(cluster: LocalCluster, topic: str) -> bool:
+    """Whether the storage nodes drop `topic`, polled for at most TIMEOUT_S."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while run(_topic_state(cluster, topic)) is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _created(cluster: LocalCluster, gateways: KafkaGateways, prefix: str) -> tuple[str, bytes]:
+    """A new topic and its id."""
+    topic = _topic(prefix)
+    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+    state = run(_topic_state(cluster, topic))
+    assert state is not None
+    return topic, state.topic_id
+
+
+@pytest.mark.parametrize("version", range(7))
+def test_delete_topics_deletes_by_name_in_every_served_version(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    topic, topic_id = _created(compat_cluster, gateways, f"delete-v{version}")
+    missing = _topic("delete-missing")
+    answers = _delete_topics(
+        gateways,
+        version,
+        [{"name": topic, "topic_id": bytes(16)}, {"name": missing, "topic_id": bytes(16)}],
+    )
+    assert [(a["name"], a["error_code"]) for a in answers] == [
+        (topic, ErrorCode.NONE),
+        (missing, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    # v5+ explain an error; v6+ give the topic's id.
+    assert (answers[1]["error_message"] is not None) == (version >= 5)
+    assert answers[0]["topic_id"] == (topic_id if version >= 6 else bytes(16))
+    assert _gone(compat_cluster, topic)
+
+
+def test_delete_topics_v6_deletes_by_id_and_refuses_unknown_and_ambiguous_ids(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    topic, topic_id = _created(compat_cluster, gateways, "delete-by-id")
+    other, other_id = _created(compat_cluster, gateways, "delete-kept")
+    unknown_id = uuid.uuid4().bytes
+    answers = _delete_topics(
+        gateways,
+        6,
+        [
+            {"name": None, "topic_id": topic_id},
+            {"name": None, "topic_id": unknown_id},
+            {"name": other, "topic_id": other_id},
+            {"name": None, "topic_id": bytes(16)},
+        ],
+    )
+    assert [(a["name"], a["topic_id"], a["error_code"]) for a in answers] == [
+        (topic, topic_id, ErrorCode.NONE),
+        (None, unknown_id, ErrorCode.UNKNOWN_TOPIC_ID),
+        (other, other_id, ErrorCode.INVALID_REQUEST),
+        (None, bytes(16), ErrorCode.INVALID_REQUEST),
+    ]
+    assert all(a["error_message"] for a in answers[1:])
+    assert _gone(compat_cluster, topic)
+    # Refused requests change nothing.
+    assert run(_topic_state(compat_cluster, other)) is not None
+
+
+def test_kafka_python_admin_deletes_topics_with_delete_topics_v6(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    from kafka.admin import KafkaAdminClient
+    from kafka.protocol.admin.topics import DeleteTopicsRequest
+
+    topic, _ = _created(compat_cluster, gateways, "kafka-python-delete")
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        admin.delete_topics([topic], timeout_ms=CLIENT_TIMEOUT_MS)
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(DeleteTopicsRequest) == 6
+    finally:
+        admin.close()
+    assert _gone(compat_cluster, topic)
+
+
+def test_confluent_kafka_admin_deletes_topics_with_delete_topics_v4(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    topic, _ = _created(compat_cluster, gateways, "confluent-delete")
+    with librdkafka_log() as lines:
+        admin = AdminClient(
+            {"bootstrap.servers": gateways.bootstrap, "debug": "protocol"}, logger=lines.logger
+        )
+        admin.delete_topics([topic], operation_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+        admin.poll(0)  # serves the queued log lines
+    assert versions_sent(lines, "DeleteTopics") == {4}
+    assert _gone(compat_cluster, topic)

@@ -216,6 +216,26 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message, int]] = {
         },
         2,
     ),
+    ApiKey.DELETE_TOPICS: (
+        kafka_topics.DeleteTopicsRequest,
+        {
+            "topics": [
+                {"name": "t", "topic_id": bytes(16)},
+                {"name": None, "topic_id": _TOPIC_ID},
+            ],
+            "topic_names": ["t", "u"],
+            "timeout_ms": 30000,
+        },
+        kafka_topics.DeleteTopicsResponse,
+        {
+            "throttle_time_ms": 0,
+            "responses": [
+                {"name": "t", "topic_id": _TOPIC_ID, "error_code": 0, "error_message": None},
+                {"name": "u", "topic_id": bytes(16), "error_code": 3, "error_message": "unknown"},
+            ],
+        },
+        0,
+    ),
 }
 
 _CASES = [
