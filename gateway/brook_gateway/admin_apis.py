@@ -40,6 +40,21 @@ def _per_topic_error(list_field: str) -> Any:
     return error
 
 
+# DescribeConfigs v3's ConfigType numbers, by the type names the controller gives.
+_CONFIG_TYPES: Final = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+}
+_CONFIG_TYPE_UNKNOWN: Final = 0
+
+
 def _config_value(entry: admin_pb2.ConfigEntry) -> str | None:
     """Kafka's null for a sensitive value or a setting without one."""
     return entry.value if entry.HasField("value") else None
@@ -291,6 +306,7 @@ def _describe_configs(backend: Backend) -> ApiHandler:
                         for r in request["resources"]
                     ],
                     include_synonyms=request["include_synonyms"],
+                    include_documentation=request["include_documentation"],
                 ),
                 lambda r: [x.error_code for x in r.results],
             )
@@ -321,6 +337,9 @@ def _describe_configs(backend: Backend) -> ApiHandler:
                                 }
                                 for s in c.synonyms
                             ],
+                            # v3+.
+                            "config_type": _CONFIG_TYPES.get(c.type, _CONFIG_TYPE_UNKNOWN),
+                            "documentation": c.documentation or None,
                         }
                         for c in r.configs
                     ],
@@ -332,7 +351,7 @@ def _describe_configs(backend: Backend) -> ApiHandler:
     return ApiHandler(
         ApiKey.DESCRIBE_CONFIGS,
         handle,
-        versions=(0, 1),
+        versions=(0, 4),
         error_response=_resources_error("results"),
     )
 

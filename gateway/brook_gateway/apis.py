@@ -51,7 +51,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (0, 6),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
-        ApiKey.DESCRIBE_CONFIGS: (0, 1),
+        ApiKey.DESCRIBE_CONFIGS: (0, 4),
         ApiKey.ALTER_CONFIGS: (0, 1),
         ApiKey.SASL_AUTHENTICATE: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 1),

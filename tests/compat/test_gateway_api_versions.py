@@ -852,3 +852,77 @@ def test_confluent_kafka_admin_deletes_topics_with_delete_topics_v4(
         admin.poll(0)  # serves the queued log lines
     assert versions_sent(lines, "DeleteTopics") == {4}
     assert _gone(compat_cluster, topic)
+
+
+# -- DescribeConfigs --------------------------------------------------------------------------
+
+_TOPIC_RESOURCE: Final = 2
+
+
+def _described(gateways: KafkaGateways, version: int, topic: str, documented: bool) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.DESCRIBE_CONFIGS,
+        version,
+        {
+            "resources": [
+                {
+                    "resource_type": _TOPIC_RESOURCE,
+                    "resource_name": topic,
+                    "configuration_keys": ["retention.ms", "cleanup.policy"],
+                }
+            ],
+            "include_synonyms": True,
+            "include_documentation": documented,
+        },
+        TIMEOUT_S,
+    )
+    ((result),) = response["results"]
+    assert result["error_code"] == ErrorCode.NONE, result
+    return {c["name"]: c for c in result["configs"]}
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_describe_configs_describes_in_every_served_version(
+    gateways: KafkaGateways, version: int
+) -> None:
+    topic = _topic(f"describe-v{version}")
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+    plain = _described(gateways, version, topic, documented=False)
+    documented = _described(gateways, version, topic, documented=True)
+    retention, policy = plain["retention.ms"], plain["cleanup.policy"]
+    assert retention["value"] == "3600000"
+    if version == 0:
+        assert (retention["is_default"], policy["is_default"]) == (False, True)
+    else:
+        # v1+: where each value comes from, and (asked for) what it overrides.
+        assert (retention["config_source"], policy["config_source"]) == (1, 5)
+        assert retention["synonyms"][0] == {"name": "retention.ms", "value": "3600000", "source": 1}
+    if version >= 3:
+        # LONG and LIST; documentation only when asked for.
+        assert (retention["config_type"], policy["config_type"]) == (5, 7)
+        assert retention["documentation"] is None
+        assert documented["retention.ms"]["documentation"]
+    else:
+        # Fields of later versions decode to their defaults.
+        assert (retention["config_type"], documented["retention.ms"]["documentation"]) == (0, "")
+
+
+def test_kafka_python_admin_describes_configs_with_describe_configs_v4(
+    gateways: KafkaGateways,
+) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+    from kafka.protocol.admin.configs import DescribeConfigsRequest
+
+    topic = _topic("kafka-python-describe")
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic)], include_synonyms=True
+        )
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(DescribeConfigsRequest) == 4
+    finally:
+        admin.close()
+    assert "3600000" in repr(described)

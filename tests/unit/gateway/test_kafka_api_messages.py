@@ -12,6 +12,7 @@ from brook_gateway.apis import RECOMMENDED_VERSIONS
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import REQUESTS, RESPONSES, ApiKey
 from gateway_support import assert_same_bytes_as_kafka_python
+from kafka.protocol.admin import configs as kafka_configs
 from kafka.protocol.admin import topics as kafka_topics
 from kafka.protocol.consumer import fetch as kafka_fetch
 from kafka.protocol.consumer import offsets as kafka_offsets
@@ -232,6 +233,43 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message, int]] = {
             "responses": [
                 {"name": "t", "topic_id": _TOPIC_ID, "error_code": 0, "error_message": None},
                 {"name": "u", "topic_id": bytes(16), "error_code": 3, "error_message": "unknown"},
+            ],
+        },
+        0,
+    ),
+    ApiKey.DESCRIBE_CONFIGS: (
+        kafka_configs.DescribeConfigsRequest,
+        {
+            "resources": [
+                {"resource_type": 2, "resource_name": "t", "configuration_keys": ["retention.ms"]},
+                {"resource_type": 4, "resource_name": "1", "configuration_keys": None},
+            ],
+            "include_synonyms": True,
+            "include_documentation": True,
+        },
+        kafka_configs.DescribeConfigsResponse,
+        {
+            "throttle_time_ms": 0,
+            "results": [
+                {
+                    "error_code": 0,
+                    "error_message": None,
+                    "resource_type": 2,
+                    "resource_name": "t",
+                    "configs": [
+                        {
+                            "name": "retention.ms",
+                            "value": "1000",
+                            "read_only": False,
+                            "is_default": False,
+                            "config_source": 1,
+                            "is_sensitive": False,
+                            "synonyms": [{"name": "retention.ms", "value": "1000", "source": 1}],
+                            "config_type": 5,
+                            "documentation": "How long a record is kept.",
+                        }
+                    ],
+                }
             ],
         },
         0,
