@@ -435,10 +435,11 @@ def _alter_configs(backend: Backend) -> ApiHandler:
             ],
         }
 
+    # v2 is v1 in the flexible encoding.
     return ApiHandler(
         ApiKey.ALTER_CONFIGS,
         handle,
-        versions=(0, 1),
+        versions=(0, 2),
         error_response=_resources_error("responses"),
     )
 

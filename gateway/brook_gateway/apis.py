@@ -52,7 +52,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.DELETE_TOPICS: (0, 6),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
         ApiKey.DESCRIBE_CONFIGS: (0, 4),
-        ApiKey.ALTER_CONFIGS: (0, 1),
+        ApiKey.ALTER_CONFIGS: (0, 2),
         ApiKey.SASL_AUTHENTICATE: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 1),
         ApiKey.DELETE_GROUPS: (0, 1),

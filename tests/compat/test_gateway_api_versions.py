@@ -859,7 +859,13 @@ def test_confluent_kafka_admin_deletes_topics_with_delete_topics_v4(
 _TOPIC_RESOURCE: Final = 2
 
 
-def _described(gateways: KafkaGateways, version: int, topic: str, documented: bool) -> Message:
+def _described(
+    gateways: KafkaGateways,
+    version: int,
+    topic: str,
+    documented: bool,
+    keys: tuple[str, ...] = ("retention.ms", "cleanup.policy"),
+) -> Message:
     response = kafka_request(
         gateways.address,
         ApiKey.DESCRIBE_CONFIGS,
@@ -869,7 +875,7 @@ def _described(gateways: KafkaGateways, version: int, topic: str, documented: bo
                 {
                     "resource_type": _TOPIC_RESOURCE,
                     "resource_name": topic,
-                    "configuration_keys": ["retention.ms", "cleanup.policy"],
+                    "configuration_keys": list(keys),
                 }
             ],
             "include_synonyms": True,
@@ -926,3 +932,61 @@ def test_kafka_python_admin_describes_configs_with_describe_configs_v4(
     finally:
         admin.close()
     assert "3600000" in repr(described)
+
+
+# -- AlterConfigs -----------------------------------------------------------------------------
+
+
+def _altered(gateways: KafkaGateways, version: int, topic: str, configs: list[Message]) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.ALTER_CONFIGS,
+        version,
+        {
+            "resources": [
+                {"resource_type": _TOPIC_RESOURCE, "resource_name": topic, "configs": configs}
+            ],
+            "validate_only": False,
+        },
+        TIMEOUT_S,
+    )
+    ((result),) = response["responses"]
+    return result  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", range(3))
+def test_alter_configs_replaces_the_overrides_in_every_served_version(
+    gateways: KafkaGateways, version: int
+) -> None:
+    topic = _topic(f"alter-v{version}")
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+    refused = _altered(gateways, version, topic, [{"name": "segment.ms", "value": "soon"}])
+    assert refused["error_code"] == ErrorCode.INVALID_CONFIG, refused
+    assert _described(gateways, 4, topic, documented=False)["retention.ms"]["value"] == "3600000"
+    # Legacy AlterConfigs: the overrides named replace the whole set.
+    answer = _altered(gateways, version, topic, [{"name": "segment.ms", "value": "600000"}])
+    assert (answer["error_code"], answer["resource_name"]) == (ErrorCode.NONE, topic)
+    described = _described(gateways, 4, topic, False, ("retention.ms", "segment.ms"))
+    assert described["retention.ms"]["config_source"] == 5  # back to the default
+    assert (described["segment.ms"]["value"], described["segment.ms"]["config_source"]) == (
+        "600000",
+        1,
+    )
+
+
+def test_kafka_python_admin_alters_configs_with_alter_configs_v2(gateways: KafkaGateways) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+    from kafka.protocol.admin.configs import AlterConfigsRequest
+
+    topic = _topic("kafka-python-alter")
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "7200000"})]
+        )
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(AlterConfigsRequest) == 2
+    finally:
+        admin.close()
+    assert _described(gateways, 4, topic, documented=False)["retention.ms"]["value"] == "7200000"

@@ -274,6 +274,35 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message, int]] = {
         },
         0,
     ),
+    ApiKey.ALTER_CONFIGS: (
+        kafka_configs.AlterConfigsRequest,
+        {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": "t",
+                    "configs": [
+                        {"name": "retention.ms", "value": "1000"},
+                        {"name": "cleanup.policy", "value": None},
+                    ],
+                }
+            ],
+            "validate_only": True,
+        },
+        kafka_configs.AlterConfigsResponse,
+        {
+            "throttle_time_ms": 0,
+            "responses": [
+                {
+                    "error_code": 40,
+                    "error_message": "bad value",
+                    "resource_type": 2,
+                    "resource_name": "t",
+                }
+            ],
+        },
+        0,
+    ),
 }
 
 _CASES = [
