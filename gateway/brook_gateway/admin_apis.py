@@ -267,7 +267,8 @@ def _create_partitions(backend: Backend) -> ApiHandler:
         }
 
     error = _per_topic_error("results")
-    return ApiHandler(ApiKey.CREATE_PARTITIONS, handle, versions=(0, 1), error_response=error)
+    # v2 is v1 in the flexible encoding; v3 adds nothing (Kafka's quota semantics).
+    return ApiHandler(ApiKey.CREATE_PARTITIONS, handle, versions=(0, 3), error_response=error)
 
 
 def _resource(resource_type: int, name: str) -> admin_pb2.ConfigResource:

@@ -54,7 +54,7 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.DESCRIBE_CONFIGS: (0, 4),
         ApiKey.ALTER_CONFIGS: (0, 2),
         ApiKey.SASL_AUTHENTICATE: (0, 1),
-        ApiKey.CREATE_PARTITIONS: (0, 1),
+        ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.DELETE_GROUPS: (0, 1),
     }
 )

@@ -990,3 +990,63 @@ def test_kafka_python_admin_alters_configs_with_alter_configs_v2(gateways: Kafka
     finally:
         admin.close()
     assert _described(gateways, 4, topic, documented=False)["retention.ms"]["value"] == "7200000"
+
+
+# -- CreatePartitions -------------------------------------------------------------------------
+
+
+def _partitions_created(gateways: KafkaGateways, version: int, topic: str, count: int) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.CREATE_PARTITIONS,
+        version,
+        {
+            "topics": [{"name": topic, "count": count, "assignments": None}],
+            "timeout_ms": CLIENT_TIMEOUT_MS,
+            "validate_only": False,
+        },
+        TIMEOUT_S,
+    )
+    ((result),) = response["results"]
+    return result  # type: ignore[no-any-return]
+
+
+def _partition_count(cluster: LocalCluster, topic: str, count: int) -> bool:
+    """Whether the storage nodes come to know `count` partitions of `topic` within TIMEOUT_S."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        state = run(_topic_state(cluster, topic))
+        if state is not None and len(state.partitions) == count:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("version", range(4))
+def test_create_partitions_grows_a_topic_in_every_served_version(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    topic, _ = _created(compat_cluster, gateways, f"partitions-v{version}")
+    shrink = _partitions_created(gateways, version, topic, 0)
+    assert shrink["error_code"] == ErrorCode.INVALID_PARTITIONS, shrink
+    grown = _partitions_created(gateways, version, topic, 3)
+    assert grown["error_code"] == ErrorCode.NONE, grown
+    assert _partition_count(compat_cluster, topic, 3)
+
+
+def test_kafka_python_admin_creates_partitions_with_create_partitions_v3(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    from kafka.admin import KafkaAdminClient, NewPartitions
+    from kafka.protocol.admin.topics import CreatePartitionsRequest
+
+    topic, _ = _created(compat_cluster, gateways, "kafka-python-partitions")
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        admin.create_partitions({topic: NewPartitions(2)}, timeout_ms=CLIENT_TIMEOUT_MS)
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(CreatePartitionsRequest) == 3
+    finally:
+        admin.close()
+    assert _partition_count(compat_cluster, topic, 2)

@@ -303,6 +303,30 @@ _SAMPLES: dict[ApiKey, tuple[Any, Message, Any, Message, int]] = {
         },
         0,
     ),
+    ApiKey.CREATE_PARTITIONS: (
+        kafka_topics.CreatePartitionsRequest,
+        {
+            "topics": [
+                {
+                    "name": "t",
+                    "count": 4,
+                    "assignments": [{"broker_ids": [1]}, {"broker_ids": [2]}],
+                },
+                {"name": "u", "count": 2, "assignments": None},
+            ],
+            "timeout_ms": 30000,
+            "validate_only": False,
+        },
+        kafka_topics.CreatePartitionsResponse,
+        {
+            "throttle_time_ms": 0,
+            "results": [
+                {"name": "t", "error_code": 0, "error_message": None},
+                {"name": "u", "error_code": 37, "error_message": "fewer than now"},
+            ],
+        },
+        0,
+    ),
 }
 
 _CASES = [
