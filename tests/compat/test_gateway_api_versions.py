@@ -19,7 +19,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final
 
@@ -753,14 +753,19 @@ def _delete_topics(gateways: KafkaGateways, version: int, targets: list[Message]
     return response["responses"]  # type: ignore[no-any-return]
 
 
-def _gone(cluster: LocalCluster, topic: str) -> bool:
-    """Whether the storage nodes drop `topic`, polled for at most TIMEOUT_S."""
+def _eventually(check: Callable[[], bool]) -> bool:
+    """Whether `check` comes true, polled for at most TIMEOUT_S."""
     deadline = time.monotonic() + TIMEOUT_S
-    while run(_topic_state(cluster, topic)) is not None:
+    while not check():
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
     return True
+
+
+def _gone(cluster: LocalCluster, topic: str) -> bool:
+    """Whether the storage nodes drop `topic` within TIMEOUT_S."""
+    return _eventually(lambda: run(_topic_state(cluster, topic)) is None)
 
 
 def _created(cluster: LocalCluster, gateways: KafkaGateways, prefix: str) -> tuple[str, bytes]:
@@ -1013,14 +1018,12 @@ def _partitions_created(gateways: KafkaGateways, version: int, topic: str, count
 
 def _partition_count(cluster: LocalCluster, topic: str, count: int) -> bool:
     """Whether the storage nodes come to know `count` partitions of `topic` within TIMEOUT_S."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
+
+    def known() -> bool:
         state = run(_topic_state(cluster, topic))
-        if state is not None and len(state.partitions) == count:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+        return state is not None and len(state.partitions) == count
+
+    return _eventually(known)
 
 
 @pytest.mark.parametrize("version", range(4))
