@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from brook.errors import ErrorCode
 from brook.v1 import admin_pb2, metadata_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
+from brook_gateway.protocol.primitives import UUID_ZERO
 from brook_gateway.upstream import UpstreamError
 
 __all__ = ["admin_handlers"]
@@ -29,17 +31,39 @@ def _timeout_s(backend: Backend, timeout_ms: int) -> float:
     return limit_s if timeout_ms <= 0 else min(timeout_ms / 1000, limit_s)
 
 
-def _per_item_error(list_field: str, name_field: str, source: str) -> Any:
+def _per_topic_error(list_field: str) -> Any:
+    """The answer reporting one error for every topic of a request's `topics`."""
+
     def error(request: Message, context: RequestContext, code: int) -> Message:
         del context
-        return {list_field: [{name_field: item, "error_code": code} for item in source_of(request)]}
-
-    def source_of(request: Message) -> list[Any]:
-        if source == "topic_names":
-            return list(request["topic_names"] or [])
-        return [t["name"] for t in request["topics"]]
+        return {list_field: [{"name": t["name"], "error_code": code} for t in request["topics"]]}
 
     return error
+
+
+# DescribeConfigs v3's ConfigType numbers, by the type names the controller gives.
+_CONFIG_TYPES: Final = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+}
+_CONFIG_TYPE_UNKNOWN: Final = 0
+
+
+def _config_value(entry: admin_pb2.ConfigEntry) -> str | None:
+    """Kafka's null for a sensitive value or a setting without one."""
+    return entry.value if entry.HasField("value") else None
+
+
+def _config_source(entry: admin_pb2.ConfigEntry) -> int:
+    """Kafka's ConfigSource number (Brook's enum has its values); -1 when unknown."""
+    return int(entry.source) or -1
 
 
 def _create_topics(backend: Backend) -> ApiHandler:
@@ -92,45 +116,106 @@ def _create_topics(backend: Backend) -> ApiHandler:
                     "name": t.name,
                     "error_code": int(t.error_code),
                     "error_message": t.error_message or None,
-                    "topic_id": t.topic_id or None,
+                    # v7+ (also with validate_only: the id the topic would have had).
+                    "topic_id": t.topic_id or UUID_ZERO,
+                    # v5+: what was created (or would be), the defaults filled in.
                     "num_partitions": t.num_partitions or -1,
                     "replication_factor": t.replication_factor or -1,
+                    "configs": [
+                        {
+                            "name": c.name,
+                            "value": _config_value(c),
+                            "read_only": c.read_only,
+                            "config_source": _config_source(c),
+                            "is_sensitive": c.sensitive,
+                        }
+                        for c in t.configs
+                    ],
                 }
                 for t in response.topics
             ],
         }
 
-    error = _per_item_error("topics", "name", "topics")
-    return ApiHandler(ApiKey.CREATE_TOPICS, handle, versions=(2, 4), error_response=error)
+    error = _per_topic_error("topics")
+    return ApiHandler(ApiKey.CREATE_TOPICS, handle, versions=(2, 7), error_response=error)
+
+
+def _topics_to_delete(request: Message, version: int) -> list[tuple[str | None, bytes]]:
+    """(name, id) of each topic a DeleteTopics names, in order: v0-5 by name; v6 by name or
+    by id (the other left null or zero)."""
+    if version < 6:
+        return [(name, UUID_ZERO) for name in request["topic_names"]]
+    return [(t["name"], t["topic_id"]) for t in request["topics"]]
+
+
+def _target_problem(name: str | None, topic_id: bytes) -> str | None:
+    if name is None and topic_id == UUID_ZERO:
+        return "names neither a topic nor a topic id"
+    if name is not None and topic_id != UUID_ZERO:
+        return "names both a topic and a topic id; give one"
+    return None
+
+
+def _deleted_topic(name: str | None, topic_id: bytes, code: int, message: str) -> Message:
+    return {
+        "name": name,
+        "topic_id": topic_id,
+        "error_code": code,
+        "error_message": message or None,
+    }
+
+
+def _delete_topics_error(request: Message, context: RequestContext, code: int) -> Message:
+    targets = _topics_to_delete(request, context.api_version)
+    return {"responses": [_deleted_topic(n, i, code, "") for n, i in targets]}
 
 
 def _delete_topics(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
-        del context
-        names = list(request["topic_names"] or [])
-        try:
-            response = await backend.upstreams.admin(
-                backend.controllers,
-                "DeleteTopics",
-                admin_pb2.DeleteTopicsRequest(names=names, timeout_ms=request["timeout_ms"]),
-                lambda r: [t.error_code for t in r.topics],
+        targets = _topics_to_delete(request, context.api_version)
+        answers: list[Message | None] = []
+        for name, topic_id in targets:
+            problem = _target_problem(name, topic_id)
+            answers.append(
+                None
+                if problem is None
+                else _deleted_topic(name, topic_id, int(ErrorCode.INVALID_REQUEST), problem)
             )
-        except UpstreamError as e:
-            return {"responses": [{"name": n, "error_code": int(e.code)} for n in names]}
-        deleted = [t.name for t in response.topics if t.error_code == 0]
-        await backend.image.wait_until(
-            lambda: not any(n in backend.image.topics for n in deleted),
-            _timeout_s(backend, request["timeout_ms"]),
-        )
-        return {
-            "throttle_time_ms": 0,
-            "responses": [
-                {"name": t.name, "error_code": int(t.error_code)} for t in response.topics
-            ],
-        }
+        # The controller answers the names, then the ids, each in the order sent.
+        by_name = [i for i, a in enumerate(answers) if a is None and targets[i][0] is not None]
+        by_id = [i for i, a in enumerate(answers) if a is None and targets[i][0] is None]
+        if by_name or by_id:
+            try:
+                response = await backend.upstreams.admin(
+                    backend.controllers,
+                    "DeleteTopics",
+                    admin_pb2.DeleteTopicsRequest(
+                        names=[targets[i][0] or "" for i in by_name],
+                        topic_ids=[targets[i][1] for i in by_id],
+                        timeout_ms=request["timeout_ms"],
+                    ),
+                    lambda r: [t.error_code for t in r.topics],
+                )
+            except UpstreamError as e:
+                return _delete_topics_error(request, context, int(e.code))
+            for index, r in zip(by_name + by_id, response.topics, strict=True):
+                name, topic_id = targets[index]
+                # A topic given by id is named in the answer when the controller knew it.
+                answers[index] = _deleted_topic(
+                    r.name or name, r.topic_id or topic_id, int(r.error_code), r.error_message
+                )
+            deleted = [r.name for r in response.topics if r.error_code == 0]
+            await backend.image.wait_until(
+                lambda: not any(n in backend.image.topics for n in deleted),
+                _timeout_s(backend, request["timeout_ms"]),
+            )
+        return {"throttle_time_ms": 0, "responses": answers}
 
-    error = _per_item_error("responses", "name", "topic_names")
-    return ApiHandler(ApiKey.DELETE_TOPICS, handle, versions=(0, 3), error_response=error)
+    # v6 names topics by name or by id; the controller answers UNKNOWN_TOPIC_ID for an id it
+    # does not know.
+    return ApiHandler(
+        ApiKey.DELETE_TOPICS, handle, versions=(0, 6), error_response=_delete_topics_error
+    )
 
 
 def _create_partitions(backend: Backend) -> ApiHandler:
@@ -182,8 +267,9 @@ def _create_partitions(backend: Backend) -> ApiHandler:
             ],
         }
 
-    error = _per_item_error("results", "name", "topics")
-    return ApiHandler(ApiKey.CREATE_PARTITIONS, handle, versions=(0, 1), error_response=error)
+    error = _per_topic_error("results")
+    # v2 is v1 in the flexible encoding; v3 adds nothing (Kafka's quota semantics).
+    return ApiHandler(ApiKey.CREATE_PARTITIONS, handle, versions=(0, 3), error_response=error)
 
 
 def _resource(resource_type: int, name: str) -> admin_pb2.ConfigResource:
@@ -222,6 +308,7 @@ def _describe_configs(backend: Backend) -> ApiHandler:
                         for r in request["resources"]
                     ],
                     include_synonyms=request["include_synonyms"],
+                    include_documentation=request["include_documentation"],
                 ),
                 lambda r: [x.error_code for x in r.results],
             )
@@ -239,10 +326,10 @@ def _describe_configs(backend: Backend) -> ApiHandler:
                     "configs": [
                         {
                             "name": c.name,
-                            "value": c.value if c.HasField("value") else None,
+                            "value": _config_value(c),
                             "read_only": c.read_only,
                             "is_default": c.source == admin_pb2.CONFIG_SOURCE_DEFAULT_CONFIG,
-                            "config_source": int(c.source) or -1,
+                            "config_source": _config_source(c),
                             "is_sensitive": c.sensitive,
                             "synonyms": [
                                 {
@@ -252,6 +339,9 @@ def _describe_configs(backend: Backend) -> ApiHandler:
                                 }
                                 for s in c.synonyms
                             ],
+                            # v3+.
+                            "config_type": _CONFIG_TYPES.get(c.type, _CONFIG_TYPE_UNKNOWN),
+                            "documentation": c.documentation or None,
                         }
                         for c in r.configs
                     ],
@@ -263,7 +353,7 @@ def _describe_configs(backend: Backend) -> ApiHandler:
     return ApiHandler(
         ApiKey.DESCRIBE_CONFIGS,
         handle,
-        versions=(0, 1),
+        versions=(0, 4),
         error_response=_resources_error("results"),
     )
 
@@ -360,10 +450,11 @@ def _alter_configs(backend: Backend) -> ApiHandler:
             )
         return await _send_alter_configs(backend, request, context, resources)
 
+    # v2 is v1 in the flexible encoding.
     return ApiHandler(
         ApiKey.ALTER_CONFIGS,
         handle,
-        versions=(0, 1),
+        versions=(0, 2),
         error_response=_resources_error("responses"),
     )
 

@@ -1071,6 +1071,23 @@ def _offset_spec(timestamp: int) -> int:
     return storage_pb2.OFFSET_SPEC_TIMESTAMP
 
 
+def _list_offsets_partition(
+    topic: str, partition: int, data: Message
+) -> storage_pb2.ListOffsetsPartition:
+    entry = storage_pb2.ListOffsetsPartition(
+        topic=topic,
+        partition=partition,
+        spec=_offset_spec(data["timestamp"]),  # type: ignore[arg-type]
+        timestamp_ms=max(data["timestamp"], 0),
+    )
+    # v4+: the storage node fences an older epoch (FENCED_LEADER_EPOCH) and refuses a newer
+    # one it has not seen yet (UNKNOWN_LEADER_EPOCH); -1 (and v0-3) checks nothing.
+    epoch = _client_leader_epoch(data)
+    if epoch is not None:
+        entry.current_leader_epoch = epoch
+    return entry
+
+
 def _list_offsets(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         del context
@@ -1091,22 +1108,12 @@ def _list_offsets(backend: Backend) -> ApiHandler:
             }
 
         async def call(address: str, items: list[_Part]) -> None:
-            partitions = []
-            for t, p, data in items:
-                entry = storage_pb2.ListOffsetsPartition(
-                    topic=t,
-                    partition=p,
-                    spec=_offset_spec(data["timestamp"]),  # type: ignore[arg-type]
-                    timestamp_ms=max(data["timestamp"], 0),
-                )
-                # v4+: the node fences a stale epoch and refuses an unknown newer one.
-                epoch = _client_leader_epoch(data)
-                if epoch is not None:
-                    entry.current_leader_epoch = epoch
-                partitions.append(entry)
             response = await backend.upstreams.call(
                 backend.upstreams.storage(address).ListOffsets,
-                storage_pb2.ListOffsetsRequest(isolation_level=isolation, partitions=partitions),
+                storage_pb2.ListOffsetsRequest(
+                    isolation_level=isolation,
+                    partitions=[_list_offsets_partition(t, p, data) for t, p, data in items],
+                ),
             )
             for r in response.partitions:
                 results[(r.topic, r.partition)] = {
@@ -1114,6 +1121,7 @@ def _list_offsets(backend: Backend) -> ApiHandler:
                     "error_code": int(r.error_code),
                     "timestamp": r.timestamp_ms if r.timestamp_ms else -1,
                     "offset": r.offset,
+                    # v4+: the epoch of the record at `offset`, from the node's epoch history.
                     "leader_epoch": r.leader_epoch if r.offset >= 0 else NO_EPOCH,
                 }
 
@@ -1134,8 +1142,10 @@ def _list_offsets(backend: Backend) -> ApiHandler:
             ],
         }
 
+    # v7 adds timestamp -3 (the record with the largest timestamp; KIP-734), which the storage
+    # node answers; 8+ are about tiered storage, which Brook has not.
     return ApiHandler(
-        ApiKey.LIST_OFFSETS, handle, versions=(1, 3), error_response=_list_offsets_error
+        ApiKey.LIST_OFFSETS, handle, versions=(1, 7), error_response=_list_offsets_error
     )
 
 

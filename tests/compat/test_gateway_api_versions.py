@@ -19,7 +19,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final
 
@@ -65,9 +65,9 @@ def _topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _batch(value: bytes = b"value") -> bytes:
+def _batch(value: bytes = b"value", timestamp_ms: int | None = None) -> bytes:
     builder = BatchBuilder()
-    builder.append(int(time.time() * 1000), b"key", value)
+    builder.append(int(time.time() * 1000) if timestamp_ms is None else timestamp_ms, b"key", value)
     return builder.build()
 
 
@@ -267,8 +267,9 @@ def test_confluent_kafka_idempotent_producer_uses_init_producer_id_v4_and_produc
 def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v4(
     gateways: KafkaGateways,
 ) -> None:
-    """kafka-python infers the broker release from the ranges: Produce 9 makes it 2.8, which
-    turns on its KIP-360 epoch bump, which needs InitProducerId 3+."""
+    """kafka-python infers the broker release from the ranges: Produce 9 makes it at least 2.8
+    (ListOffsets 7 makes it 3.0), which turns on its KIP-360 epoch bump, which needs
+    InitProducerId 3+."""
     from kafka import KafkaProducer
     from kafka.protocol.producer.produce import ProduceRequest
     from kafka.protocol.producer.transaction import InitProducerIdRequest
@@ -282,7 +283,7 @@ def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v4(
             for i in range(RECORDS)
         ]
         versions = producer._sender._client._manager.broker_version_data
-        assert versions.broker_version == (2, 8)
+        assert versions.broker_version >= (2, 8)
         # The version its Sender asks for (it caps Produce at 9).
         assert versions.api_version(ProduceRequest, max_version=9) == 9
         assert versions.api_version(InitProducerIdRequest, min_version=3) == 4
@@ -303,14 +304,15 @@ _NOT_YET: Final = frozenset(
 )
 
 
-def produce_once(gateways: KafkaGateways, version: int, topic: str) -> Message:
+def produce_once(
+    gateways: KafkaGateways, version: int, topic: str, records: bytes | None = None
+) -> Message:
     """The partition's answer to one batch, sent again (as a client would) while the storage
     node does not know the new partition yet, for at most TIMEOUT_S."""
     deadline = time.monotonic() + TIMEOUT_S
+    body = _produce_body(topic, _batch() if records is None else records)
     while True:
-        response = kafka_request(
-            gateways.address, ApiKey.PRODUCE, version, _produce_body(topic, _batch()), TIMEOUT_S
-        )
+        response = kafka_request(gateways.address, ApiKey.PRODUCE, version, body, TIMEOUT_S)
         ((answer,),) = [t["partition_responses"] for t in response["responses"]]
         if answer["error_code"] not in _NOT_YET or time.monotonic() > deadline:
             assert response["node_endpoints"] == []
@@ -386,12 +388,16 @@ def _fetch_body(topic: str, offset: int, last_fetched_epoch: int = -1) -> Messag
     }
 
 
-def _produced(gateways: KafkaGateways, prefix: str, count: int) -> str:
-    """A new topic of one partition holding `count` records, one batch each."""
+def _produced(
+    gateways: KafkaGateways, prefix: str, count: int, timestamps_ms: list[int] | None = None
+) -> str:
+    """A new topic of one partition holding `count` records, one batch each (stamped with
+    `timestamps_ms`, else the time of sending)."""
     topic = _topic(prefix)
     create_topic(gateways.address, topic, 1, TIMEOUT_S)
-    for _ in range(count):
-        answer = produce_once(gateways, 10, topic)
+    for i in range(count):
+        stamp = None if timestamps_ms is None else timestamps_ms[i]
+        answer = produce_once(gateways, 10, topic, _batch(timestamp_ms=stamp))
         assert answer["error_code"] == ErrorCode.NONE, answer
     return topic
 
@@ -490,3 +496,560 @@ def test_confluent_kafka_consumer_fetches_with_fetch_v12(gateways: KafkaGateways
             consumer.close()
     assert offsets == [0, 1, 2]
     assert versions_sent(lines, "Fetch") == {12}
+
+
+# -- ListOffsets ----------------------------------------------------------------------------------
+
+_LATEST: Final = -1
+_EARLIEST: Final = -2
+_MAX_TIMESTAMP: Final = -3
+
+
+def _listed(
+    gateways: KafkaGateways, version: int, topic: str, timestamp: int, leader_epoch: int = -1
+) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.LIST_OFFSETS,
+        version,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "current_leader_epoch": leader_epoch,
+                            "timestamp": timestamp,
+                        }
+                    ],
+                }
+            ],
+        },
+        TIMEOUT_S,
+    )
+    ((partition,),) = [t["partitions"] for t in response["topics"]]
+    return partition  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", range(1, 8))
+def test_list_offsets_answers_in_every_served_version(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    stamps = [1_000_000, 5_000_000, 3_000_000]
+    topic = _produced(gateways, f"list-offsets-v{version}", 3, stamps)
+    _, epoch = run(_leader(compat_cluster, topic))
+    # v4+ answer the epoch of the record found (v0-3 have no such field).
+    epoch_of_record = epoch if version >= 4 else -1
+    found = {
+        spec: (answer["error_code"], answer["offset"], answer["timestamp"], answer["leader_epoch"])
+        for spec in (_LATEST, _EARLIEST, 2_000_000, 6_000_000)
+        for answer in [_listed(gateways, version, topic, spec)]
+    }
+    assert found == {
+        _LATEST: (ErrorCode.NONE, 3, -1, epoch_of_record),
+        _EARLIEST: (ErrorCode.NONE, 0, -1, epoch_of_record),
+        # The first record stamped at or after the time asked.
+        2_000_000: (ErrorCode.NONE, 1, 5_000_000, epoch_of_record),
+        # After every record: no offset.
+        6_000_000: (ErrorCode.NONE, -1, -1, -1),
+    }
+
+
+def test_list_offsets_v7_finds_the_record_with_the_largest_timestamp(
+    gateways: KafkaGateways,
+) -> None:
+    """KIP-734: the offset of the record itself, not the log end, and the first of equals."""
+    topic = _produced(gateways, "list-offsets-max", 4, [1_000_000, 5_000_000, 3_000_000, 5_000_000])
+    answer = _listed(gateways, 7, topic, _MAX_TIMESTAMP)
+    assert (answer["error_code"], answer["offset"], answer["timestamp"]) == (
+        ErrorCode.NONE,
+        1,
+        5_000_000,
+    )
+
+
+def test_list_offsets_v4_checks_the_clients_leader_epoch(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    """A client whose metadata names a newer epoch than the leader's hears
+    UNKNOWN_LEADER_EPOCH (it retries); the current epoch is served. An older one is fenced by
+    the same check (tests/unit/storage_node: FENCED_LEADER_EPOCH), which a new topic, at
+    epoch 0, cannot show here."""
+    topic = _produced(gateways, "list-offsets-epoch", 1)
+    _, epoch = run(_leader(compat_cluster, topic))
+    current = _listed(gateways, 4, topic, _LATEST, leader_epoch=epoch)
+    assert (current["error_code"], current["offset"]) == (ErrorCode.NONE, 1)
+    newer = _listed(gateways, 4, topic, _LATEST, leader_epoch=epoch + 1)
+    assert (newer["error_code"], newer["offset"]) == (ErrorCode.UNKNOWN_LEADER_EPOCH, -1)
+    # v3 has no such field: the same request is served.
+    older_version = _listed(gateways, 3, topic, _LATEST, leader_epoch=epoch + 1)
+    assert (older_version["error_code"], older_version["offset"]) == (ErrorCode.NONE, 1)
+
+
+def test_confluent_kafka_lists_offsets_with_list_offsets_v7(gateways: KafkaGateways) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = _produced(gateways, "confluent-list-offsets", 3, [1_000_000, 2_000_000, 3_000_000])
+    with librdkafka_log() as lines:
+        consumer = Consumer(
+            {"bootstrap.servers": gateways.bootstrap, "group.id": topic, "debug": "protocol"},
+            logger=lines.logger,
+        )
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, 0), timeout=TIMEOUT_S, cached=False
+            )
+            (by_time,) = consumer.offsets_for_times(
+                [TopicPartition(topic, 0, 1_500_000)], timeout=TIMEOUT_S
+            )
+        finally:
+            consumer.close()
+    assert (low, high, by_time.offset) == (0, 3, 1)
+    assert versions_sent(lines, "ListOffsets") == {7}
+
+
+def test_kafka_python_lists_offsets_with_list_offsets_v7_and_infers_kafka_3_0(
+    gateways: KafkaGateways,
+) -> None:
+    """ListOffsets 7 in range makes kafka-python take the gateway for Kafka 3.0; the one
+    behaviour that changes is its default session timeout (45 s instead of 30 s, KIP-735),
+    which the group coordinators accept (group.max.session.timeout.ms)."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.protocol.consumer.offsets import ListOffsetsRequest
+
+    topic = _produced(gateways, "kafka-python-list-offsets", 3, [1_000_000, 2_000_000, 3_000_000])
+    consumer = KafkaConsumer(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        partition = TopicPartition(topic, 0)
+        assert consumer.end_offsets([partition]) == {partition: 3}
+        assert consumer.beginning_offsets([partition]) == {partition: 0}
+        by_time = consumer.offsets_for_times({partition: 1_500_000})
+        assert by_time[partition] is not None and by_time[partition].offset == 1
+        versions = consumer._client._manager.broker_version_data
+        assert versions.broker_version == (3, 0)
+        assert versions.api_version(ListOffsetsRequest, min_version=1) == 7
+        assert consumer.config["session_timeout_ms"] == 45_000
+    finally:
+        consumer.close()
+
+
+# -- CreateTopics -----------------------------------------------------------------------------
+
+
+def _create_topics(
+    gateways: KafkaGateways, version: int, topic: str, validate_only: bool = False
+) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.CREATE_TOPICS,
+        version,
+        {
+            "topics": [
+                {
+                    "name": topic,
+                    # The cluster's defaults, in every version (CLIENTS.md).
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [],
+                    "configs": [{"name": "retention.ms", "value": "3600000"}],
+                }
+            ],
+            "timeout_ms": CLIENT_TIMEOUT_MS,
+            "validate_only": validate_only,
+        },
+        TIMEOUT_S,
+    )
+    (answer,) = response["topics"]
+    return answer  # type: ignore[no-any-return]
+
+
+async def _topic_state(cluster: LocalCluster, topic: str) -> storage_pb2.TopicMetadata | None:
+    """The topic as a storage node knows it, or None."""
+    port = next(iter(_storage_nodes(cluster).values()))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = storage_pb2_grpc.StorageServiceStub(channel)
+        response = await stub.GetMetadata(storage_pb2.GetMetadataRequest(topics=[topic]))
+    (state,) = response.topics
+    return state if state.partitions else None
+
+
+@pytest.mark.parametrize("version", range(2, 8))
+def test_create_topics_answers_what_it_created_from_v5_and_its_id_from_v7(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    topic = _topic(f"create-v{version}")
+    answer = _create_topics(gateways, version, topic)
+    assert answer["error_code"] == ErrorCode.NONE, answer
+    state = run(_topic_state(compat_cluster, topic))
+    assert state is not None
+    if version < 5:
+        # Fields of later versions decode to their defaults.
+        assert (answer["num_partitions"], answer["configs"]) == (-1, [])
+        return
+    assert answer["num_partitions"] == len(state.partitions)
+    assert answer["replication_factor"] == len(state.partitions[0].replicas)
+    configs = {c["name"]: c for c in answer["configs"]}
+    assert configs["retention.ms"] == {
+        "name": "retention.ms",
+        "value": "3600000",
+        "read_only": False,
+        "config_source": 1,  # DYNAMIC_TOPIC_CONFIG: the override just given
+        "is_sensitive": False,
+    }
+    assert configs["cleanup.policy"]["config_source"] == 5  # DEFAULT_CONFIG
+    assert answer["topic_id"] == (state.topic_id if version >= 7 else bytes(16))
+
+
+def test_create_topics_v5_validate_only_answers_what_would_be_created_and_creates_nothing(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    topic = _topic("create-validate")
+    answer = _create_topics(gateways, 7, topic, validate_only=True)
+    assert answer["error_code"] == ErrorCode.NONE, answer
+    assert answer["num_partitions"] > 0 and answer["replication_factor"] > 0
+    assert {c["name"]: c["value"] for c in answer["configs"]}["retention.ms"] == "3600000"
+    assert run(_topic_state(compat_cluster, topic)) is None
+    # The name is still free.
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+
+
+def test_kafka_python_admin_creates_topics_with_create_topics_v7(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.protocol.admin.topics import CreateTopicsRequest
+
+    topic = _topic("kafka-python-create")
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        # -1 partitions and replication factor: the cluster's defaults.
+        admin.create_topics([NewTopic(topic, -1, -1)], timeout_ms=CLIENT_TIMEOUT_MS)
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(CreateTopicsRequest) == 7
+    finally:
+        admin.close()
+    assert run(_topic_state(compat_cluster, topic)) is not None
+
+
+# -- DeleteTopics -----------------------------------------------------------------------------
+
+
+def _delete_topics(gateways: KafkaGateways, version: int, targets: list[Message]) -> list[Message]:
+    """`targets`: {"name": ..., "topic_id": ...}; v0-5 send the names."""
+    response = kafka_request(
+        gateways.address,
+        ApiKey.DELETE_TOPICS,
+        version,
+        {
+            "topics": targets,
+            "topic_names": [t["name"] for t in targets],
+            "timeout_ms": CLIENT_TIMEOUT_MS,
+        },
+        TIMEOUT_S,
+    )
+    return response["responses"]  # type: ignore[no-any-return]
+
+
+def _eventually(check: Callable[[], bool]) -> bool:
+    """Whether `check` comes true, polled for at most TIMEOUT_S."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _gone(cluster: LocalCluster, topic: str) -> bool:
+    """Whether the storage nodes drop `topic` within TIMEOUT_S."""
+    return _eventually(lambda: run(_topic_state(cluster, topic)) is None)
+
+
+def _created(cluster: LocalCluster, gateways: KafkaGateways, prefix: str) -> tuple[str, bytes]:
+    """A new topic and its id."""
+    topic = _topic(prefix)
+    create_topic(gateways.address, topic, 1, TIMEOUT_S)
+    state = run(_topic_state(cluster, topic))
+    assert state is not None
+    return topic, state.topic_id
+
+
+@pytest.mark.parametrize("version", range(7))
+def test_delete_topics_deletes_by_name_in_every_served_version(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    topic, topic_id = _created(compat_cluster, gateways, f"delete-v{version}")
+    missing = _topic("delete-missing")
+    answers = _delete_topics(
+        gateways,
+        version,
+        [{"name": topic, "topic_id": bytes(16)}, {"name": missing, "topic_id": bytes(16)}],
+    )
+    assert [(a["name"], a["error_code"]) for a in answers] == [
+        (topic, ErrorCode.NONE),
+        (missing, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    # v5+ explain an error; v6+ give the topic's id.
+    assert (answers[1]["error_message"] is not None) == (version >= 5)
+    assert answers[0]["topic_id"] == (topic_id if version >= 6 else bytes(16))
+    assert _gone(compat_cluster, topic)
+
+
+def test_delete_topics_v6_deletes_by_id_and_refuses_unknown_and_ambiguous_ids(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    topic, topic_id = _created(compat_cluster, gateways, "delete-by-id")
+    other, other_id = _created(compat_cluster, gateways, "delete-kept")
+    unknown_id = uuid.uuid4().bytes
+    answers = _delete_topics(
+        gateways,
+        6,
+        [
+            {"name": None, "topic_id": topic_id},
+            {"name": None, "topic_id": unknown_id},
+            {"name": other, "topic_id": other_id},
+            {"name": None, "topic_id": bytes(16)},
+        ],
+    )
+    assert [(a["name"], a["topic_id"], a["error_code"]) for a in answers] == [
+        (topic, topic_id, ErrorCode.NONE),
+        (None, unknown_id, ErrorCode.UNKNOWN_TOPIC_ID),
+        (other, other_id, ErrorCode.INVALID_REQUEST),
+        (None, bytes(16), ErrorCode.INVALID_REQUEST),
+    ]
+    assert all(a["error_message"] for a in answers[1:])
+    assert _gone(compat_cluster, topic)
+    # Refused requests change nothing.
+    assert run(_topic_state(compat_cluster, other)) is not None
+
+
+def test_kafka_python_admin_deletes_topics_with_delete_topics_v6(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    from kafka.admin import KafkaAdminClient
+    from kafka.protocol.admin.topics import DeleteTopicsRequest
+
+    topic, _ = _created(compat_cluster, gateways, "kafka-python-delete")
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        admin.delete_topics([topic], timeout_ms=CLIENT_TIMEOUT_MS)
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(DeleteTopicsRequest) == 6
+    finally:
+        admin.close()
+    assert _gone(compat_cluster, topic)
+
+
+def test_confluent_kafka_admin_deletes_topics_with_delete_topics_v4(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    topic, _ = _created(compat_cluster, gateways, "confluent-delete")
+    with librdkafka_log() as lines:
+        admin = AdminClient(
+            {"bootstrap.servers": gateways.bootstrap, "debug": "protocol"}, logger=lines.logger
+        )
+        admin.delete_topics([topic], operation_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+        admin.poll(0)  # serves the queued log lines
+    assert versions_sent(lines, "DeleteTopics") == {4}
+    assert _gone(compat_cluster, topic)
+
+
+# -- DescribeConfigs --------------------------------------------------------------------------
+
+_TOPIC_RESOURCE: Final = 2
+
+
+def _described(
+    gateways: KafkaGateways,
+    version: int,
+    topic: str,
+    documented: bool,
+    keys: tuple[str, ...] = ("retention.ms", "cleanup.policy"),
+) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.DESCRIBE_CONFIGS,
+        version,
+        {
+            "resources": [
+                {
+                    "resource_type": _TOPIC_RESOURCE,
+                    "resource_name": topic,
+                    "configuration_keys": list(keys),
+                }
+            ],
+            "include_synonyms": True,
+            "include_documentation": documented,
+        },
+        TIMEOUT_S,
+    )
+    ((result),) = response["results"]
+    assert result["error_code"] == ErrorCode.NONE, result
+    return {c["name"]: c for c in result["configs"]}
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_describe_configs_describes_in_every_served_version(
+    gateways: KafkaGateways, version: int
+) -> None:
+    topic = _topic(f"describe-v{version}")
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+    plain = _described(gateways, version, topic, documented=False)
+    documented = _described(gateways, version, topic, documented=True)
+    retention, policy = plain["retention.ms"], plain["cleanup.policy"]
+    assert retention["value"] == "3600000"
+    if version == 0:
+        assert (retention["is_default"], policy["is_default"]) == (False, True)
+    else:
+        # v1+: where each value comes from, and (asked for) what it overrides.
+        assert (retention["config_source"], policy["config_source"]) == (1, 5)
+        assert retention["synonyms"][0] == {"name": "retention.ms", "value": "3600000", "source": 1}
+    if version >= 3:
+        # LONG and LIST; documentation only when asked for.
+        assert (retention["config_type"], policy["config_type"]) == (5, 7)
+        assert retention["documentation"] is None
+        assert documented["retention.ms"]["documentation"]
+    else:
+        # Fields of later versions decode to their defaults.
+        assert (retention["config_type"], documented["retention.ms"]["documentation"]) == (0, "")
+
+
+def test_kafka_python_admin_describes_configs_with_describe_configs_v4(
+    gateways: KafkaGateways,
+) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+    from kafka.protocol.admin.configs import DescribeConfigsRequest
+
+    topic = _topic("kafka-python-describe")
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic)], include_synonyms=True
+        )
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(DescribeConfigsRequest) == 4
+    finally:
+        admin.close()
+    assert "3600000" in repr(described)
+
+
+# -- AlterConfigs -----------------------------------------------------------------------------
+
+
+def _altered(gateways: KafkaGateways, version: int, topic: str, configs: list[Message]) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.ALTER_CONFIGS,
+        version,
+        {
+            "resources": [
+                {"resource_type": _TOPIC_RESOURCE, "resource_name": topic, "configs": configs}
+            ],
+            "validate_only": False,
+        },
+        TIMEOUT_S,
+    )
+    ((result),) = response["responses"]
+    return result  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", range(3))
+def test_alter_configs_replaces_the_overrides_in_every_served_version(
+    gateways: KafkaGateways, version: int
+) -> None:
+    topic = _topic(f"alter-v{version}")
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+    refused = _altered(gateways, version, topic, [{"name": "segment.ms", "value": "soon"}])
+    assert refused["error_code"] == ErrorCode.INVALID_CONFIG, refused
+    assert _described(gateways, 4, topic, documented=False)["retention.ms"]["value"] == "3600000"
+    # Legacy AlterConfigs: the overrides named replace the whole set.
+    answer = _altered(gateways, version, topic, [{"name": "segment.ms", "value": "600000"}])
+    assert (answer["error_code"], answer["resource_name"]) == (ErrorCode.NONE, topic)
+    described = _described(gateways, 4, topic, False, ("retention.ms", "segment.ms"))
+    assert described["retention.ms"]["config_source"] == 5  # back to the default
+    assert (described["segment.ms"]["value"], described["segment.ms"]["config_source"]) == (
+        "600000",
+        1,
+    )
+
+
+def test_kafka_python_admin_alters_configs_with_alter_configs_v2(gateways: KafkaGateways) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+    from kafka.protocol.admin.configs import AlterConfigsRequest
+
+    topic = _topic("kafka-python-alter")
+    assert _create_topics(gateways, 7, topic)["error_code"] == ErrorCode.NONE
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "7200000"})]
+        )
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(AlterConfigsRequest) == 2
+    finally:
+        admin.close()
+    assert _described(gateways, 4, topic, documented=False)["retention.ms"]["value"] == "7200000"
+
+
+# -- CreatePartitions -------------------------------------------------------------------------
+
+
+def _partitions_created(gateways: KafkaGateways, version: int, topic: str, count: int) -> Message:
+    response = kafka_request(
+        gateways.address,
+        ApiKey.CREATE_PARTITIONS,
+        version,
+        {
+            "topics": [{"name": topic, "count": count, "assignments": None}],
+            "timeout_ms": CLIENT_TIMEOUT_MS,
+            "validate_only": False,
+        },
+        TIMEOUT_S,
+    )
+    ((result),) = response["results"]
+    return result  # type: ignore[no-any-return]
+
+
+def _partition_count(cluster: LocalCluster, topic: str, count: int) -> bool:
+    """Whether the storage nodes come to know `count` partitions of `topic` within TIMEOUT_S."""
+
+    def known() -> bool:
+        state = run(_topic_state(cluster, topic))
+        return state is not None and len(state.partitions) == count
+
+    return _eventually(known)
+
+
+@pytest.mark.parametrize("version", range(4))
+def test_create_partitions_grows_a_topic_in_every_served_version(
+    compat_cluster: LocalCluster, gateways: KafkaGateways, version: int
+) -> None:
+    topic, _ = _created(compat_cluster, gateways, f"partitions-v{version}")
+    shrink = _partitions_created(gateways, version, topic, 0)
+    assert shrink["error_code"] == ErrorCode.INVALID_PARTITIONS, shrink
+    grown = _partitions_created(gateways, version, topic, 3)
+    assert grown["error_code"] == ErrorCode.NONE, grown
+    assert _partition_count(compat_cluster, topic, 3)
+
+
+def test_kafka_python_admin_creates_partitions_with_create_partitions_v3(
+    compat_cluster: LocalCluster, gateways: KafkaGateways
+) -> None:
+    from kafka.admin import KafkaAdminClient, NewPartitions
+    from kafka.protocol.admin.topics import CreatePartitionsRequest
+
+    topic, _ = _created(compat_cluster, gateways, "kafka-python-partitions")
+    admin = KafkaAdminClient(bootstrap_servers=gateways.bootstrap, request_timeout_ms=10_000)
+    try:
+        admin.create_partitions({topic: NewPartitions(2)}, timeout_ms=CLIENT_TIMEOUT_MS)
+        versions = admin._manager.broker_version_data
+        assert versions.api_version(CreatePartitionsRequest) == 3
+    finally:
+        admin.close()
+    assert _partition_count(compat_cluster, topic, 2)

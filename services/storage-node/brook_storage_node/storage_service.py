@@ -855,10 +855,11 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 )
             return await self._offset_for_timestamp(partition, entry.timestamp_ms)
         if spec == storage_pb2.OFFSET_SPEC_MAX_TIMESTAMP:
-            raise PartitionError(
-                ErrorCode.UNSUPPORTED_VERSION,
-                "OFFSET_SPEC_MAX_TIMESTAMP is not supported by this storage node yet",
+            # Reads index files and batch headers: off the loop (a rare request).
+            found = await asyncio.to_thread(
+                partition.log.offset_of_max_timestamp, max_offset=partition.high_watermark
             )
+            return None if found is None else (found.offset, found.timestamp)
         raise PartitionError(
             ErrorCode.INVALID_REQUEST,
             f"spec {spec} is not one of EARLIEST, LATEST, TIMESTAMP, MAX_TIMESTAMP",

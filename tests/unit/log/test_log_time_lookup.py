@@ -98,3 +98,45 @@ def test_time_lookups_survive_reopen_on_sealed_segments(tmp_path: Path) -> None:
         assert all(reopened.offset_for_timestamp(10_000 + i) == (10_000 + i, i) for i in range(30))
     finally:
         reopened.close()
+
+
+def test_offset_of_max_timestamp_is_the_first_visible_record_carrying_it(tmp_path: Path) -> None:
+    # KIP-734 (ListOffsets' MAX_TIMESTAMP): the record's own offset, not its batch's last one;
+    # ties go to the earliest; records above the high watermark or below the log start are
+    # not visible to it. Small segments, so segments wholly inside the range and segments
+    # straddling either end are both crossed.
+    log = open_log(tmp_path, segment_bytes=400, index_interval_bytes=60)
+    try:
+        assert log.offset_of_max_timestamp(max_offset=0) is None
+        _append(log, [100, 900, 300])  # offsets 0-2: 900 is the record at 1
+        for start in range(3, 30, 3):
+            _append(log, [200 + start, 210 + start, 220 + start])
+        _append(log, [50, 900, 900])  # 30-32: the same maximum again, later
+        _append(log, [950, 10, 20])  # 33-35: a new maximum
+        assert log.segment_count >= 3
+        assert log.offset_of_max_timestamp(max_offset=36) == (950, 33)
+        # The high watermark hides the batch holding 950, and cuts into a batch.
+        assert log.offset_of_max_timestamp(max_offset=33) == (900, 1)
+        assert log.offset_of_max_timestamp(max_offset=1) == (100, 0)
+        log.update_high_watermark(36)
+        log.delete_records_before(2)
+        assert log.offset_of_max_timestamp(max_offset=33) == (900, 31)
+        log.delete_records_before(34)
+        assert log.offset_of_max_timestamp(max_offset=36) == (20, 35)
+    finally:
+        log.close()
+
+
+def test_offset_of_max_timestamp_with_log_append_time_is_the_first_of_the_newest_batch(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    log = open_log_append_time_log(tmp_path, clock)
+    try:
+        for _ in range(3):
+            _append(log, [1, 2, 3])
+            clock.advance(10)
+        newest = log.offset_of_max_timestamp(max_offset=9)
+        assert newest is not None and newest.offset == 6
+    finally:
+        log.close()

@@ -466,6 +466,33 @@ class LogSegment:
                     return TimestampOffset(record.timestamp, record.offset)
         return None
 
+    def max_timestamp_between(self, start_offset: int, end_offset: int) -> int:
+        """The largest timestamp of this segment's records in [start_offset, end_offset), or
+        NO_TIMESTAMP when it has none there.
+
+        A segment wholly inside the range answers from its tracked maximum; otherwise headers
+        are scanned from the offset index entry before ``start_offset``, and only a batch
+        that straddles an end of the range is decoded.
+        """
+        if start_offset <= self.base_offset and self.next_offset <= end_offset:
+            return self.max_timestamp
+        best = NO_TIMESTAMP
+        start = self.offset_index.lookup(max(start_offset, self.base_offset)).position
+        for position, header in self._iter_headers(start, self._size_bytes):
+            if header.base_offset >= end_offset:
+                break
+            if header.last_offset < start_offset:
+                continue
+            inside = header.base_offset >= start_offset and header.last_offset < end_offset
+            if inside or header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+                best = max(best, header.max_timestamp)
+                continue
+            batch = os.pread(self._fd, header.size, position)
+            for record in iter_records(batch):
+                if start_offset <= record.offset < end_offset:
+                    best = max(best, record.timestamp)
+        return best
+
     # -- truncation and recovery ----------------------------------------------------------
 
     def truncate_to(self, offset: int, now_ms: int) -> int:

@@ -45,7 +45,7 @@ from brook_storage_node.log.producer_state import (
     is_producer_batch,
 )
 from brook_storage_node.log.retention import deletable_prefix
-from brook_storage_node.log.time_index import TimestampOffset
+from brook_storage_node.log.time_index import NO_TIMESTAMP, TimestampOffset
 from brook_storage_node.log.topic_partition import TopicPartition
 
 _log = logging.getLogger(__name__)
@@ -433,6 +433,26 @@ class PartitionLog:
                         return None
                     return found
         return None
+
+    def offset_of_max_timestamp(self, *, max_offset: int) -> TimestampOffset | None:
+        """The first record below ``max_offset`` (exclusive) carrying the largest timestamp
+        of the visible log (ListOffsets' MAX_TIMESTAMP, KIP-734), or None when no record
+        there has a timestamp.
+
+        Two passes: the largest timestamp (each segment's tracked maximum where the segment
+        lies wholly inside the range), then the first record reaching it, by the time index.
+        """
+        self._check_open()
+        log_start = self._log_start_offset
+        largest = NO_TIMESTAMP
+        with self._storage_errors("search"):
+            for segment in self._segments:
+                if segment.base_offset >= max_offset:
+                    break
+                largest = max(largest, segment.max_timestamp_between(log_start, max_offset))
+        if largest == NO_TIMESTAMP:
+            return None
+        return self.offset_for_timestamp(largest, max_offset=max_offset)
 
     # -- high watermark -------------------------------------------------------------------
 
