@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from brook.client.group.protocol import CONSUMER_PROTOCOL_TYPE, decode_subscription
 from brook.errors import ErrorCode
 from brook_group_coordinator.timers import TimerHandle, Timers
 
@@ -119,6 +120,18 @@ class Member:
 
     def protocol_names(self) -> set[str]:
         return {name for name, _ in self.protocols}
+
+
+def _subscription_key(protocol_type: str, metadata: bytes) -> object:
+    """What of a member's metadata is its subscription (see Group._subscription_changed):
+    a consumer's topics and rack, or, for other protocol types and unreadable bytes, the bytes."""
+    if protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return metadata
+    try:
+        subscription = decode_subscription(metadata)
+    except ValueError:
+        return metadata
+    return (sorted(set(subscription.topics)), subscription.rack_id)
 
 
 def _new_member_id(prefix: str) -> str:
@@ -281,7 +294,7 @@ class Group:
         old_id = existing.member_id
         new_id = _new_member_id(request.group_instance_id)
         _fence(existing)
-        protocols_changed = existing.protocols != request.protocols
+        old_protocols = existing.protocols
         del self.members[old_id]
         existing.member_id = new_id
         existing.client_id = request.client_id
@@ -297,7 +310,9 @@ class Group:
             existing.awaiting_join = respond
             self._maybe_complete_join()
             return
-        if self.state is GroupState.STABLE and not protocols_changed:
+        if self.state is GroupState.STABLE and not self._subscription_changed(
+            old_protocols, request.protocols
+        ):
             # The point of static membership: no rebalance. The leader keeps the current
             # assignment (skip_assignment) instead of recomputing it.
             self._restart_session(existing)
@@ -311,6 +326,23 @@ class Group:
         # rebalances here too).
         existing.awaiting_join = respond
         self._prepare_rebalance()
+
+    def _subscription_changed(
+        self, old: tuple[tuple[str, bytes], ...], new: tuple[tuple[str, bytes], ...]
+    ) -> bool:
+        """Whether a restarted static member's protocols (already in place) change what the
+        group agreed on: the protocol the group would select, or the subscription in its
+        metadata. For consumers that is the topics and rack, not the owned partitions and
+        generation a cooperative member's metadata carries, nor the assignor's user data:
+        every restart changes those, and rebalancing on them would defeat static membership."""
+        if self._select_protocol() != self.protocol_name:
+            return True
+        name = self.protocol_name
+        before = dict(old).get(name, b"")
+        after = dict(new).get(name, b"")
+        return _subscription_key(self.protocol_type, before) != _subscription_key(
+            self.protocol_type, after
+        )
 
     def _join_known(self, request: JoinRequest, respond: JoinCallback) -> None:
         member = self.members[request.member_id]

@@ -14,6 +14,8 @@ from brook_group_coordinator.group import (
 )
 from manual_timers import ManualTimers
 
+from brook.client.group.protocol import Subscription, encode_subscription
+from brook.client.types import TopicPartition
 from brook.errors import ErrorCode
 
 SESSION_MS = 10_000
@@ -405,6 +407,34 @@ def test_static_rejoin_with_changed_metadata_rebalances() -> None:
     assert h.group.heartbeat(first.member_id, "i-1", generation) is ErrorCode.REBALANCE_IN_PROGRESS
     h.join(first.member_id, instance="i-1")
     assert waiting[0].error is ErrorCode.NONE and waiting[0].generation_id == generation + 1
+
+
+def test_a_cooperative_static_restart_keeps_the_assignment_unless_its_topics_change() -> None:
+    # A cooperative consumer's metadata carries the partitions it owns and its generation; a
+    # restart always changes them (it owns nothing yet), and that alone must not rebalance.
+    def cooperative(topics: list[str], owned: int, generation: int) -> tuple[tuple[str, bytes]]:
+        owned_partitions = [TopicPartition(topics[0], p) for p in range(owned)]
+        subscription = Subscription(
+            topics, owned_partitions=owned_partitions, generation_id=generation
+        )
+        return (("cooperative-sticky", encode_subscription(subscription, version=2)),)
+
+    h = Harness()
+    waits = [
+        h.join(instance="i-1", protocols=cooperative(["t"], 1, -1)),
+        h.join(instance="i-2", protocols=cooperative(["t"], 1, -1)),
+    ]
+    h.advance_until_answered(waits[0])
+    first, second = waits[0][0], waits[1][0]
+    h.sync(first.leader_id, h.group.generation_id, {first.member_id: b"a", second.member_id: b"b"})
+    generation = h.group.generation_id
+    (restarted,) = h.join(instance="i-2", protocols=cooperative(["t"], 0, -1))
+    assert restarted.generation_id == generation and state_of(h.group) is GroupState.STABLE
+    (synced,) = h.sync(restarted.member_id, generation)
+    assert synced.assignment == b"b"
+    # Another subscription is a change the group must rebalance for.
+    waiting = h.join(instance="i-2", protocols=cooperative(["t", "u"], 0, -1))
+    assert waiting == [] and state_of(h.group) is GroupState.PREPARING_REBALANCE
 
 
 def test_static_rejoin_while_completing_rebalance_rebalances_so_the_new_id_is_assigned() -> None:
