@@ -128,10 +128,15 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         affinity.refreshed(context.peer)
         image = backend.image
+        presented = image.kafka_brokers()
         brokers = [
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-            for b in image.kafka_brokers()
+            for b in presented
         ]
+        # Leaders, replicas and ISRs are the storage nodes' own ids, the ids the brokers are
+        # listed under; a leader that is not listed (fenced, or no gateway to show it at) is
+        # no leader to the client, which retries.
+        listed = {b.node_id for b in presented}
         requested = request["topics"]
         if requested is None or (context.api_version == 0 and not requested):
             names = sorted(image.topics)
@@ -152,9 +157,7 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
             partitions = []
             for index in sorted(state.partitions):
                 p = state.partitions[index]
-                leader = image.gateway_for(p.leader)
-                replicas = list(dict.fromkeys(image.gateway_for(r) for r in p.replicas))
-                isr = list(dict.fromkeys(image.gateway_for(r) for r in p.isr))
+                leader = p.leader if p.leader in listed else NO_NODE
                 partitions.append(
                     {
                         "error_code": int(
@@ -162,9 +165,9 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                         ),
                         "partition_index": index,
                         "leader_id": leader,
-                        "replica_nodes": [r for r in replicas if r != NO_NODE],
-                        "isr_nodes": [r for r in isr if r != NO_NODE],
-                        "offline_replicas": [],
+                        "replica_nodes": list(p.replicas),
+                        "isr_nodes": list(p.isr),
+                        "offline_replicas": [r for r in p.replicas if r not in listed],
                     }
                 )
             topics.append(
@@ -179,7 +182,8 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
             "throttle_time_ms": 0,
             "brokers": brokers,
             "cluster_id": image.cluster_id or None,
-            "controller_id": image.controller_gateway(),
+            # Admin clients send here; any gateway forwards to the active controller.
+            "controller_id": presented[0].node_id if presented else NO_NODE,
             "topics": topics,
         }
 
