@@ -95,7 +95,10 @@ class Gateway:
             await membership.join(context.tasks, membership.join_timeout_s)
             # Unfenced is known from the heartbeat a moment before the metadata says so.
             if not await self.image.wait_until(
-                lambda: any(b.node_id == node_id for b in self.image.kafka_brokers()),
+                lambda: any(
+                    n.node_id == node_id
+                    for n in self.image.live_nodes(common_pb2.NODE_ROLE_GATEWAY)
+                ),
                 membership.join_timeout_s,
             ):
                 raise RuntimeError("this gateway never appeared unfenced in the metadata")

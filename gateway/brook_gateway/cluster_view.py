@@ -5,12 +5,14 @@ a delta is applied on top; every record is a whole-object upsert). It keeps only
 gateway needs: nodes with their role and endpoints, topics with their partitions, the
 cluster id.
 
-The Kafka view: the registered, unfenced gateways are the brokers (each at its PLAINTEXT
-listener). A partition's leadership is mapped onto a gateway by a stable function of the
-leader storage node's id over the gateway ids in order, so every gateway gives every client
-the same answer and a storage node's partitions stay together. Whichever gateway receives a
-request forwards it to the real leader storage node, so a client that routes by a stale view
-still succeeds.
+The Kafka view: the brokers are the live (unfenced) storage nodes, by their own node ids, each
+advertised at the Kafka (PLAINTEXT) listener of gateway ``gateways[node_id % len(gateways)]``
+over the live gateways in id order, so every gateway gives every client the same answer and
+every id a client reads (a leader, a replica, a broker to configure) is one it can write back.
+Several broker ids may share one gateway's address; whichever gateway receives a request
+forwards it to the real leader storage node, so a client that routes by a stale view still
+succeeds. While no storage node is live the gateways themselves are the brokers, so a client
+can bootstrap and gets retriable errors until the cluster can serve it.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class KafkaBroker:
     host: str
     port: int
     rack: str | None
+    gateway_id: int
+    """The gateway whose Kafka listener serves this broker id."""
 
 
 class ClusterImage:
@@ -153,38 +157,38 @@ class ClusterImage:
         )
 
     def kafka_brokers(self) -> list[KafkaBroker]:
-        """The gateways with a Kafka listener, by id: the brokers Kafka clients see."""
-        brokers = []
+        """The brokers Kafka clients see, by id: each live storage node at the Kafka listener
+        of the gateway it maps onto; the live gateways themselves while no storage node is
+        live; none while no gateway is."""
+        gateways = []
         for node in self.live_nodes(common_pb2.NODE_ROLE_GATEWAY):
             for name, host, port in node.endpoints:
                 if name == KAFKA_LISTENER:
-                    brokers.append(KafkaBroker(node.node_id, host, port, node.rack or None))
+                    gateways.append(
+                        KafkaBroker(node.node_id, host, port, node.rack or None, node.node_id)
+                    )
                     break
+        storage_nodes = self.live_nodes(common_pb2.NODE_ROLE_STORAGE_NODE)
+        if not gateways or not storage_nodes:
+            return gateways
+        brokers = []
+        for node in storage_nodes:
+            gateway = gateways[node.node_id % len(gateways)]
+            brokers.append(
+                KafkaBroker(
+                    node.node_id, gateway.host, gateway.port, node.rack or None, gateway.node_id
+                )
+            )
         return brokers
 
-    def gateway_for(self, storage_node_id: int) -> int:
-        """The gateway presented as leader of a partition led by ``storage_node_id``;
-        NO_NODE when the partition has no leader or no gateway is known."""
-        if storage_node_id < 0:
-            return NO_NODE
-        gateways = [b.node_id for b in self.kafka_brokers()]
-        if not gateways:
-            return NO_NODE
-        return gateways[storage_node_id % len(gateways)]
-
-    def controller_gateway(self) -> int:
-        """The broker admin clients send to: the lowest gateway id (any gateway forwards
-        admin requests to the active controller)."""
-        brokers = self.kafka_brokers()
-        return brokers[0].node_id if brokers else NO_NODE
-
-    def storage_live(self, node_id: int) -> bool:
-        """Whether ``node_id`` is a registered, unfenced storage node: Kafka lists a replica
-        on any other node as offline."""
-        node = self.nodes.get(node_id)
-        return (
-            node is not None and node.role == common_pb2.NODE_ROLE_STORAGE_NODE and not node.fenced
-        )
+    @staticmethod
+    def coordinator_broker(brokers: list[KafkaBroker], coordinator_id: int) -> KafkaBroker | None:
+        """The broker presented as the coordinator of the groups ``coordinator_id`` owns:
+        ``brokers[coordinator_id % len(brokers)]`` (from ``kafka_brokers()``), a function of the
+        metadata alone, so every gateway names the same one; None when there is no broker."""
+        if coordinator_id < 0 or not brokers:
+            return None
+        return brokers[coordinator_id % len(brokers)]
 
     def topic_by_id(self, topic_id: bytes) -> TopicState | None:
         """The topic with Kafka id ``topic_id``; None for an unknown id (or the zero id, which

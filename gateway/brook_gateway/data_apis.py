@@ -158,21 +158,18 @@ def _current_leader(
     answer: storage_pb2.PartitionProduceResponse | storage_pb2.FetchPartitionResponse,
 ) -> Message | None:
     """Kafka's CurrentLeader (Produce v10, Fetch v12; KIP-951) for a partition a storage node
-    refused as not led there: the gateway shown as leader of the storage node it names, at the
-    partition's leader epoch. None for other errors, or when no leader (or gateway) is known."""
+    refused as not led there: the storage node it names (a listed broker) at the partition's
+    leader epoch. None for other errors, or when that node is not listed."""
     if int(answer.error_code) not in _NEW_LEADER_ERRORS or not answer.HasField("current_leader"):
         return None
     hint = answer.current_leader
-    if hint.leader_id < 0:
+    if hint.leader_id < 0 or all(b.node_id != hint.leader_id for b in image.kafka_brokers()):
         return None
-    leader = image.gateway_for(hint.leader_id)
-    if leader == NO_NODE:
-        return None
-    return {"leader_id": leader, "leader_epoch": hint.leader_epoch}
+    return {"leader_id": hint.leader_id, "leader_epoch": hint.leader_epoch}
 
 
 def _leader_endpoints(image: ClusterImage, leaders: set[int]) -> list[Message]:
-    """Kafka's NodeEndpoints of the gateways named in current_leader fields."""
+    """Kafka's NodeEndpoints of the brokers named in current_leader fields."""
     return [
         {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
         for b in image.kafka_brokers()
@@ -209,10 +206,15 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         affinity.refreshed(context.peer)
         image = backend.image
+        presented = image.kafka_brokers()
         brokers = [
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-            for b in image.kafka_brokers()
+            for b in presented
         ]
+        # Leaders, replicas and ISRs are the storage nodes' own ids, the ids the brokers are
+        # listed under; a leader that is not listed (fenced, or no gateway to show it at) is
+        # no leader to the client, which retries.
+        listed = {b.node_id for b in presented}
         requested = request["topics"]
         if requested is None or (context.api_version == 0 and not requested):
             wanted: list[tuple[str | None, bytes]] = [
@@ -261,14 +263,7 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
             partitions = []
             for index in sorted(state.partitions):
                 p = state.partitions[index]
-                leader = image.gateway_for(p.leader)
-                replicas = list(dict.fromkeys(image.gateway_for(r) for r in p.replicas))
-                isr = list(dict.fromkeys(image.gateway_for(r) for r in p.isr))
-                offline = list(
-                    dict.fromkeys(
-                        image.gateway_for(r) for r in p.replicas if not image.storage_live(r)
-                    )
-                )
+                leader = p.leader if p.leader in listed else NO_NODE
                 partitions.append(
                     {
                         "error_code": int(
@@ -277,9 +272,9 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                         "partition_index": index,
                         "leader_id": leader,
                         "leader_epoch": p.leader_epoch,
-                        "replica_nodes": [r for r in replicas if r != NO_NODE],
-                        "isr_nodes": [r for r in isr if r != NO_NODE],
-                        "offline_replicas": [r for r in offline if r != NO_NODE],
+                        "replica_nodes": list(p.replicas),
+                        "isr_nodes": list(p.isr),
+                        "offline_replicas": [r for r in p.replicas if r not in listed],
                     }
                 )
             topics.append(
@@ -296,7 +291,8 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
             "throttle_time_ms": 0,
             "brokers": brokers,
             "cluster_id": image.cluster_id or None,
-            "controller_id": image.controller_gateway(),
+            # Admin clients send here; any gateway forwards to the active controller.
+            "controller_id": presented[0].node_id if presented else NO_NODE,
             "topics": topics,
             "cluster_authorized_operations": _AUTHORIZED_OPERATIONS_OMITTED,
         }

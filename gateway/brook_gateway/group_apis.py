@@ -3,9 +3,9 @@ LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups 
 InitProducerId.
 
 Kafka clients must only ever talk Kafka to a gateway, never to a coordinator's gRPC port, so
-FindCoordinator answers with a gateway: the one the owning coordinator's node id maps onto,
-by the same function that maps partition leaders onto gateways (`ClusterImage.gateway_for`).
-Every gateway therefore names the same gateway for a group, and whichever gateway receives a
+FindCoordinator answers with one of the brokers Metadata lists (each served by a gateway),
+picked from the owning coordinator's node id by `ClusterImage.coordinator_broker`. Every
+gateway therefore names the same broker for a group, and whichever gateway receives a
 group request forwards it to the group's owning coordinator, found with the coordinators'
 FindCoordinator and cached. A NOT_COORDINATOR answer (ownership moved) is followed through its
 hint, and an unreachable owner is looked up again; only when the owner still cannot be reached
@@ -29,7 +29,7 @@ from brook.errors import ErrorCode, error_code
 from brook.v1 import common_pb2, group_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import GRPC_LISTENER, NO_NODE
+from brook_gateway.cluster_view import GRPC_LISTENER, NO_NODE, KafkaBroker
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.upstream import UpstreamError
@@ -224,8 +224,7 @@ _COORDINATOR_FIELDS: Final = ("node_id", "host", "port", "error_code", "error_me
 
 
 def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
-    def answer(code: int, message: str | None, node_id: int = NO_NODE) -> Message:
-        broker = next((b for b in backend.image.kafka_brokers() if b.node_id == node_id), None)
+    def answer(code: int, message: str | None, broker: KafkaBroker | None = None) -> Message:
         return {
             "throttle_time_ms": 0,
             "error_code": code,
@@ -248,10 +247,11 @@ def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
             owner = await router.owner(key, refresh=True)
         except GroupRouteError as e:
             return answer(int(e.code), str(e) or None)
-        gateway = backend.image.gateway_for(owner.node_id)
-        if gateway == NO_NODE:
+        image = backend.image
+        broker = image.coordinator_broker(image.kafka_brokers(), owner.node_id)
+        if broker is None:
             return answer(int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "no gateway is registered")
-        return answer(int(ErrorCode.NONE), None, gateway)
+        return answer(int(ErrorCode.NONE), None, broker)
 
     def batched(keys: list[str], found: list[Message]) -> Message:
         # v4+ (KIP-699): one answer per key, each in the shape of a v0-3 answer.
@@ -731,13 +731,16 @@ def _list_groups(backend: Backend) -> ApiHandler:
         states = {state.lower() for state in request["states_filter"]}
         types = {kind.lower() for kind in request["types_filter"]}
         upstreams = backend.upstreams
-        # This gateway lists the groups of the coordinators mapped onto it (those it names in
-        # FindCoordinator), so listing every broker, as admin clients do, gives each group once.
-        mine = [
-            address
-            for node_id, address in backend.group_coordinator_nodes()
-            if backend.image.gateway_for(node_id) == backend.node_id
-        ]
+        # This gateway lists the groups whose coordinator FindCoordinator names as one of the
+        # brokers it serves, so each group is listed by one gateway (decisions.md, "ListGroups
+        # is split by gateway", on clients that ask every broker id of a gateway).
+        image = backend.image
+        brokers = image.kafka_brokers()
+        mine = []
+        for node_id, address in backend.group_coordinator_nodes():
+            broker = image.coordinator_broker(brokers, node_id)
+            if broker is not None and broker.gateway_id == backend.node_id:
+                mine.append(address)
 
         async def ask(address: str) -> Any:
             return await upstreams.call(

@@ -2,8 +2,8 @@
 coordinator and two gateways, started once per session and always torn down.
 
 Two storage nodes and two gateways so that clients really route: partition leaders are spread
-over the storage nodes, and those are presented as two different brokers. Groups start without
-the initial rebalance delay and accept short sessions, so group tests take seconds.
+over the storage nodes, which are presented as two brokers, one at each gateway. Groups start
+without the initial rebalance delay and accept short sessions, so group tests take seconds.
 """
 
 from __future__ import annotations

@@ -97,12 +97,17 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 
 
 def kafka_brokers(cluster: LocalCluster) -> dict[int, tuple[str, int]]:
-    """node id -> (host, port) of every gateway's Kafka listener: the brokers clients see."""
-    brokers = {}
-    for name in cluster.names(Role.GATEWAY):
-        spec = cluster.spec(name)
-        brokers[spec.node_id] = (spec.host, spec.ports[KAFKA_LISTENER])
-    return brokers
+    """The brokers clients see when every process of ``cluster`` is up: storage node id ->
+    (host, port) of the Kafka listener of the gateway it maps onto, ``gateways[id %
+    len(gateways)]`` by gateway id (the gateways themselves when there is no storage node)."""
+    gateways = sorted(
+        (cluster.spec(name) for name in cluster.names(Role.GATEWAY)), key=lambda g: g.node_id
+    )
+    storage_ids = sorted(cluster.spec(name).node_id for name in cluster.names(Role.STORAGE_NODE))
+    addresses = {g.node_id: (g.host, g.ports[KAFKA_LISTENER]) for g in gateways}
+    if not storage_ids:
+        return addresses
+    return {n: addresses[gateways[n % len(gateways)].node_id] for n in storage_ids}
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,7 @@ def kafka_gateways(cluster: LocalCluster) -> KafkaGateways:
 
 
 def _gateway_process(cluster: LocalCluster) -> GatewayProcess:
-    ((_, address),) = kafka_brokers(cluster).items()
+    (address,) = set(kafka_brokers(cluster).values())
     pid = cluster.pid(cluster.names(Role.GATEWAY)[0])
     assert pid is not None
     return GatewayProcess(address, cluster.kafka_bootstrap_servers, pid)

@@ -179,8 +179,6 @@ def confluent_poll(consumer: Any, consumed: Consumed, until: int) -> None:
 
 
 def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: str = "all") -> None:
-    from confluent_kafka import Consumer, TopicPartition
-
     create_topic_confluent(bootstrap, topic)
     if acks == "0":
         # acks=0 gets no answer, so a record sent before a just-created partition's leader has
@@ -191,6 +189,14 @@ def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: st
     if acks != "0":
         # With acks=0 no response comes back, so the client knows no offsets.
         assert sorted(offsets) == sorted(i // PARTITIONS for i in range(RECORDS))
+
+    check_round_trip(topic, confluent_read_back(bootstrap, topic))
+
+
+def confluent_read_back(bootstrap: str, topic: str) -> Consumed:
+    """The RECORDS records of ``topic``'s PARTITIONS partitions, read from offset 0 by a
+    confluent-kafka Consumer with manual assignment."""
+    from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
         {
@@ -205,7 +211,7 @@ def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: st
         confluent_poll(consumer, consumed, RECORDS)
     finally:
         consumer.close()
-    check_round_trip(topic, consumed)
+    return consumed
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])

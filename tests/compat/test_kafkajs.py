@@ -109,7 +109,7 @@ def _produce(gateway: KafkaGateways, topic: str) -> Any:
     return _kafkajs("produce", gateway.bootstrap, topic)
 
 
-def test_kafkajs_admin_creates_the_topic_and_sees_the_gateway_lead_every_partition(
+def test_kafkajs_admin_creates_the_topic_and_sees_a_listed_broker_lead_every_partition(
     gateway: KafkaGateways,
 ) -> None:
     metadata = _produce(gateway, "kafkajs-admin")["metadata"]
@@ -119,7 +119,7 @@ def test_kafkajs_admin_creates_the_topic_and_sees_the_gateway_lead_every_partiti
     partitions = sorted(topic["partitions"], key=lambda p: p["partitionId"])
     assert [p["partitionId"] for p in partitions] == list(range(PARTITIONS))
     for p in partitions:
-        # Replication factor 1: the one replica leads, and it is presented as a gateway.
+        # Replication factor 1: the one replica leads, under its storage node's id.
         assert p["partitionErrorCode"] == 0
         assert p["leader"] in gateway.brokers
         assert (p["replicas"], p["isr"]) == ([p["leader"]], [p["leader"]])

@@ -123,7 +123,7 @@ def _by_position(records: Sequence[Record]) -> list[Record]:
     return sorted(records, key=lambda r: (r.partition, r.offset))
 
 
-def test_kcat_metadata_list_shows_the_gateways_as_brokers_and_every_partition(
+def test_kcat_metadata_list_shows_the_storage_nodes_as_brokers_at_their_gateways(
     gateway: KafkaGateways,
 ) -> None:
     topic = "kcat-metadata"
@@ -136,7 +136,7 @@ def test_kcat_metadata_list_shows_the_gateways_as_brokers_and_every_partition(
     partitions = sorted(described["partitions"], key=lambda p: p["partition"])
     assert [p["partition"] for p in partitions] == list(range(PARTITIONS))
     for p in partitions:
-        # Replication factor 1: the one replica leads, and it is presented as a gateway.
+        # Replication factor 1: the one replica leads, under its storage node's id.
         assert p["leader"] in brokers
         assert [r["id"] for r in p["replicas"]] == [p["leader"]]
         assert [r["id"] for r in p["isrs"]] == [p["leader"]]

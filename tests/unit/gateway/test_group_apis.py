@@ -50,6 +50,7 @@ OFFSETS_PARTITIONS = 4
 OWNER = 7
 OTHER = 8
 GATEWAYS = (1, 2)
+STORAGE_IDS = (100, 101, 102)
 PROTOCOL_TYPE = "consumer"
 ASSIGNOR = "range"
 SUBSCRIPTION = b"\x00\x01subscription"
@@ -419,8 +420,10 @@ async def gateway(
     request_timeout_ms: int = 5_000,
     storage_ports: tuple[int, ...] = (),
 ) -> AsyncIterator[Gateway]:
-    """A gateway (as the node FindCoordinator maps OWNER onto) in front of coordinators OWNER
-    (owning OWNED_PARTITION) and OTHER (owning the rest), which share one __consumer_offsets."""
+    """A gateway (the one serving the broker FindCoordinator names for OWNER) in front of
+    coordinators OWNER (owning OWNED_PARTITION) and OTHER (owning the rest), which share one
+    __consumer_offsets. Storage nodes STORAGE_IDS[i] at ``storage_ports[i]``; without any, the
+    gateways are the brokers."""
     log = MemoryOffsetsLog()
     coordinators: dict[int, Coordinator] = {}
     for node_id in (OWNER, OTHER) if with_coordinators else ():
@@ -456,7 +459,7 @@ async def gateway(
         for c in coordinators.values()
     ]
     records += [
-        _node(100 + i, common_pb2.NODE_ROLE_STORAGE_NODE, "GRPC", port)
+        _node(STORAGE_IDS[i], common_pb2.NODE_ROLE_STORAGE_NODE, "GRPC", port)
         for i, port in enumerate(storage_ports)
     ]
     # The topic the tests commit offsets for: OffsetCommit answers a partition the metadata
@@ -470,8 +473,10 @@ async def gateway(
     ]
     image.apply(True, 1, records)
     upstreams = Upstreams(message_bytes_max=1 << 20, request_timeout_ms=request_timeout_ms)
+    owner_broker = image.coordinator_broker(image.kafka_brokers(), OWNER)
+    assert owner_broker is not None
     backend = Backend(
-        node_id=image.gateway_for(OWNER), image=image, upstreams=upstreams, controllers=()
+        node_id=owner_broker.gateway_id, image=image, upstreams=upstreams, controllers=()
     )
     dispatcher = dispatcher_with_api_versions()
     for handler in group_handlers(backend):
@@ -504,44 +509,53 @@ def _join_body(group: str, member_id: str = "", instance: str | None = None) -> 
     }
 
 
-def test_find_coordinator_names_the_gateway_mapped_from_the_owning_coordinator() -> None:
+def test_find_coordinator_names_a_listed_broker_picked_by_the_owning_coordinators_id() -> None:
     async def scenario() -> None:
-        async with gateway() as gw:
-            owned = {OWNER: OWNED_PARTITION, OTHER: NOT_OWNED_PARTITION}
-            for owner, partition in owned.items():
-                group = group_on(partition, "found")
-                mapped = GATEWAYS[owner % len(GATEWAYS)]
-                for version in range(4):
-                    answer = await gw.call(
-                        ApiKey.FIND_COORDINATOR, version, {"key": group, "key_type": 0}
-                    )
-                    assert answer["error_code"] == ErrorCode.NONE
-                    assert (answer["node_id"], answer["host"], answer["port"]) == (
-                        mapped,
-                        "127.0.0.1",
-                        _gateway_port(mapped),
-                    )
-                    assert gw.image.gateway_for(owner) == mapped
-            # v4 looks several keys up at once, each answered on its own.
-            keys = [group_on(OWNED_PARTITION, "batch"), group_on(NOT_OWNED_PARTITION, "batch")]
-            answer = await gw.call(
-                ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": keys}
-            )
-            assert [
-                (c["key"], c["error_code"], c["node_id"], c["port"]) for c in answer["coordinators"]
-            ] == [
-                (key, 0, GATEWAYS[o % len(GATEWAYS)], _gateway_port(GATEWAYS[o % len(GATEWAYS)]))
-                for key, o in zip(keys, (OWNER, OTHER), strict=True)
-            ]
-            answer = await gw.call(
-                ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["tx"]}
-            )
-            [refused] = answer["coordinators"]
-            assert (refused["key"], refused["error_code"], refused["node_id"]) == (
-                "tx",
-                ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                -1,
-            )
+        owned = {OWNER: OWNED_PARTITION, OTHER: NOT_OWNED_PARTITION}
+        # Without storage nodes the gateways are the brokers; with them, the storage nodes,
+        # each at the gateway STORAGE_IDS[i] % len(GATEWAYS) picks.
+        for storage_ports, brokers in (
+            ((), GATEWAYS),
+            ((_closed_port(), _closed_port(), _closed_port()), STORAGE_IDS),
+        ):
+
+            def port_of(broker: int, brokers: tuple[int, ...] | list[int] = brokers) -> int:
+                at = broker if brokers == GATEWAYS else GATEWAYS[broker % len(GATEWAYS)]
+                return _gateway_port(at)
+
+            async with gateway(storage_ports=storage_ports) as gw:
+                for owner, partition in owned.items():
+                    group = group_on(partition, "found")
+                    broker = brokers[owner % len(brokers)]
+                    for version in range(4):
+                        answer = await gw.call(
+                            ApiKey.FIND_COORDINATOR, version, {"key": group, "key_type": 0}
+                        )
+                        assert answer["error_code"] == ErrorCode.NONE
+                        assert (answer["node_id"], answer["host"], answer["port"]) == (
+                            broker,
+                            "127.0.0.1",
+                            port_of(broker),
+                        )
+                # v4 looks several keys up at once, each answered on its own.
+                keys = [group_on(OWNED_PARTITION, "batch"), group_on(NOT_OWNED_PARTITION, "batch")]
+                answer = await gw.call(
+                    ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": keys}
+                )
+                expected = [brokers[o % len(brokers)] for o in (OWNER, OTHER)]
+                assert [
+                    (c["key"], c["error_code"], c["node_id"], c["port"])
+                    for c in answer["coordinators"]
+                ] == [(key, 0, b, port_of(b)) for key, b in zip(keys, expected, strict=True)]
+                answer = await gw.call(
+                    ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["tx"]}
+                )
+                [refused] = answer["coordinators"]
+                assert (refused["key"], refused["error_code"], refused["node_id"]) == (
+                    "tx",
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    -1,
+                )
 
     run(scenario())
 
@@ -889,7 +903,7 @@ def test_requests_follow_a_moved_group_to_its_new_coordinator_unseen_by_the_clie
             answer = await gw.call(ApiKey.OFFSET_FETCH, 3, wanted)
             assert (answer["error_code"], _fetched(answer)) == (0, {("t", 0): (11, "m", 0)})
             found = await gw.call(ApiKey.FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
-            assert found["node_id"] == GATEWAYS[OTHER % len(GATEWAYS)]
+            assert found["node_id"] == GATEWAYS[OTHER % len(GATEWAYS)]  # no storage nodes
 
     run(scenario())
 

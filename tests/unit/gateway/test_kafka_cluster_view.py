@@ -59,24 +59,46 @@ def _image(gateways: list[int]) -> ClusterImage:
     return image
 
 
-def test_every_gateway_maps_each_partition_to_the_same_gateway_whatever_the_record_order() -> None:
+def _brokers(image: ClusterImage) -> list[tuple[int, int, int]]:
+    """(broker id, Kafka port, serving gateway) of every broker the image presents."""
+    return [(b.node_id, b.port, b.gateway_id) for b in image.kafka_brokers()]
+
+
+def test_the_brokers_are_the_storage_nodes_at_the_same_gateways_whatever_the_record_order() -> None:
     one = _image([3001, 3002])
     other = ClusterImage()
-    records = [_node(3002, common_pb2.NODE_ROLE_GATEWAY, 9002)]
-    records.append(_node(3001, common_pb2.NODE_ROLE_GATEWAY, 9001))
+    records = [_node(3002, common_pb2.NODE_ROLE_GATEWAY, 12002)]
+    records.append(_node(3001, common_pb2.NODE_ROLE_GATEWAY, 12001))
     records += [_node(n, common_pb2.NODE_ROLE_STORAGE_NODE, 7000 + n) for n in (3, 2, 1)]
     other.apply(True, 5, records)
-    for leader in (1, 2, 3):
-        assert one.gateway_for(leader) == other.gateway_for(leader)
-    assert {one.gateway_for(leader) for leader in (1, 2, 3)} == {3001, 3002}
-    assert one.gateway_for(-1) == NO_NODE
+    # Storage node n at gateways[n % 2] of the gateways in id order.
+    expected = [(1, 12002, 3002), (2, 12001, 3001), (3, 12002, 3002)]
+    assert _brokers(one) == _brokers(other) == expected
 
 
-def test_fenced_gateways_are_not_brokers_and_lead_nothing() -> None:
+def test_fenced_nodes_are_not_brokers_and_without_storage_nodes_the_gateways_are() -> None:
     image = _image([3001])
-    image.apply(False, 6, [_node(3002, common_pb2.NODE_ROLE_GATEWAY, 9002, fenced=True)])
-    assert [b.node_id for b in image.kafka_brokers()] == [3001]
-    assert {image.gateway_for(leader) for leader in (1, 2, 3)} == {3001}
+    image.apply(False, 6, [_node(3002, common_pb2.NODE_ROLE_GATEWAY, 12002, fenced=True)])
+    image.apply(False, 7, [_node(2, common_pb2.NODE_ROLE_STORAGE_NODE, 7002, fenced=True)])
+    assert _brokers(image) == [(1, 12001, 3001), (3, 12001, 3001)]
+    for n in (1, 3):
+        image.apply(False, 8, [_node(n, common_pb2.NODE_ROLE_STORAGE_NODE, 7000 + n, fenced=True)])
+    assert _brokers(image) == [(3001, 12001, 3001)]
+    image.apply(False, 9, [_node(3001, common_pb2.NODE_ROLE_GATEWAY, 12001, fenced=True)])
+    assert _brokers(image) == []
+
+
+def test_a_coordinator_is_shown_as_a_broker_picked_by_its_id() -> None:
+    image = _image([3001, 3002])
+    brokers = image.kafka_brokers()
+    picked = {c: image.coordinator_broker(brokers, c) for c in (2001, 2002, 2003)}
+    assert {c: b.node_id for c, b in picked.items() if b is not None} == {
+        2001: 1,  # 2001 % 3 == 0
+        2002: 2,
+        2003: 3,
+    }
+    assert image.coordinator_broker(brokers, -1) is None
+    assert image.coordinator_broker([], 2001) is None
 
 
 def _server_backend(image: ClusterImage) -> tuple[Dispatcher, Upstreams]:
@@ -89,9 +111,25 @@ def _server_backend(image: ClusterImage) -> tuple[Dispatcher, Upstreams]:
     return dispatcher, upstreams
 
 
-def test_metadata_shows_gateways_as_brokers_and_a_leaderless_partition_as_unavailable() -> None:
+def test_metadata_shows_storage_node_ids_everywhere_and_a_leaderless_partition_as_unavailable() -> (
+    None
+):
     async def scenario() -> None:
-        dispatcher, upstreams = _server_backend(_image([3001, 3002]))
+        image = _image([3001, 3002])
+        # Partition 7: replicas 2 and 3, led by 3, which is then fenced.
+        image.apply(
+            False,
+            6,
+            [
+                metadata_pb2.MetadataRecord(
+                    partition=metadata_pb2.PartitionRecord(
+                        topic="t", partition=7, replicas=[3, 2], isr=[3, 2], leader=3
+                    )
+                ),
+                _node(3, common_pb2.NODE_ROLE_STORAGE_NODE, 7003, fenced=True),
+            ],
+        )
+        dispatcher, upstreams = _server_backend(image)
         async with running_server(dispatcher) as server:
             client = await RawClient.connect(server.port)
             await client.send(ApiKey.METADATA, 5, 1, {"topics": None})
@@ -99,15 +137,30 @@ def test_metadata_shows_gateways_as_brokers_and_a_leaderless_partition_as_unavai
             await client.close()
         await upstreams.close()
         assert [(b["node_id"], b["port"]) for b in response["brokers"]] == [
-            (3001, 12001),
-            (3002, 12002),
+            (1, 12002),
+            (2, 12001),
         ]
-        assert response["controller_id"] == 3001
+        assert response["controller_id"] == 1
         (topic,) = response["topics"]
         by_index = {p["partition_index"]: p for p in topic["partitions"]}
-        assert by_index[6]["error_code"] == ErrorCode.LEADER_NOT_AVAILABLE
-        assert by_index[6]["leader_id"] == NO_NODE
-        assert {by_index[i]["leader_id"] for i in range(6)} <= {3001, 3002}
+        for i in range(6):
+            replica = 1 + i % 3
+            assert by_index[i]["replica_nodes"] == [replica]
+            if replica != 3:
+                assert (by_index[i]["leader_id"], by_index[i]["error_code"]) == (replica, 0)
+                assert by_index[i]["offline_replicas"] == []
+        # Led by a fenced node or by none: no leader the client could reach, so it retries;
+        # the replicas stay the storage nodes' ids, the unlisted one offline.
+        for i in (2, 5, 6):
+            assert by_index[i]["error_code"] == ErrorCode.LEADER_NOT_AVAILABLE
+            assert by_index[i]["leader_id"] == NO_NODE
+        assert by_index[2]["offline_replicas"] == [3]
+        assert (by_index[7]["leader_id"], by_index[7]["error_code"]) == (
+            NO_NODE,
+            ErrorCode.LEADER_NOT_AVAILABLE,
+        )
+        assert (by_index[7]["replica_nodes"], by_index[7]["isr_nodes"]) == ([3, 2], [3, 2])
+        assert by_index[7]["offline_replicas"] == [3]
 
     run(scenario())
 
