@@ -340,7 +340,7 @@ def test_produce_refused_by_a_node_not_leading_names_the_leader_from_v10(
     topic = _produced(gateways, f"produce-hint-v{version}", 1)
 
     async def scenario() -> None:
-        _, epoch = await _leader(compat_cluster, topic)
+        leader, epoch = await _leader(compat_cluster, topic)
         async with misrouting_gateway(compat_cluster, topic) as address:
             response = await _call(address, ApiKey.PRODUCE, version, _produce_body(topic, _batch()))
         ((partition,),) = [t["partition_responses"] for t in response["responses"]]
@@ -349,10 +349,11 @@ def test_produce_refused_by_a_node_not_leading_names_the_leader_from_v10(
             assert partition["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
             assert response["node_endpoints"] == []
             return
-        # The in-process gateway is the only one its metadata knows: every leader maps to it.
-        assert partition["current_leader"] == {"leader_id": GATEWAY_NODE_ID, "leader_epoch": epoch}
+        # The real leader, a listed broker, at the in-process gateway's metadata's only
+        # gateway address.
+        assert partition["current_leader"] == {"leader_id": leader, "leader_epoch": epoch}
         assert response["node_endpoints"] == [
-            {"node_id": GATEWAY_NODE_ID, "host": "127.0.0.1", "port": 1, "rack": None}
+            {"node_id": leader, "host": "127.0.0.1", "port": 1, "rack": None}
         ]
 
     run(scenario())
@@ -449,7 +450,7 @@ def test_fetch_refused_by_a_node_not_leading_names_the_leader_from_v12(
     topic = _produced(gateways, "fetch-hint", 1)
 
     async def scenario() -> None:
-        _, epoch = await _leader(compat_cluster, topic)
+        leader, epoch = await _leader(compat_cluster, topic)
         async with misrouting_gateway(compat_cluster, topic) as address:
             answers = {
                 version: await _call(address, ApiKey.FETCH, version, _fetch_body(topic, 0))
@@ -459,7 +460,7 @@ def test_fetch_refused_by_a_node_not_leading_names_the_leader_from_v12(
             ((partition,),) = [t["partitions"] for t in response["responses"]]
             assert partition["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER, partition
             expected = (
-                {"leader_id": GATEWAY_NODE_ID, "leader_epoch": epoch}
+                {"leader_id": leader, "leader_epoch": epoch}
                 if version >= 12
                 else {"leader_id": -1, "leader_epoch": -1}
             )
