@@ -1,10 +1,10 @@
 """Which Kafka APIs the gateway answers, at which versions, and by which handler.
 
-`RECOMMENDED_VERSIONS` is the one place the advertised ranges are defined (from
-../shared/kafka-protocol/CLIENTS.md, section 7: the highest version every current client
-implements, with minimums low enough for older librdkafka's feature detection), raised where
-the gateway serves more (Metadata to v12 with topic ids and leader epochs, and with them
-OffsetForLeaderEpoch, which section 7 ties to exactly that: docs/decisions.md). Only APIs
+`RECOMMENDED_VERSIONS` is the one place the advertised ranges are defined: each API up to
+the highest version the gateway serves correctly among those current clients send (issue #14;
+../shared/kafka-protocol/CLIENTS.md lists what each client sends), with minimums low enough
+for older librdkafka's feature detection (CLIENTS.md section 5). docs/compatibility.md lists
+every API, what each client in CI picks, and what is not served and why. Only APIs
 with a registered handler are advertised, so the gateway can never announce an API it cannot
 answer. A handler may serve fewer versions than are advertised; requests for the rest are
 answered with UNSUPPORTED_VERSION, as Kafka 4.0 does.
