@@ -20,6 +20,13 @@ Well-known ports (``brook cluster up``; process N of a role, N from 1, plus ``--
     controller-N         GRPC 9200+N    RAFT 9300+N
     group-coordinator-N  GRPC 9400+N
     gateway-N            GRPC 9500+N    PLAINTEXT (Kafka) 9091+N, so gateway-1 is on 9092
+                         kafka.node.port.base 9600+100*(N-1): the Kafka port of storage
+                         node (broker) n it presents is base + n, so gateway-1 shows
+                         broker 1 at 9601; room for storage ids 1-99
+
+Free ports (``port_offset=None``, the tests): every listener a free port, and each gateway a
+block of free consecutive ports for its per-broker Kafka ports, one for every storage id the
+cluster has and ``NODE_PORT_IDS_SPARE`` more for nodes a test adds later.
 
 Node ids: storage nodes 1..N (the broker ids Kafka users see in replica lists), controllers
 1001.., group coordinators 2001.., gateways 3001..; disjoint, so no two processes of a
@@ -44,7 +51,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -52,7 +59,7 @@ from typing import Any, Self
 
 from brook.config import ENV_PREFIX
 from brook.health import HealthStatus, wait_until_serving
-from brook.ports import allocate_free_ports, port_is_free
+from brook.ports import allocate_free_port_block, allocate_free_ports, port_is_free
 
 _log = logging.getLogger(__name__)
 
@@ -123,6 +130,14 @@ WELL_KNOWN_FIRST_PORT: Mapping[tuple[Role, str], int] = {
     # Kafka's own default port, what every Kafka client tries first.
     (Role.GATEWAY, PLAINTEXT): 9092,
 }
+
+# A gateway's kafka.node.port.base (``brook cluster up``): gateway-N's is this + STEP * (N-1);
+# the step leaves room for every storage node id COUNT_LIMITS allows (1-99).
+KAFKA_NODE_PORT_BASE_FIRST = 9600
+KAFKA_NODE_PORT_BASE_STEP = 100
+KAFKA_NODE_PORT_BASE = "kafka.node.port.base"
+# Free-port plans: per-broker ports for storage ids beyond the topology's, for nodes added later.
+NODE_PORT_IDS_SPARE = 4
 
 FIRST_NODE_ID: Mapping[Role, int] = {
     Role.STORAGE_NODE: 1,
@@ -212,6 +227,8 @@ class ProcessSpec:
     host: str
     ports: Mapping[str, int]
     directory: Path
+    kafka_node_port_base: int = 0
+    """A gateway's kafka.node.port.base (broker n's Kafka port is this + n); 0 otherwise."""
 
     @property
     def config_path(self) -> Path:
@@ -297,6 +314,36 @@ def _plan_ports(
     return ports
 
 
+def _plan_node_port_bases(
+    topology: Topology, host: str, port_offset: int | None, taken: Iterable[int]
+) -> dict[str, int]:
+    """Every gateway's kafka.node.port.base: well-known (see the module docstring) or, with
+    free ports, the start of a free block less the first storage id (ports in ``taken`` are
+    already planned)."""
+    bases = {}
+    avoid = set(taken)
+    storage_first = FIRST_NODE_ID[Role.STORAGE_NODE]
+    ids_max = storage_first + topology.storage_nodes - 1 + NODE_PORT_IDS_SPARE
+    for index in range(1, topology.gateways + 1):
+        name = _process_name(Role.GATEWAY, index)
+        if port_offset is None:
+            count = ids_max - storage_first + 1
+            start = allocate_free_port_block(count, host, avoid)
+            avoid.update(range(start, start + count))
+            bases[name] = start - storage_first
+        else:
+            base = KAFKA_NODE_PORT_BASE_FIRST + KAFKA_NODE_PORT_BASE_STEP * (index - 1)
+            base += port_offset
+            first, last = base + storage_first, base + COUNT_LIMITS[Role.STORAGE_NODE][1]
+            if not (0 < first and last < 65536):
+                raise ClusterLayoutError(
+                    f"port offset {port_offset} puts {name}'s per-broker Kafka ports "
+                    f"({first}-{last}) outside 1-65535"
+                )
+            bases[name] = base
+    return bases
+
+
 def _read_layout(path: Path) -> dict[str, Any]:
     try:
         layout = json.loads(path.read_text())
@@ -312,6 +359,25 @@ def _recorded_ports(layout: Mapping[str, Any], path: Path) -> dict[str, dict[str
         return {
             name: {listener: int(port) for listener, port in entry["ports"].items()}
             for name, entry in layout["processes"].items()
+        }
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise ClusterLayoutError(f"{path} has no valid port plan; remove it to re-plan") from None
+
+
+def _recorded_node_port_bases(layout: Mapping[str, Any], path: Path) -> dict[str, int] | None:
+    """Every gateway's recorded kafka.node.port.base; None for a layout written before there
+    was one (its gateways get one planned now)."""
+    try:
+        entries = layout["processes"].items()
+        if any(
+            entry.get("role") == Role.GATEWAY.value and KAFKA_NODE_PORT_BASE not in entry
+            for _, entry in entries
+        ):
+            return None
+        return {
+            name: int(entry[KAFKA_NODE_PORT_BASE])
+            for name, entry in entries
+            if KAFKA_NODE_PORT_BASE in entry
         }
     except (KeyError, TypeError, ValueError, AttributeError):
         raise ClusterLayoutError(f"{path} has no valid port plan; remove it to re-plan") from None
@@ -437,10 +503,15 @@ class LocalCluster:
             layout = _read_layout(layout_path)
             _check_same_cluster(layout, layout_path, self.topology, host, port_offset)
             ports = _recorded_ports(layout, layout_path)
+            bases = _recorded_node_port_bases(layout, layout_path)
             if isinstance(layout.get("quorum_password"), str) and layout["quorum_password"]:
                 self._quorum_password = layout["quorum_password"]
         else:
             ports = _plan_ports(self.topology, host, port_offset)
+            bases = None
+        if bases is None:
+            taken = (port for listeners in ports.values() for port in listeners.values())
+            bases = _plan_node_port_bases(self.topology, host, port_offset, taken)
         self._specs: dict[str, ProcessSpec] = {}
         for role in START_ORDER:
             for index in range(1, self.topology.count(role) + 1):
@@ -455,6 +526,7 @@ class LocalCluster:
                     host=host,
                     ports=ports[name],
                     directory=self.base_dir / name,
+                    kafka_node_port_base=bases.get(name, 0) if role is Role.GATEWAY else 0,
                 )
         known = {*self._specs, *(role.value for role in Role), ALL_PROCESSES}
         unknown = set(self._overrides) - known
@@ -529,6 +601,8 @@ class LocalCluster:
             settings["log.dirs"] = str(spec.directory / "data")
         if spec.role is Role.GROUP_COORDINATOR:
             settings["group.coordinator.state.dir"] = str(spec.directory / "state")
+        if spec.role is Role.GATEWAY:
+            settings[KAFKA_NODE_PORT_BASE] = str(spec.kafka_node_port_base)
         settings.update(self._overrides.get(ALL_PROCESSES, {}))
         settings.update(self._overrides.get(spec.role.value, {}))
         settings.update(self._overrides.get(name, {}))
@@ -550,6 +624,7 @@ class LocalCluster:
                     "node_id": spec.node_id,
                     "pid": self.pid(spec.name),
                     "listeners": {listener: spec.address(listener) for listener in spec.ports},
+                    "kafka_node_ports": self.kafka_node_ports(spec.name),
                     "config": str(spec.config_path),
                     "log": str(spec.log_path),
                 }
@@ -682,11 +757,31 @@ class LocalCluster:
             return [sys.executable, "-S", "-c", _PARENT_DEATH_SHIM, str(os.getpid()), *service]
         return [sys.executable, "-m", *service]
 
+    def kafka_node_ports(self, name: str) -> dict[int, int]:
+        """storage node id -> the Kafka port gateway ``name`` listens on for it when it
+        presents it (kafka.node.port.base + id, as configured, overrides included); {} when
+        per-broker ports are off."""
+        base = int(self.config(name).get(KAFKA_NODE_PORT_BASE, "0"))
+        if base <= 0:
+            return {}
+        storage_ids = [s.node_id for s in self._specs.values() if s.role is Role.STORAGE_NODE]
+        return {node_id: base + node_id for node_id in storage_ids}
+
     def _refuse_ports_in_use(self, specs: Sequence[ProcessSpec]) -> None:
+        listeners = [
+            (spec, listener, port) for spec in specs for listener, port in spec.ports.items()
+        ]
+        # A gateway only tries its per-broker ports once it presents the node, and logs a
+        # port it cannot bind; checked here so that a clash is seen before anything starts.
+        listeners += [
+            (spec, f"broker {node_id}", port)
+            for spec in specs
+            if spec.role is Role.GATEWAY
+            for node_id, port in self.kafka_node_ports(spec.name).items()
+        ]
         taken = [
             f"{spec.name} {listener} {spec.host}:{port}"
-            for spec in specs
-            for listener, port in spec.ports.items()
+            for spec, listener, port in listeners
             if not port_is_free(spec.host, port)
         ]
         if taken:
@@ -736,7 +831,16 @@ class LocalCluster:
             "port_offset": self.port_offset,
             "quorum_password": self._quorum_password,
             "processes": {
-                spec.name: {"role": spec.role.value, "node_id": spec.node_id, "ports": spec.ports}
+                spec.name: {
+                    "role": spec.role.value,
+                    "node_id": spec.node_id,
+                    "ports": spec.ports,
+                    **(
+                        {KAFKA_NODE_PORT_BASE: spec.kafka_node_port_base}
+                        if spec.role is Role.GATEWAY
+                        else {}
+                    ),
+                }
                 for spec in self._specs.values()
             },
         }
@@ -980,6 +1084,9 @@ def _print_up(cluster: LocalCluster) -> None:
     print(f"Brook local cluster is up; data and logs under {cluster.base_dir}")
     for spec in cluster.processes.values():
         listeners = "  ".join(f"{name} {spec.address(name)}" for name in spec.ports)
+        node_ports = sorted(cluster.kafka_node_ports(spec.name).items())
+        if node_ports:
+            listeners += "  brokers " + ",".join(f"{n}:{port}" for n, port in node_ports)
         pid = str(cluster.pid(spec.name))
         print(f"  {spec.name:<22} node {spec.node_id:<5} pid {pid:<8} {listeners}")
     if cluster.topology.gateways:

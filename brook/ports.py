@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import random
 import socket
+from collections.abc import Collection
 from pathlib import Path
 
 # The band we draw from when the ephemeral range leaves room below it; ports under 10000 are
@@ -91,4 +92,30 @@ def allocate_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     raise PortAllocationError(
         f"found only {len(chosen)} of {count} free ports on {host} "
         f"in {FREE_PORT_ATTEMPTS_MAX} attempts (band {band.start}-{band.stop - 1})"
+    )
+
+
+def allocate_free_port_block(
+    count: int, host: str = "127.0.0.1", avoid: Collection[int] = ()
+) -> int:
+    """The first of ``count`` consecutive ports on ``host`` that are free right now and not in
+    ``avoid`` (ports already handed out, not yet bound): for a process that listens on a
+    range of ports, such as a gateway's per-broker Kafka ports. Nothing reserves them, as with
+    ``allocate_free_ports``."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    band = _candidate_band()
+    if count > len(band):
+        raise PortAllocationError(f"cannot allocate {count} ports from a band of {len(band)}")
+    starts = range(band.start, band.stop - count + 1)
+    for _ in range(FREE_PORT_ATTEMPTS_MAX // count + 1):
+        start = random.choice(starts)
+        block = range(start, start + count)
+        if not any(port in avoid for port in block) and all(
+            port_is_free(host, port) for port in block
+        ):
+            return start
+    raise PortAllocationError(
+        f"found no {count} consecutive free ports on {host} "
+        f"in {FREE_PORT_ATTEMPTS_MAX // count + 1} attempts (band {band.start}-{band.stop - 1})"
     )

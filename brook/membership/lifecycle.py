@@ -93,13 +93,18 @@ class LifecycleSettings:
     retry_backoff: RetryBackoff
 
     @classmethod
-    def from_config(cls, config: Config, role: common_pb2.NodeRole) -> LifecycleSettings:
+    def from_config(
+        cls,
+        config: Config,
+        role: common_pb2.NodeRole,
+        extra_endpoints: Sequence[Listener] = (),
+    ) -> LifecycleSettings:
         has_rack = "broker.rack" in config.definition
         rack = config.get_optional_string("broker.rack") if has_rack else None
         return cls(
             node_id=config.get_int("node.id"),
             role=role,
-            endpoints=config.get_listeners("advertised.listeners"),
+            endpoints=(*config.get_listeners("advertised.listeners"), *extra_endpoints),
             rack=rack or "",
             heartbeat_interval_ms=config.get_int("broker.heartbeat.interval.ms"),
             session_timeout_ms=config.get_int("broker.session.timeout.ms"),

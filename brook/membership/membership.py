@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from brook.config import Config
+from brook.config import Config, Listener
 from brook.membership.controller_client import ControllerClient, ControllerClientSettings
 from brook.membership.lease import BrokerLease
 from brook.membership.lifecycle import BrokerLifecycleManager, LifecycleSettings, MembershipError
@@ -36,7 +36,11 @@ class ClusterMembership:
         config: Config,
         role: common_pb2.NodeRole,
         data_directories: Sequence[Path] = (),
+        extra_endpoints: Sequence[Listener] = (),
     ) -> None:
+        """``extra_endpoints`` are registered after the advertised listeners: endpoints other
+        processes read from the metadata that the process does not bind as a listener of its
+        own (a gateway's PLAINTEXT_NODES)."""
         node_id = config.get_int("node.id")
         self.client = ControllerClient(ControllerClientSettings.from_config(config))
         self.applied = AppliedMetadataOffset()
@@ -45,7 +49,7 @@ class ClusterMembership:
         meta = MetaPropertiesStore(data_directories, node_id) if data_directories else None
         self.lifecycle = BrokerLifecycleManager(
             self.client,
-            LifecycleSettings.from_config(config, role),
+            LifecycleSettings.from_config(config, role, extra_endpoints),
             applied=self.applied,
             lease=self.lease,
             meta=meta,

@@ -70,6 +70,10 @@ class RequestContext:
     header: RequestHeader
     peer: str
     """host:port of the client."""
+    broker_id: int | None = None
+    """The broker the connection was made to: the storage node id whose own port
+    (kafka.node.port.base + id) accepted it; None on the gateway's PLAINTEXT (bootstrap)
+    listener, which stands for every broker the gateway presents."""
 
     @property
     def api_version(self) -> int:

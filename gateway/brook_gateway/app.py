@@ -1,6 +1,9 @@
 """The gateway service: speaks the Kafka binary protocol to Kafka clients, gRPC to Brook.
 
-It serves health on its GRPC listener and the Kafka protocol on its PLAINTEXT listener.
+It serves health on its GRPC listener and the Kafka protocol on its PLAINTEXT listener, and,
+with kafka.node.port.base set, on a port of its own for each storage node it presents as a
+broker (brook_gateway.node_listeners), which it registers as its PLAINTEXT_NODES endpoint
+(advertised PLAINTEXT host, port the base) so that every gateway shows those addresses.
 The gateway joins the cluster as a GATEWAY (brook.membership: registration, heartbeats, the
 WatchMetadata stream that feeds the metadata cache) and reports SERVING only once it has, like
 every other Brook process: a gateway that is not yet a broker in its own metadata would hand
@@ -17,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 
-from brook.config import Config
+from brook.config import Config, Listener
 from brook.membership import ClusterMembership, MembershipError
 from brook.server import ServiceContext, ServiceSpec
 from brook.v1 import common_pb2
@@ -25,10 +28,11 @@ from brook_gateway.admin_apis import admin_handlers
 from brook_gateway.api_versions import api_versions_handler
 from brook_gateway.apis import Dispatcher
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import ClusterImage
-from brook_gateway.config import CONFIG_DEF
+from brook_gateway.cluster_view import KAFKA_NODES_LISTENER, ClusterImage
+from brook_gateway.config import CONFIG_DEF, KAFKA_NODE_PORT_BASE
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.group_apis import group_handlers
+from brook_gateway.node_listeners import NodeListeners
 from brook_gateway.server import KafkaServer, ServerLimits
 from brook_gateway.upstream import Upstreams
 
@@ -63,7 +67,17 @@ class Gateway:
     def __init__(self, config: Config) -> None:
         self._config = config
         self._kafka: KafkaServer | None = None
-        self._membership = ClusterMembership(config, common_pb2.NODE_ROLE_GATEWAY)
+        self._node_listeners: NodeListeners | None = None
+        self._node_port_base = config.get_int(KAFKA_NODE_PORT_BASE)
+        extra_endpoints = []
+        if self._node_port_base > 0:
+            advertised = config.listener(KAFKA_LISTENER, advertised=True)
+            extra_endpoints.append(
+                Listener(KAFKA_NODES_LISTENER, advertised.host, self._node_port_base)
+            )
+        self._membership = ClusterMembership(
+            config, common_pb2.NODE_ROLE_GATEWAY, extra_endpoints=extra_endpoints
+        )
         self.image = ClusterImage()
         self._upstreams = Upstreams(
             message_bytes_max=config.get_int("socket.request.max.bytes"),
@@ -74,7 +88,6 @@ class Gateway:
 
     async def start(self, context: ServiceContext) -> None:
         config = self._config
-        self._follower = context.tasks.spawn(self._follow(), name="metadata-follower")
         backend = Backend(
             node_id=config.get_int("node.id"),
             image=self.image,
@@ -85,6 +98,12 @@ class Gateway:
         # clients see a cluster without brokers or topics and retry, as with a starting Kafka.
         self._kafka = kafka_server(config, backend)
         await self._kafka.start()
+        if self._node_port_base > 0:
+            self._node_listeners = NodeListeners(
+                self._kafka, self.image, backend.node_id, self._node_port_base
+            )
+        # After the server started: the follower opens the per-broker listeners on it.
+        self._follower = context.tasks.spawn(self._follow(), name="metadata-follower")
         await self._join(context)
 
     async def _join(self, context: ServiceContext) -> None:
@@ -112,15 +131,18 @@ class Gateway:
         async for message in self._membership.watcher.updates():
             self.image.apply(message.snapshot, message.offset, message.records)
             self._membership.applied.advance(message.offset)
+            if self._node_listeners is not None:
+                await self._node_listeners.sync()
             self._first_snapshot.set()
 
     async def stop(self) -> None:
-        if self._kafka is not None:
-            await self._kafka.stop()
+        # The follower first, so that no listener opens on a server that has stopped.
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
+        if self._kafka is not None:
+            await self._kafka.stop()
         await self._upstreams.close()
         await self._membership.close()
 

@@ -2,8 +2,10 @@
 
 Listeners: GRPC (health), default GRPC://127.0.0.1:9501, and PLAINTEXT (the Kafka binary
 protocol), default PLAINTEXT://127.0.0.1:9092, Kafka's own port, the one every Kafka client
-tries first. These are the local launcher's well-known ports for gateway 1. The gateway stores
-nothing, so it has no data directory.
+tries first. These are the local launcher's well-known ports for gateway 1. With
+kafka.node.port.base set, the gateway also listens on a port per broker id it presents (the
+launcher gives gateway 1 the base 9600: broker n on 9600 + n). The gateway stores nothing, so
+it has no data directory.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from brook.config import (
     service_config_def,
 )
 from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
+from brook_gateway.cluster_view import PORT_MAX
 
-__all__ = ["CONFIG_DEF"]
+__all__ = ["CONFIG_DEF", "KAFKA_NODE_PORT_BASE"]
+
+KAFKA_NODE_PORT_BASE: Final = "kafka.node.port.base"
 
 CONFIG_DEF: Final = service_config_def(
     listener_names=("GRPC", "PLAINTEXT"),
@@ -55,6 +60,20 @@ CONFIG_DEF: Final = service_config_def(
             "client cannot make the gateway buffer without bound.",
             Importance.LOW,
             Range(1),
+        ),
+        ConfigKey(
+            KAFKA_NODE_PORT_BASE,
+            ConfigType.INT,
+            0,
+            "When above 0, the gateway also listens, on the PLAINTEXT listener's host, on port "
+            "this + n for every storage node n it presents as a Kafka broker, and Metadata "
+            "shows broker n there (at the advertised PLAINTEXT host), so every broker id has an "
+            "address of its own, as Kafka proxies give them. 0: every broker id a gateway "
+            "presents shares its PLAINTEXT address, which some clients mishandle (docs/"
+            "decisions.md). Storage node ids must keep this + id at or below 65535; a node past "
+            "that is shown at the shared address.",
+            Importance.MEDIUM,
+            Range(0, PORT_MAX - 1),
         ),
         REQUEST_TIMEOUT_MS,
         *MEMBERSHIP_KEYS,

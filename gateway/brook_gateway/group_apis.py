@@ -725,21 +725,26 @@ def _describe_groups(router: GroupRouter) -> ApiHandler:
 
 def _list_groups(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
-        del context
         # v4 filters by state and v5 by group type, both case-insensitively as Kafka does;
         # every Brook group is a classic one.
         states = {state.lower() for state in request["states_filter"]}
         types = {kind.lower() for kind in request["types_filter"]}
         upstreams = backend.upstreams
-        # This gateway lists the groups whose coordinator FindCoordinator names as one of the
-        # brokers it serves, so each group is listed by one gateway (decisions.md, "ListGroups
-        # is split by gateway", on clients that ask every broker id of a gateway).
+        # Each broker lists the groups whose coordinator FindCoordinator names as that broker,
+        # so asking every broker lists each group once (decisions.md, "ListGroups is split by
+        # broker"). A connection to a broker's own port asks for that broker; one to the
+        # bootstrap listener for every broker this gateway presents.
         image = backend.image
         brokers = image.kafka_brokers()
         mine = []
         for node_id, address in backend.group_coordinator_nodes():
             broker = image.coordinator_broker(brokers, node_id)
-            if broker is not None and broker.gateway_id == backend.node_id:
+            if broker is None:
+                continue
+            if context.broker_id is None:
+                if broker.gateway_id == backend.node_id:
+                    mine.append(address)
+            elif broker.node_id == context.broker_id:
                 mine.append(address)
 
         async def ask(address: str) -> Any:

@@ -11,6 +11,13 @@ Limits, each from configuration:
 - `request.timeout.ms`: a handler running longer (plus the wait its request may ask for,
   `ApiHandler.wait_ms`) is answered with REQUEST_TIMED_OUT.
 
+Besides its PLAINTEXT (bootstrap) listener the server may listen on one port per broker id it
+presents (`open_node_listener`, kafka.node.port.base + id): a connection accepted there is a
+connection to that broker (`RequestContext.broker_id`). Every listener shares the limits above
+(one count of connections, one idle timeout); closing a broker's listener stops accepting on
+its port and leaves the connections it accepted to end as any other (the client closes them,
+or they idle out); `stop` closes them all.
+
 Bad input closes only the connection that sent it, with the reason logged: a malformed frame,
 an unknown API key or a version without a schema (as Kafka does). A known API at a version the
 gateway does not serve is answered with UNSUPPORTED_VERSION, and an ApiVersions request newer
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Final
@@ -106,6 +114,8 @@ class KafkaServer:
             tracer(__name__) if tracer_provider is None else tracer_provider.get_tracer(__name__)
         )
         self._server: asyncio.Server | None = None
+        # broker id -> the listener on its own port (kafka.node.port.base + id).
+        self._node_servers: dict[int, asyncio.Server] = {}
         self._connections: set[asyncio.Task[None]] = set()
 
     @property
@@ -119,22 +129,52 @@ class KafkaServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
+    @property
+    def node_ports(self) -> dict[int, int]:
+        """broker id -> port of every broker listener open now."""
+        return {
+            broker_id: server.sockets[0].getsockname()[1]
+            for broker_id, server in self._node_servers.items()
+        }
+
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self._host, self._port)
 
+    async def open_node_listener(self, broker_id: int, port: int) -> None:
+        """Listens on ``port`` (same host as PLAINTEXT) for connections to broker
+        ``broker_id``; OSError when the port cannot be bound."""
+        assert self._server is not None, "open_node_listener before start"
+        assert broker_id not in self._node_servers, f"broker {broker_id} already listens"
+        accept = functools.partial(self._accept, broker_id=broker_id)
+        self._node_servers[broker_id] = await asyncio.start_server(accept, self._host, port)
+
+    def close_node_listener(self, broker_id: int) -> None:
+        """Stops accepting on broker ``broker_id``'s port at once (the port is free on return);
+        connections it accepted carry on."""
+        server = self._node_servers.pop(broker_id, None)
+        if server is not None:
+            server.close()
+
     async def stop(self) -> None:
         """Stops accepting, closes every connection and waits for their tasks to end."""
-        if self._server is not None:
-            self._server.close()
+        servers = [s for s in (self._server, *self._node_servers.values()) if s is not None]
+        self._node_servers.clear()
+        for server in servers:
+            server.close()
         tasks = set(self._connections)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in servers:
+            await server.wait_closed()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        broker_id: int | None = None,
+    ) -> None:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "unknown"
         if len(self._connections) >= self._limits.connections_max:
@@ -148,7 +188,7 @@ class KafkaServer:
         assert task is not None
         self._connections.add(task)
         try:
-            await _Connection(self, reader, writer, peer).run()
+            await _Connection(self, reader, writer, peer, broker_id).run()
         except asyncio.CancelledError:
             # stop() cancels connections and awaits them; asyncio's stream callback (3.11)
             # would log a cancelled connection task as an error, so it ends normally instead.
@@ -157,12 +197,15 @@ class KafkaServer:
             self._connections.discard(task)
             await _close(writer)
 
-    async def respond(self, frame: bytes, peer: str) -> bytes | None:
+    async def respond(self, frame: bytes, peer: str, broker_id: int | None = None) -> bytes | None:
         """The response frame to one request frame, None if none is due (acks=0). Raises
-        _CloseConnection when the request cannot be answered."""
+        _CloseConnection when the request cannot be answered. ``broker_id``: the broker whose
+        port accepted the connection (None: the bootstrap listener)."""
         api_key, api_version, correlation_id = peek_request(frame)
         if not records_root_spans(self._tracer_provider):
-            return await self._respond(frame, peer, api_key, api_version, correlation_id, None)
+            return await self._respond(
+                frame, peer, broker_id, api_key, api_version, correlation_id, None
+            )
         with self._tracer.start_as_current_span(
             _SPAN_NAMES.get(api_key, _UNKNOWN_API_SPAN_NAME),
             kind=trace.SpanKind.SERVER,
@@ -174,7 +217,9 @@ class KafkaServer:
                 "client.address": peer,
             },
         ) as span:
-            response = await self._respond(frame, peer, api_key, api_version, correlation_id, span)
+            response = await self._respond(
+                frame, peer, broker_id, api_key, api_version, correlation_id, span
+            )
             span.set_attribute("kafka.response_bytes", 0 if response is None else len(response))
             return response
 
@@ -182,6 +227,7 @@ class KafkaServer:
         self,
         frame: bytes,
         peer: str,
+        broker_id: int | None,
         api_key: int,
         api_version: int,
         correlation_id: int,
@@ -200,7 +246,7 @@ class KafkaServer:
         except ProtocolError as e:
             name = REQUESTS[api_key].name
             raise _CloseConnection(f"malformed {name} v{api_version}: {e}") from None
-        context = RequestContext(header, peer)
+        context = RequestContext(header, peer, broker_id)
         if span is not None and header.client_id is not None:
             span.set_attribute("kafka.client_id", header.client_id)
         handler = self._dispatcher.handler(api_key)
@@ -290,12 +336,14 @@ class _Connection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         peer: str,
+        broker_id: int | None,
     ) -> None:
         self._server = server
         self._limits = server._limits
         self._reader = reader
         self._writer = writer
         self._peer = peer
+        self._broker_id = broker_id
         self._slots = asyncio.Semaphore(self._limits.in_flight_per_connection_max)
         self._in_flight = 0
         # Responses in request order: a task per request, None once the client has finished.
@@ -354,7 +402,7 @@ class _Connection:
             except asyncio.IncompleteReadError:
                 raise _CloseConnection("closed mid-frame") from None
             self._in_flight += 1
-            task = asyncio.create_task(self._server.respond(frame, self._peer))
+            task = asyncio.create_task(self._server.respond(frame, self._peer, self._broker_id))
             await self._pending.put(task)
 
     async def _read_size(self, idle_s: float) -> bytes | None:

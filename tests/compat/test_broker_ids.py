@@ -1,17 +1,20 @@
 """The broker ids Kafka clients read are ones they can write back (issue #14, point 3).
 
-Metadata lists the live storage nodes under their own ids, each at the Kafka listener of the
-gateway that serves it, and names them as leaders, replicas and ISRs. So an admin client that
-builds a replica assignment from the broker ids it read gets exactly that placement, and the
-coordinator FindCoordinator names is one of those brokers. Most tests run on `brook cluster
-up`'s default shape, one gateway in front of three storage nodes, where one address serves
-three broker ids; the shared two-gateway cluster checks that every gateway gives the same
-answers and that groups are listed once there too.
+Metadata lists the live storage nodes under their own ids, each at its own port of the gateway
+that presents it (kafka.node.port.base + id, which the launcher sets), and names them as
+leaders, replicas and ISRs. So an admin client that builds a replica assignment from the
+broker ids it read gets exactly that placement, and the coordinator FindCoordinator names is
+one of those brokers. Most tests run on `brook cluster up`'s default shape, one gateway in
+front of three storage nodes: three broker ids, three addresses, so clients that key their
+connections by address (kcat's bootstrap broker, kafkajs's pool) work, and a client that
+concatenates every broker's ListGroups lists each group once. The shared two-gateway cluster
+checks that every gateway gives the same answers and that groups are listed once there too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +23,7 @@ from typing import Any, Final
 import pytest
 from brook_gateway.protocol.kafka_messages import ApiKey
 from cluster_fixture import ClusterFactory, wait_until
-from test_gateway_fuzz import kafka_brokers, kafka_request
+from test_gateway_fuzz import kafka_brokers, kafka_gateways, kafka_request
 from test_kafka_clients import (
     PARTITIONS,
     RECORDS,
@@ -28,6 +31,10 @@ from test_kafka_clients import (
     confluent_produce,
     confluent_read_back,
 )
+from test_kafkajs import PARTITIONS as KAFKAJS_PARTITIONS
+from test_kafkajs import RECORDS as KAFKAJS_RECORDS
+from test_kafkajs import _kafkajs
+from test_kcat import _kcat
 
 from brook.launcher import LocalCluster, Role
 
@@ -116,7 +123,7 @@ def test_a_replica_assignment_built_from_the_listed_broker_ids_is_the_placement_
     offsets = confluent_produce(bootstrap, topic, {"acks": "all"})
     assert sorted(offsets) == sorted(i // PARTITIONS for i in range(RECORDS))
     check_round_trip(topic, confluent_read_back(bootstrap, topic))
-    # The brokers are the storage nodes, each at the one gateway's Kafka listener.
+    # The brokers are the storage nodes, each at its own port of the one gateway.
     assert ids == _storage_ids(one_gateway)
     assert {i: (b.host, b.port) for i, b in metadata.brokers.items()} == kafka_brokers(one_gateway)
 
@@ -207,13 +214,12 @@ def test_find_coordinator_names_a_listed_broker_and_merging_clients_list_each_gr
         assert brokers[coordinator.id] == (coordinator.host, coordinator.port)
 
     listings = _listings(bootstrap)
-    # librdkafka and aiokafka merge the answers of the three broker ids by group id.
-    for client in ("confluent-kafka", "aiokafka"):
-        assert {g: listings[client][g] for g in groups} == dict.fromkeys(groups, 1), client
-    # kafka-python concatenates them, and nothing in a request says which of the ids at one
-    # address it was sent to: each group once per broker id the gateway serves (decisions.md,
-    # "ListGroups is split by gateway"; kafkajs's listGroups concatenates alike).
-    assert {g: listings["kafka-python"][g] for g in groups} == dict.fromkeys(groups, STORAGE_NODES)
+    # librdkafka and aiokafka merge the answers of the three broker ids by group id;
+    # kafka-python concatenates them, so it lists each group once only because each broker id
+    # answers for its own groups, known from the port it was asked on (on one shared address
+    # it listed each group three times).
+    for client, listing in listings.items():
+        assert {g: listing[g] for g in groups} == dict.fromkeys(groups, 1), client
 
 
 def test_every_gateway_names_the_same_listed_coordinator_and_lists_each_group_once(
@@ -240,3 +246,48 @@ def test_every_gateway_names_the_same_listed_coordinator_and_lists_each_group_on
     # One broker id per gateway here, so even a client that concatenates lists each once.
     for client, listing in _listings(bootstrap).items():
         assert {g: listing[g] for g in groups} == dict.fromkeys(groups, 1), client
+
+
+def test_kcat_sees_each_broker_at_an_address_of_its_own_and_reads_a_topic_to_the_end(
+    one_gateway: LocalCluster,
+) -> None:
+    """On one shared address librdkafka's bootstrap broker took the id of a broker listed
+    there, a different one at each metadata refresh, moving the partitions back and forth:
+    kcat -C -e never fetched and never reached the end."""
+    from confluent_kafka.admin import NewTopic
+
+    gateway = kafka_gateways(one_gateway)
+    listing = json.loads(_kcat(gateway, "-L", "-J"))
+    brokers = {b["id"]: b["name"] for b in listing["brokers"]}
+    assert sorted(brokers) == _storage_ids(one_gateway)
+    assert len(set(brokers.values())) == STORAGE_NODES, brokers
+    expected = kafka_brokers(one_gateway)
+    assert brokers == {i: f"{host}:{port}" for i, (host, port) in expected.items()}
+
+    topic = "kcat-reads-to-the-end"
+    bootstrap = one_gateway.kafka_bootstrap_servers
+    admin = _admin(bootstrap)
+    admin.create_topics([NewTopic(topic, PARTITIONS, 2)])[topic].result(CLIENT_TIMEOUT_S)
+    _wait_for_partitions(admin, topic, PARTITIONS)
+    confluent_produce(bootstrap, topic, {"acks": "all"})
+    output = _kcat(gateway, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%p %o\\n")
+    read = sorted(tuple(int(field) for field in line.split()) for line in output.splitlines())
+    per_partition = RECORDS // PARTITIONS
+    assert read == [(p, o) for p in range(PARTITIONS) for o in range(per_partition)]
+
+
+def test_kafkajs_produces_consumes_and_exits_after_disconnecting(
+    one_gateway: LocalCluster,
+) -> None:
+    """kafkajs shares one connection object among the ids listed at its bootstrap address;
+    on one shared address its process stayed alive after every client disconnected (3 of 4
+    runs), and its group consumer read one partition of two (15 of 30 records in 45 s).
+    Each phase must print its result and exit within test_kafkajs's NODE_TIMEOUT_S."""
+    bootstrap = one_gateway.kafka_bootstrap_servers
+    topic = "kafkajs-exits"
+    produced = _kafkajs("produce", bootstrap, topic)
+    assert all(r["errorCode"] == 0 for send in produced["sends"] for r in send["results"])
+    count = KAFKAJS_PARTITIONS * KAFKAJS_RECORDS
+    consumed = _kafkajs("consume", bootstrap, topic, f"{topic}-group", str(count))
+    read = sorted((m["partition"], m["offset"]) for m in consumed["messages"])
+    assert read == [(p, o) for p in range(KAFKAJS_PARTITIONS) for o in range(KAFKAJS_RECORDS)]

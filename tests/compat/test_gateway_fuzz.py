@@ -98,8 +98,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 
 def kafka_brokers(cluster: LocalCluster) -> dict[int, tuple[str, int]]:
     """The brokers clients see when every process of ``cluster`` is up: storage node id ->
-    (host, port) of the Kafka listener of the gateway it maps onto, ``gateways[id %
-    len(gateways)]`` by gateway id (the gateways themselves when there is no storage node)."""
+    (host, port) of the gateway it maps onto, ``gateways[id % len(gateways)]`` by gateway id:
+    that gateway's port for the id (kafka.node.port.base + id), or its Kafka listener when it
+    has none (the gateways themselves when there is no storage node)."""
     gateways = sorted(
         (cluster.spec(name) for name in cluster.names(Role.GATEWAY)), key=lambda g: g.node_id
     )
@@ -107,7 +108,16 @@ def kafka_brokers(cluster: LocalCluster) -> dict[int, tuple[str, int]]:
     addresses = {g.node_id: (g.host, g.ports[KAFKA_LISTENER]) for g in gateways}
     if not storage_ids:
         return addresses
-    return {n: addresses[gateways[n % len(gateways)].node_id] for n in storage_ids}
+    brokers = {}
+    for node_id in storage_ids:
+        gateway = gateways[node_id % len(gateways)]
+        node_ports = cluster.kafka_node_ports(gateway.name)
+        brokers[node_id] = (
+            (gateway.host, node_ports[node_id])
+            if node_id in node_ports
+            else addresses[gateway.node_id]
+        )
+    return brokers
 
 
 @dataclass(frozen=True)
@@ -116,19 +126,25 @@ class KafkaGateways:
 
     bootstrap: str
     address: tuple[str, int]
-    """One gateway, for raw requests (any gateway forwards to any partition's leader)."""
+    """The first gateway's Kafka (bootstrap) listener, for raw requests (any gateway forwards
+    to any partition's leader)."""
     brokers: dict[int, tuple[str, int]]
     """node id -> (host, port): the brokers clients see."""
 
 
 def kafka_gateways(cluster: LocalCluster) -> KafkaGateways:
-    brokers = kafka_brokers(cluster)
-    return KafkaGateways(cluster.kafka_bootstrap_servers, min(brokers.values()), brokers)
+    first = min(
+        (cluster.spec(name) for name in cluster.names(Role.GATEWAY)), key=lambda g: g.node_id
+    )
+    address = (first.host, first.ports[KAFKA_LISTENER])
+    return KafkaGateways(cluster.kafka_bootstrap_servers, address, kafka_brokers(cluster))
 
 
 def _gateway_process(cluster: LocalCluster) -> GatewayProcess:
-    (address,) = set(kafka_brokers(cluster).values())
-    pid = cluster.pid(cluster.names(Role.GATEWAY)[0])
+    name = cluster.names(Role.GATEWAY)[0]
+    spec = cluster.spec(name)
+    address = (spec.host, spec.ports[KAFKA_LISTENER])
+    pid = cluster.pid(name)
     assert pid is not None
     return GatewayProcess(address, cluster.kafka_bootstrap_servers, pid)
 

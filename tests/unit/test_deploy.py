@@ -75,6 +75,9 @@ def test_compose_runs_the_processes_of_brook_cluster_up(
         assert {(lst.name, lst.host, lst.port) for lst in bound} == {
             (listener, "0.0.0.0", port) for listener, port in spec.ports.items()
         }, name
+        # A gateway's per-broker Kafka ports: the same base as the launcher's.
+        base = local_plan.config(name).get("kafka.node.port.base")
+        assert settings.get("kafka.node.port.base") == base, name
 
 
 def test_compose_advertises_addresses_others_can_reach(
@@ -102,6 +105,8 @@ def test_compose_publishes_every_client_port_on_host_loopback_only(
             for listener, port in spec.ports.items()
             if listener != "RAFT"
         }
+        # Kafka clients on the host reach each broker id at its own port of the gateway.
+        expected |= {f"127.0.0.1:{p}:{p}" for p in local_plan.kafka_node_ports(name).values()}
         assert published == expected, name
 
 

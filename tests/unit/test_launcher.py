@@ -22,6 +22,7 @@ from brook.cli import load_service_spec
 from brook.config import load_config, load_properties, parse_listeners, parse_voters
 from brook.launcher import (
     LAYOUT_FILE,
+    NODE_PORT_IDS_SPARE,
     ClusterError,
     ClusterLayoutError,
     ClusterStartError,
@@ -32,7 +33,12 @@ from brook.launcher import (
     parse_cluster_overrides,
     run_cluster_command,
 )
-from brook.ports import allocate_free_ports, ephemeral_port_range, port_is_free
+from brook.ports import (
+    allocate_free_port_block,
+    allocate_free_ports,
+    ephemeral_port_range,
+    port_is_free,
+)
 
 
 def _properties(path: Path) -> dict[str, str]:
@@ -62,10 +68,59 @@ def test_largest_topology_has_no_port_or_node_id_in_common(tmp_path: Path) -> No
     cluster = LocalCluster(tmp_path, Topology(9, 99, 99, 9), port_offset=0)
 
     ports = [port for spec in cluster.processes.values() for port in spec.ports.values()]
+    ports += [
+        port
+        for name in cluster.names(Role.GATEWAY)
+        for port in cluster.kafka_node_ports(name).values()
+    ]
     node_ids = [spec.node_id for spec in cluster.processes.values()]
 
-    assert len(ports) == len(set(ports))
+    assert len(ports) == len(set(ports)) == 9 * 2 + 99 + 99 + 9 * 2 + 9 * 99
     assert len(node_ids) == len(set(node_ids))
+
+
+def test_each_gateway_shows_each_storage_node_at_the_documented_kafka_port(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, Topology(storage_nodes=3, gateways=2), port_offset=0)
+
+    assert cluster.config("gateway-1")["kafka.node.port.base"] == "9600"
+    assert cluster.kafka_node_ports("gateway-1") == {1: 9601, 2: 9602, 3: 9603}
+    assert cluster.kafka_node_ports("gateway-2") == {1: 9701, 2: 9702, 3: 9703}
+    assert cluster.kafka_node_ports("storage-node-1") == {}
+    shifted = LocalCluster(tmp_path / "b", Topology(gateways=2), port_offset=1000)
+    assert shifted.kafka_node_ports("gateway-2")[3] == 10703
+    # The override turns them off.
+    off = LocalCluster(
+        tmp_path / "c", port_offset=0, config_overrides={"gateway": {"kafka.node.port.base": "0"}}
+    )
+    assert off.kafka_node_ports("gateway-1") == {}
+
+
+def test_free_port_plans_give_each_gateway_a_free_block_for_every_storage_id_and_spares(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(tmp_path, Topology(storage_nodes=2, gateways=2))
+    listener_ports = {p for spec in cluster.processes.values() for p in spec.ports.values()}
+    blocks = []
+    for name in cluster.names(Role.GATEWAY):
+        base = cluster.processes[name].kafka_node_port_base
+        block = [base + n for n in range(1, 2 + NODE_PORT_IDS_SPARE + 1)]
+        assert all(port_is_free("127.0.0.1", port) for port in block)
+        assert cluster.kafka_node_ports(name) == {1: base + 1, 2: base + 2}
+        blocks += block
+    assert len(set(blocks)) == len(blocks)
+    assert not listener_ports & set(blocks)
+    # Kept across runs, with the rest of the plan.
+    cluster.prepare()
+    again = LocalCluster(tmp_path, Topology(storage_nodes=2, gateways=2))
+    assert again.kafka_node_ports("gateway-2") == cluster.kafka_node_ports("gateway-2")
+
+
+def test_a_free_port_block_is_consecutive_free_and_avoids_the_ports_given() -> None:
+    start = allocate_free_port_block(8)
+    assert all(port_is_free("127.0.0.1", port) for port in range(start, start + 8))
+    avoided = set(range(start, start + 8))
+    again = allocate_free_port_block(8, avoid=avoided)
+    assert not avoided & set(range(again, again + 8))
 
 
 def test_port_offset_shifts_every_well_known_port(tmp_path: Path) -> None:

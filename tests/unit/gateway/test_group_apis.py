@@ -22,6 +22,7 @@ from brook_gateway.group_apis import group_handlers
 from brook_gateway.protocol.codec import Message, codec_for
 from brook_gateway.protocol.frames import decode_request
 from brook_gateway.protocol.kafka_messages import REQUESTS, RESPONSES, ApiKey
+from brook_gateway.server import KafkaServer
 from brook_gateway.upstream import Upstreams
 from brook_group_coordinator.coordinator_service import GroupCoordinatorServicer
 from brook_group_coordinator.directory import CoordinatorDirectory
@@ -379,6 +380,7 @@ class Coordinator:
 class Gateway:
     client: RawClient
     port: int
+    server: KafkaServer
     coordinators: dict[int, Coordinator]
     image: ClusterImage
     _correlation_ids: itertools.count[int]
@@ -487,7 +489,7 @@ async def gateway(
         async with running_server(dispatcher, request_timeout_ms=request_timeout_ms) as server:
             client = await RawClient.connect(server.port)
             try:
-                yield Gateway(client, server.port, coordinators, image, itertools.count(1))
+                yield Gateway(client, server.port, server, coordinators, image, itertools.count(1))
             finally:
                 await client.close()
     finally:
@@ -783,6 +785,43 @@ def test_groups_are_listed_by_the_gateway_they_map_to_described_and_deleted() ->
                 "groups"
             ]
             assert (described["error_code"], described["group_state"]) == (0, "Dead")
+
+    run(scenario())
+
+
+def test_on_a_brokers_own_port_list_groups_lists_the_groups_whose_coordinator_is_that_broker() -> (
+    None
+):
+    async def scenario() -> None:
+        storage_ports = (_closed_port(), _closed_port(), _closed_port())
+        async with gateway(storage_ports=storage_ports) as gw:
+            mine = group_on(OWNED_PARTITION, "listed")
+            elsewhere = group_on(NOT_OWNED_PARTITION, "unlisted")
+            for group in (mine, elsewhere):
+                await _join(gw, 5, group)
+            brokers = gw.image.kafka_brokers()
+            owner = gw.image.coordinator_broker(brokers, OWNER)
+            other = gw.image.coordinator_broker(brokers, OTHER)
+            assert owner is not None and other is not None and owner.node_id != other.node_id
+            # This gateway presents OWNER's broker, another gateway OTHER's; a port for any
+            # broker id lists that broker's groups, the bootstrap port those of the brokers
+            # this gateway presents.
+            assert other.gateway_id != owner.gateway_id
+            expected = {owner.node_id: [mine], other.node_id: [elsewhere]}
+            unlisted = next(b.node_id for b in brokers if b.node_id not in expected)
+            expected[unlisted] = []
+            for broker_id in expected:
+                await gw.server.open_node_listener(broker_id, 0)
+            listed: dict[int | None, list[str]] = {}
+            for broker_id, port in [(None, gw.port), *gw.server.node_ports.items()]:
+                client = await RawClient.connect(port)
+                try:
+                    answer = await gw.call(ApiKey.LIST_GROUPS, 4, {"states_filter": []}, client)
+                finally:
+                    await client.close()
+                assert answer["error_code"] == ErrorCode.NONE
+                listed[broker_id] = sorted(g["group_id"] for g in answer["groups"])
+            assert listed == {None: [mine], **expected}
 
     run(scenario())
 

@@ -10,7 +10,7 @@ from typing import Any
 from brook_gateway.api_versions import api_versions_handler
 from brook_gateway.apis import RECOMMENDED_VERSIONS, Dispatcher
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import NO_NODE, ClusterImage
+from brook_gateway.cluster_view import KAFKA_NODES_LISTENER, NO_NODE, ClusterImage, node_port
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.frames import decode_response
@@ -86,6 +86,63 @@ def test_fenced_nodes_are_not_brokers_and_without_storage_nodes_the_gateways_are
     assert _brokers(image) == [(3001, 12001, 3001)]
     image.apply(False, 9, [_node(3001, common_pb2.NODE_ROLE_GATEWAY, 12001, fenced=True)])
     assert _brokers(image) == []
+
+
+def _gateway_with_node_ports(node_id: int, port: int, base: int) -> metadata_pb2.MetadataRecord:
+    """A gateway that registered per-broker ports: PLAINTEXT at ``port``, PLAINTEXT_NODES at
+    ``base`` (its own host, as a gateway registers it)."""
+    return metadata_pb2.MetadataRecord(
+        broker=metadata_pb2.BrokerRecord(
+            node_id=node_id,
+            role=common_pb2.NODE_ROLE_GATEWAY,
+            endpoints=[
+                common_pb2.Endpoint(listener="PLAINTEXT", host="10.0.0.1", port=port),
+                common_pb2.Endpoint(listener=KAFKA_NODES_LISTENER, host="10.0.0.1", port=base),
+            ],
+        )
+    )
+
+
+def test_a_gateway_with_per_broker_ports_shows_each_node_it_presents_at_its_own_port() -> None:
+    image = _image([3001, 3002])
+    # 3001 (presenting storage node 2) has per-broker ports from 20000; 3002 (nodes 1 and 3)
+    # has none, so it shows them at its one Kafka listener, as before.
+    image.apply(False, 6, [_gateway_with_node_ports(3001, 12001, 20000)])
+    shown = [(b.node_id, b.host, b.port, b.gateway_id) for b in image.kafka_brokers()]
+    assert shown == [
+        (1, "127.0.0.1", 12002, 3002),
+        (2, "10.0.0.1", 20002, 3001),
+        (3, "127.0.0.1", 12002, 3002),
+    ]
+    assert image.presented_storage_nodes(3001) == [2]
+    assert image.presented_storage_nodes(3002) == [1, 3]
+    assert image.presented_storage_nodes(3003) == []
+    # Both with per-broker ports: every broker id has an address of its own.
+    image.apply(False, 7, [_gateway_with_node_ports(3002, 12002, 21000)])
+    assert [(b.node_id, b.port) for b in image.kafka_brokers()] == [
+        (1, 21001),
+        (2, 20002),
+        (3, 21003),
+    ]
+    # Without storage nodes the gateways are the brokers, at their Kafka listeners, and
+    # present no storage node (so they open no per-broker port).
+    for n in (1, 2, 3):
+        image.apply(False, 8, [_node(n, common_pb2.NODE_ROLE_STORAGE_NODE, 7000 + n, fenced=True)])
+    assert [(b.node_id, b.port) for b in image.kafka_brokers()] == [(3001, 12001), (3002, 12002)]
+    assert image.presented_storage_nodes(3001) == image.presented_storage_nodes(3002) == []
+
+
+def test_a_node_whose_own_port_would_pass_65535_is_shown_at_the_shared_address() -> None:
+    assert node_port(0, 1) is None  # off
+    assert node_port(65534, 1) == 65535
+    assert node_port(65534, 2) is None
+    image = _image([3001])
+    image.apply(False, 6, [_gateway_with_node_ports(3001, 12001, 65533)])
+    assert [(b.node_id, b.port) for b in image.kafka_brokers()] == [
+        (1, 65534),
+        (2, 65535),
+        (3, 12001),
+    ]
 
 
 def test_a_coordinator_is_shown_as_a_broker_picked_by_its_id() -> None:

@@ -1,0 +1,74 @@
+"""The gateway's per-broker Kafka ports (kafka.node.port.base): one listener for each storage
+node the gateway presents, following the metadata.
+
+Metadata shows broker ``n`` at port ``base + n`` of the gateway that presents it
+(``ClusterImage.kafka_brokers``), so that each broker id has an address of its own: a client
+that keys its connections by address (librdkafka's bootstrap broker, kafkajs's broker pool)
+then sees one id per address, and a connection tells which broker it was made to
+(``RequestContext.broker_id``). ``sync`` runs after every metadata update: it opens the
+listener of every storage node this gateway now presents and closes the rest. A port that
+cannot be bound is an operating error, not a reason to stop serving: it is logged and tried
+again at the next update, and until then clients that reach the broker id through it fail to
+connect and retry. A node whose port would pass 65535 is shown at the shared PLAINTEXT address
+instead (the same rule in ``node_port``), and logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from brook_gateway.cluster_view import ClusterImage, node_port
+from brook_gateway.server import KafkaServer
+
+__all__ = ["NodeListeners"]
+
+_log = logging.getLogger(__name__)
+
+
+class NodeListeners:
+    def __init__(self, server: KafkaServer, image: ClusterImage, gateway_id: int, base: int):
+        assert base > 0, "per-broker ports are off with base 0"
+        self._server = server
+        self._image = image
+        self._gateway_id = gateway_id
+        self._base = base
+        self._overflowing: list[int] = []
+
+    async def sync(self) -> None:
+        """Opens the listener of every storage node this gateway presents and closes the
+        others'."""
+        wanted: dict[int, int] = {}
+        overflowing = []
+        for node_id in self._image.presented_storage_nodes(self._gateway_id):
+            port = node_port(self._base, node_id)
+            if port is None:
+                overflowing.append(node_id)
+            else:
+                wanted[node_id] = port
+        if overflowing and overflowing != self._overflowing:
+            _log.error(
+                "storage nodes presented at the shared PLAINTEXT address: "
+                "kafka.node.port.base + node id exceeds 65535",
+                extra={"node_ids": overflowing, "kafka_node_port_base": self._base},
+            )
+        self._overflowing = overflowing
+        open_now = self._server.node_ports
+        for node_id in sorted(open_now.keys() - wanted.keys()):
+            self._server.close_node_listener(node_id)
+            _log.info(
+                "closed the Kafka listener of a broker this gateway no longer presents",
+                extra={"broker_id": node_id, "port": open_now[node_id]},
+            )
+        for node_id in sorted(wanted.keys() - open_now.keys()):
+            try:
+                await self._server.open_node_listener(node_id, wanted[node_id])
+            except OSError as e:
+                _log.error(
+                    "cannot listen for a broker; retried at the next metadata update",
+                    extra={"broker_id": node_id, "port": wanted[node_id], "reason": str(e)},
+                )
+            else:
+                _log.info(
+                    "listening for a broker on its own port",
+                    extra={"broker_id": node_id, "port": wanted[node_id]},
+                )
