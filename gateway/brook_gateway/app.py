@@ -28,7 +28,7 @@ from brook_gateway.admin_apis import admin_handlers
 from brook_gateway.api_versions import api_versions_handler
 from brook_gateway.apis import Dispatcher
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import KAFKA_NODES_LISTENER, ClusterImage
+from brook_gateway.cluster_view import KAFKA_LISTENER, KAFKA_NODES_LISTENER, ClusterImage
 from brook_gateway.config import CONFIG_DEF, KAFKA_NODE_PORT_BASE
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.group_apis import group_handlers
@@ -37,8 +37,6 @@ from brook_gateway.server import KafkaServer, ServerLimits
 from brook_gateway.upstream import Upstreams
 
 __all__ = ["SPEC", "Gateway", "kafka_server"]
-
-KAFKA_LISTENER = "PLAINTEXT"
 
 _log = logging.getLogger(__name__)
 
