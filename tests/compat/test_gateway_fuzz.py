@@ -546,10 +546,14 @@ def test_gateway_answers_or_closes_on_hostile_bytes_and_keeps_serving_kafka_clie
     answered_by_api: dict[int, int] = {}
     started = time.monotonic()
 
+    # The same examples every run (seeded from the test's source): which frames reach which
+    # decoder is then fixed, so the coverage check below cannot fail by chance (random runs
+    # answered ListOffsets 3 to 13 times in 1000 examples, and 0 once).
     @settings(
         max_examples=FUZZ_EXAMPLES,
         deadline=None,
         database=None,
+        derandomize=True,
         suppress_health_check=[HealthCheck.too_slow],
     )
     @given(_frames())
