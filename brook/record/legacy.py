@@ -48,10 +48,13 @@ def message_set_to_batch(
     """One uncompressed-or-wrapper-codec v2 batch with the records of the MessageSet
     ``data``. Raises CorruptRecordError for a damaged set (bad CRC, truncated message, a
     compressed message inside a compressed one) and InvalidRecordError for an empty one or
-    one with more records than a batch holds; RecordTooLargeError from decompression."""
+    one with more records than a batch holds; RecordTooLargeError when the wrappers together
+    decompress to more than ``max_decompressed_bytes`` (the limit is the whole set's, not each
+    wrapper's: a small request of many wrappers must not expand without bound)."""
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     codec = Compression.NONE
     records: list[tuple[int, bytes | None, bytes | None]] = []
+    decompressed_left = max_decompressed_bytes
     for magic, attributes, timestamp, key, value in _messages(memoryview(data)):
         message_codec = attributes & _CODEC_MASK
         if message_codec == 0:
@@ -60,7 +63,10 @@ def message_set_to_batch(
         codec = _codec(message_codec)
         if value is None:
             raise CorruptRecordError("a compressed message has no value")
-        inner = decompress(codec, value, max_decompressed_bytes=max_decompressed_bytes)
+        if magic == 0 and codec is Compression.LZ4:
+            value = _lz4_header_checksum_fixed(value)
+        inner = decompress(codec, value, max_decompressed_bytes=decompressed_left)
+        decompressed_left -= len(inner)
         # A v1 wrapper with LogAppendTime sets the time of all its messages.
         wrapper_time = timestamp if magic == 1 and attributes & _LOG_APPEND_TIME_MASK else -1
         for _, inner_attributes, inner_timestamp, inner_key, inner_value in _messages(
@@ -79,6 +85,57 @@ def message_set_to_batch(
     except ValueError as e:
         raise InvalidRecordError(f"the message set cannot be one record batch: {e}") from None
     return builder.build()
+
+
+_LZ4_MAGIC: Final = b"\x04\x22\x4d\x18"
+_LZ4_CONTENT_SIZE_FLAG: Final = 0x08
+_LZ4_DICT_ID_FLAG: Final = 0x01
+
+
+def _lz4_header_checksum_fixed(frame: bytes) -> bytes:
+    """An LZ4 frame of a magic 0 message with its header checksum made right. Kafka's first
+    LZ4 writer hashed the frame's magic number into it (KAFKA-3160), and clients keep doing so
+    for magic 0 so that old brokers read them; Kafka's broker ignores that checksum for magic
+    0. The checksum is the second byte of XXH32 over the frame descriptor."""
+    if len(frame) < 7 or frame[:4] != _LZ4_MAGIC:
+        return frame  # not a frame this can fix: decompression says what is wrong
+    flags = frame[4]
+    end = 6 + (8 if flags & _LZ4_CONTENT_SIZE_FLAG else 0) + (4 if flags & _LZ4_DICT_ID_FLAG else 0)
+    if len(frame) <= end:
+        return frame
+    checksum = (_xxh32(frame[4:end]) >> 8) & 0xFF
+    return frame[:end] + bytes([checksum]) + frame[end + 1 :]
+
+
+_XXH_PRIME_1: Final = 2654435761
+_XXH_PRIME_2: Final = 2246822519
+_XXH_PRIME_3: Final = 3266489917
+_XXH_PRIME_4: Final = 668265263
+_XXH_PRIME_5: Final = 374761393
+_U32: Final = 0xFFFFFFFF
+
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _U32
+
+
+def _xxh32(data: bytes) -> int:
+    """XXH32 with seed 0 of fewer than 16 bytes (an LZ4 frame descriptor is at most 14)."""
+    assert len(data) < 16
+    h = (_XXH_PRIME_5 + len(data)) & _U32
+    pos = 0
+    while pos + 4 <= len(data):
+        (word,) = struct.unpack_from("<I", data, pos)
+        h = (_rotl32((h + word * _XXH_PRIME_3) & _U32, 17) * _XXH_PRIME_4) & _U32
+        pos += 4
+    for byte in data[pos:]:
+        h = (_rotl32((h + byte * _XXH_PRIME_5) & _U32, 11) * _XXH_PRIME_1) & _U32
+    h ^= h >> 15
+    h = (h * _XXH_PRIME_2) & _U32
+    h ^= h >> 13
+    h = (h * _XXH_PRIME_3) & _U32
+    h ^= h >> 16
+    return h
 
 
 def _codec(code: int) -> Compression:

@@ -82,6 +82,7 @@ class Gateway:
             request_timeout_ms=config.get_int("request.timeout.ms"),
         )
         self._follower: asyncio.Task[None] | None = None
+        self._bind_retries: asyncio.Task[None] | None = None
         self._first_snapshot = asyncio.Event()
 
     async def start(self, context: ServiceContext) -> None:
@@ -99,6 +100,9 @@ class Gateway:
         if self._node_port_base > 0:
             self._node_listeners = NodeListeners(
                 self._kafka, self.image, backend.node_id, self._node_port_base
+            )
+            self._bind_retries = context.tasks.spawn(
+                self._node_listeners.retry_failed_binds(), name="node-listener-binds"
             )
         # After the server started: the follower opens the per-broker listeners on it.
         self._follower = context.tasks.spawn(self._follow(), name="metadata-follower")
@@ -134,11 +138,13 @@ class Gateway:
             self._first_snapshot.set()
 
     async def stop(self) -> None:
-        # The follower first, so that no listener opens on a server that has stopped.
-        if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follower
+        # The follower and the bind retries first, so that no listener opens on a server that
+        # has stopped.
+        for task in (self._follower, self._bind_retries):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._kafka is not None:
             await self._kafka.stop()
         await self._upstreams.close()

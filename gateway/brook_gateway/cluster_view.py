@@ -105,6 +105,7 @@ class ClusterImage:
         self.offset = -1
         self.nodes: dict[int, NodeInfo] = {}
         self.topics: dict[str, TopicState] = {}
+        self._topics_by_id: dict[bytes, TopicState] = {}
         self._changed = asyncio.Event()
 
     def apply(
@@ -115,6 +116,9 @@ class ClusterImage:
             self.topics.clear()
         for record in records:
             self._apply(record)
+        # Rebuilt per update (rare), so that a Metadata request naming many ids costs a lookup
+        # each, not a scan of every topic.
+        self._topics_by_id = {t.topic_id: t for t in self.topics.values() if any(t.topic_id)}
         self.offset = offset
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
@@ -241,9 +245,7 @@ class ClusterImage:
     def topic_by_id(self, topic_id: bytes) -> TopicState | None:
         """The topic with Kafka id ``topic_id``; None for an unknown id (or the zero id, which
         names no topic)."""
-        if not any(topic_id):
-            return None
-        return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+        return self._topics_by_id.get(topic_id) if any(topic_id) else None
 
     def storage_address(self, node_id: int) -> str | None:
         """The GRPC address of a live storage node."""

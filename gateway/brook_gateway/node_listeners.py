@@ -8,14 +8,17 @@ then sees one id per address, and a connection tells which broker it was made to
 (``RequestContext.broker_id``). ``sync`` runs after every metadata update: it opens the
 listener of every storage node this gateway now presents and closes the rest. A port that
 cannot be bound is an operating error, not a reason to stop serving: it is logged and tried
-again at the next update, and until then clients that reach the broker id through it fail to
-connect and retry. A node whose port would pass 65535 is shown at the shared PLAINTEXT address
+again at the next update or after ``BIND_RETRY_S`` (``retry_failed_binds``; a quiet cluster
+sends no updates), and until then clients that reach the broker id through it fail to connect
+and retry. A node whose port would pass 65535 is shown at the shared PLAINTEXT address
 instead (the same rule in ``node_port``), and logged once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Final
 
 from brook_gateway.cluster_view import ClusterImage, node_port
 from brook_gateway.server import KafkaServer
@@ -23,6 +26,8 @@ from brook_gateway.server import KafkaServer
 __all__ = ["NodeListeners"]
 
 _log = logging.getLogger(__name__)
+
+BIND_RETRY_S: Final = 2.0
 
 
 class NodeListeners:
@@ -33,10 +38,24 @@ class NodeListeners:
         self._gateway_id = gateway_id
         self._base = base
         self._overflowing: list[int] = []
+        self._failed = False
+        self._lock = asyncio.Lock()
+
+    async def retry_failed_binds(self) -> None:
+        """Runs until cancelled: every BIND_RETRY_S, syncs again if a listener failed to bind."""
+        while True:
+            await asyncio.sleep(BIND_RETRY_S)
+            if self._failed:
+                await self.sync()
 
     async def sync(self) -> None:
         """Opens the listener of every storage node this gateway presents and closes the
         others'."""
+        async with self._lock:
+            await self._sync()
+
+    async def _sync(self) -> None:
+        self._failed = False
         wanted: dict[int, int] = {}
         overflowing = []
         for node_id in self._image.presented_storage_nodes(self._gateway_id):
@@ -63,8 +82,10 @@ class NodeListeners:
             try:
                 await self._server.open_node_listener(node_id, wanted[node_id])
             except OSError as e:
+                self._failed = True
                 _log.error(
-                    "cannot listen for a broker; retried at the next metadata update",
+                    "cannot listen for a broker; retried at the next metadata update or "
+                    f"within {BIND_RETRY_S:g} s",
                     extra={"broker_id": node_id, "port": wanted[node_id], "reason": str(e)},
                 )
             else:

@@ -62,6 +62,8 @@ class Upstreams:
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.keepalive_permit_without_calls", 0),
         ]
+        self.message_bytes_max = message_bytes_max
+        """The largest request the gateway accepts (socket.request.max.bytes)."""
         self.request_timeout_s = request_timeout_ms / 1000
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._controller: str | None = None

@@ -15,7 +15,7 @@ AlterPartitionReassignments and ListPartitionReassignments are not implemented y
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
 from brook.errors import BrookError, ErrorCode
@@ -106,6 +106,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
         def blank(topic: admin_pb2.CreatableTopic) -> admin_pb2.CreateTopicResult:
             return admin_pb2.CreateTopicResult(name=topic.name)
+
+        if request.auto_create and not settings.auto_create_topics:
+            # The common case of a gateway asking on a client's behalf (every Metadata request
+            # for an unknown name): answered from the settings, with no Raft round trip.
+            return admin_pb2.CreateTopicsResponse(topics=_refused_auto_creations(request.topics))
 
         def decide(changes: ChangeSet) -> list[admin_pb2.CreateTopicResult]:
             pending: list[metadata_pb2.PartitionRecord] = []
@@ -332,3 +337,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             "ElectLeaders",
         )
         return admin_pb2.ElectLeadersResponse(results=results)
+
+
+def _refused_auto_creations(
+    topics: Iterable[admin_pb2.CreatableTopic],
+) -> list[admin_pb2.CreateTopicResult]:
+    """Each topic's answer while auto.create.topics.enable is false."""
+    results = []
+    for topic in topics:
+        try:
+            auto_created_topic(topic, enabled=False)
+        except BrookError as e:
+            results.append(_fail(admin_pb2.CreateTopicResult(name=topic.name), e))
+    return results

@@ -12,6 +12,7 @@ from controller_support import InProcessController, watch
 from brook.client.admin import Admin, AlterConfigOp, ConfigResource, NewTopic
 from brook.client.types import TopicPartition
 from brook.errors import ErrorCode
+from brook.v1 import admin_pb2, admin_pb2_grpc
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +216,25 @@ def test_watch_refuses_an_offset_below_minus_one(controller: InProcessController
         next(iter(stream))
 
     assert error.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_auto_creation_while_disabled_is_refused_per_topic_and_creates_nothing(
+    controller: InProcessController, admin: Admin
+) -> None:
+    # What a gateway sends for a Metadata request naming unknown topics; auto.create.topics.enable
+    # is false (the default) here.
+    request = admin_pb2.CreateTopicsRequest(
+        topics=[
+            admin_pb2.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1)
+            for name in ("auto-typo", "bad name!")
+        ],
+        timeout_ms=5000,
+        auto_create=True,
+    )
+    with grpc.insecure_channel(controller.address) as channel:
+        response = admin_pb2_grpc.AdminServiceStub(channel).CreateTopics(request, timeout=10)
+    assert [(t.name, ErrorCode(t.error_code)) for t in response.topics] == [
+        ("auto-typo", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ("bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION),
+    ]
+    assert "auto-typo" not in admin.list_topics()

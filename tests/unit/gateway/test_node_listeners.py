@@ -10,6 +10,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
+from brook_gateway import node_listeners
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.cluster_view import KAFKA_NODES_LISTENER, ClusterImage
 from brook_gateway.node_listeners import NodeListeners
@@ -158,6 +159,36 @@ def test_a_port_that_cannot_be_bound_is_logged_and_tried_again_at_the_next_updat
             image.apply(False, 2, [_storage_node(3)])
             await listeners.sync()
             assert server.node_ports == {n: base + n for n in (1, 2, 3)}
+
+    run(scenario())
+
+
+def test_a_port_that_could_not_be_bound_is_tried_again_without_a_metadata_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A quiet cluster sends no metadata updates: the retry timer must open the port.
+    monkeypatch.setattr(node_listeners, "BIND_RETRY_S", 0.05)
+
+    async def scenario() -> None:
+        base = _base()
+        async with running_server() as server:
+            image = ClusterImage()
+            listeners = NodeListeners(server, image, GATEWAY, base)
+            retries = asyncio.create_task(listeners.retry_failed_binds())
+            try:
+                with socket.socket() as squatter:
+                    squatter.bind(("127.0.0.1", base + 1))
+                    squatter.listen()
+                    image.apply(True, 1, [_gateway(GATEWAY, base), _storage_node(1)])
+                    await listeners.sync()
+                    assert server.node_ports == {}
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + TIMEOUT_S / 2
+                while server.node_ports != {1: base + 1}:
+                    assert loop.time() < deadline, "the freed port was never bound"
+                    await asyncio.sleep(0.02)
+            finally:
+                retries.cancel()
 
     run(scenario())
 

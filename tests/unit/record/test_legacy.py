@@ -11,11 +11,12 @@ from brook.record import (
     Compression,
     CorruptRecordError,
     InvalidRecordError,
+    RecordTooLargeError,
     iter_records,
     read_header,
 )
 from brook.record.compression import compress
-from brook.record.legacy import message_set_to_batch
+from brook.record.legacy import _xxh32, message_set_to_batch
 
 NOW_MS = 1_700_000_000_000
 
@@ -77,3 +78,25 @@ def test_damaged_message_sets_are_refused_as_corrupt(data: bytes) -> None:
 def test_an_empty_message_set_is_invalid() -> None:
     with pytest.raises(InvalidRecordError):
         message_set_to_batch(b"", now_ms=NOW_MS)
+
+
+def test_the_decompression_limit_holds_for_all_wrappers_together() -> None:
+    # Each wrapper alone is within the limit; together they are not (a small request of many
+    # highly compressed wrappers must not expand without bound).
+    inner = b"".join(_message(None, b"x" * 100) for _ in range(10))  # 1,260 bytes
+    wrapper = _message(None, compress(Compression.GZIP, inner), attributes=Compression.GZIP)
+    assert len(message_set_to_batch(wrapper * 3, now_ms=NOW_MS, max_decompressed_bytes=4000)) > 0
+    with pytest.raises(RecordTooLargeError):
+        message_set_to_batch(wrapper * 4, now_ms=NOW_MS, max_decompressed_bytes=4000)
+
+
+def test_a_magic_0_lz4_wrapper_with_kafkas_old_header_checksum_is_read() -> None:
+    # Kafka's first LZ4 writer hashed the frame's magic number into the header checksum
+    # (KAFKA-3160); clients still write magic 0 that way, and lz4 refuses such a frame.
+    inner = _message(b"a", b"1") + _message(b"b", b"2")
+    frame = compress(Compression.LZ4, inner)
+    assert frame[4] & 0x09 == 0  # no content size, no dictionary id: the checksum is byte 6
+    broken = frame[:6] + bytes([(_xxh32(frame[:6]) >> 8) & 0xFF]) + frame[7:]
+    assert broken != frame
+    wrapper = _message(None, broken, attributes=Compression.LZ4)
+    assert _converted(wrapper) == [(NOW_MS, b"a", b"1"), (NOW_MS, b"b", b"2")]
