@@ -1023,7 +1023,8 @@ def add_cluster_command(subparsers: Any) -> None:
         "local processes, print where they listen, and run until SIGINT or SIGTERM. Data "
         "and logs stay in --dir across runs. Well-known ports (process N of a role, plus "
         "--port-offset): storage node GRPC 9100+N, controller GRPC 9200+N and RAFT 9300+N, "
-        "group coordinator GRPC 9400+N, gateway GRPC 9500+N and Kafka 9091+N (9092 first).",
+        "group coordinator GRPC 9400+N, gateway GRPC 9500+N and Kafka 9091+N (9092 first), "
+        "and a Kafka port per storage node (broker) n it presents, 9600+100*(N-1)+n.",
     )
     up.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="data and logs (./.brook)")
     up.add_argument("--controllers", type=int, metavar="N", default=3, help="controller count (3)")
