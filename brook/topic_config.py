@@ -1,8 +1,10 @@
 """Kafka's topic-level configuration: the names a topic may override, their types, defaults and
 valid values, and the node-level (broker) setting each one overrides.
 
-The controller validates CreateTopics and AlterConfigs against ``TOPIC_CONFIG_DEF`` and answers
-DescribeConfigs from it; a storage node layers a topic's overrides on its own defaults. The
+This is the one definition of topic configs. The controller validates CreateTopics and
+AlterConfigs against ``TOPIC_CONFIG_DEF`` and answers DescribeConfigs from it; a storage node
+layers a topic's overrides on its own defaults, and its partition log's ``LogConfig`` takes the
+keys it obeys from here (brook_storage_node/log/log_config.py). The
 names, defaults and bounds are Kafka's (its ``TopicConfig`` / ``LogConfig``), except where the
 storage engine needs a tighter bound to work at all (a segment must hold one record batch).
 
@@ -36,6 +38,12 @@ from brook.record import BATCH_OVERHEAD
 
 __all__ = [
     "BROKER_SYNONYMS",
+    "CLEANUP_COMPACT",
+    "CLEANUP_DELETE",
+    "COMPRESSION_TYPES",
+    "CREATE_TIME",
+    "LOG_APPEND_TIME",
+    "SEGMENT_INDEX_BYTES_MIN",
     "TOPIC_CONFIG_DEF",
     "describe_type",
     "topic_name_for_broker_config",
@@ -48,8 +56,17 @@ _M = Importance.MEDIUM
 _L = Importance.LOW
 _LONG = ConfigType.LONG
 _DAY_MS: Final = 24 * 60 * 60 * 1000
-# A time index entry is 12 bytes and the active segment's index keeps one slot in reserve.
-_SEGMENT_INDEX_BYTES_MIN: Final = 24
+# Two time index entries (12 bytes each): the slot the active segment keeps for the entry it
+# gets when it stops being active, and one ordinary entry. Tighter than Kafka's 4 because
+# Brook's time index must hold that reserved slot; the node's log.index.size.max.bytes has
+# the same bound, and the log asserts it matches its entry size.
+SEGMENT_INDEX_BYTES_MIN: Final = 24
+# Kafka's broker- and topic-level compression.type values.
+COMPRESSION_TYPES: Final = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+CLEANUP_DELETE: Final = "delete"
+CLEANUP_COMPACT: Final = "compact"
+CREATE_TIME: Final = "CreateTime"
+LOG_APPEND_TIME: Final = "LogAppendTime"
 
 # Kafka 3.x still accepts these deprecated topic configs (removed in 4.0) and, with the
 # 3.0 message format, ignores them; so does Brook, so that tools and scripts that set them work.
@@ -76,11 +93,11 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
         ConfigKey(
             "cleanup.policy",
             ConfigType.LIST,
-            ("delete",),
-            "delete: old segments are removed by retention.ms and retention.bytes. compact: "
-            "only the latest record of each key is kept.",
+            (CLEANUP_DELETE,),
+            "delete: retention.ms / retention.bytes delete old segments. compact: keep the "
+            "latest record per key (retention by time and size does not apply).",
             _M,
-            OneOf(("delete", "compact")),
+            OneOf((CLEANUP_DELETE, CLEANUP_COMPACT)),
         ),
         ConfigKey(
             "compression.type",
@@ -88,7 +105,7 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "producer",
             "The compression of stored batches: producer keeps what the producer sent.",
             _M,
-            OneOf(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+            OneOf(COMPRESSION_TYPES),
         ),
         ConfigKey(
             "delete.retention.ms",
@@ -102,7 +119,8 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "file.delete.delay.ms",
             _LONG,
             60_000,
-            "How long a deleted segment's files linger before they are removed.",
+            "A deleted segment's files are renamed *.deleted and removed this much later, so "
+            "reads that already hold the segment finish first.",
             _M,
             Range(0),
         ),
@@ -110,8 +128,8 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "flush.messages",
             _LONG,
             INT64_MAX,
-            "fsync the log after this many messages; by default replication and the OS are "
-            "relied on for durability.",
+            "fsync the log after this many messages (offsets). By default Brook, like Kafka, "
+            "relies on replication and the OS for durability.",
             _M,
             Range(1),
         ),
@@ -119,7 +137,8 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "flush.ms",
             _LONG,
             INT64_MAX,
-            "fsync the log when it has gone this long without one.",
+            "fsync the log when it has gone this long without one (checked every "
+            "log.flush.scheduler.interval.ms).",
             _M,
             Range(0),
         ),
@@ -134,7 +153,8 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "index.interval.bytes",
             ConfigType.INT,
             4096,
-            "Bytes of log between two offset index entries.",
+            "Bytes of log between two index entries: a read scans at most about this much to "
+            "find its batch.",
             _M,
             Range(0, INT32_MAX),
         ),
@@ -173,7 +193,7 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "max.message.bytes",
             ConfigType.INT,
             1024 * 1024 + 12,
-            "The largest record batch (after compression) the topic accepts.",
+            "Largest record batch (compressed, log framing included) an append accepts.",
             _M,
             Range(BATCH_OVERHEAD, INT32_MAX),
         ),
@@ -214,18 +234,19 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "message.timestamp.difference.max.ms",
             _LONG,
             INT64_MAX,
-            "With CreateTime, the largest difference allowed between a batch's timestamp and "
-            "the leader's clock (deprecated in Kafka for the two settings above).",
+            "With CreateTime, reject a batch whose first or largest timestamp is further than "
+            "this from the leader's clock (deprecated in Kafka for the two settings above).",
             _M,
             Range(0),
         ),
         ConfigKey(
             "message.timestamp.type",
             ConfigType.STRING,
-            "CreateTime",
-            "CreateTime keeps the producer's timestamps; LogAppendTime stamps the leader's clock.",
+            CREATE_TIME,
+            "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch "
+            "with the leader's clock when it is appended.",
             _M,
-            OneOf(("CreateTime", "LogAppendTime")),
+            OneOf((CREATE_TIME, LOG_APPEND_TIME)),
         ),
         ConfigKey(
             "min.cleanable.dirty.ratio",
@@ -269,8 +290,8 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "retention.bytes",
             _LONG,
             -1,
-            "The largest a partition may grow before its oldest segments are deleted; -1: no "
-            "limit.",
+            "Delete the oldest segments while the partition is larger than this; -1 means no "
+            "size limit.",
             _H,
             Range(-1),
         ),
@@ -278,7 +299,7 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "retention.ms",
             _LONG,
             7 * _DAY_MS,
-            "How long records are kept before their segment is deleted; -1: forever.",
+            "Delete a segment once its newest record is older than this; -1 keeps data forever.",
             _H,
             Range(-1),
         ),
@@ -286,24 +307,28 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "segment.bytes",
             ConfigType.INT,
             1024 * 1024 * 1024,
-            "The size of one segment file.",
+            "Size of one segment file. Retention deletes whole segments, so smaller segments "
+            "mean finer retention and more files.",
             _H,
-            # Tighter than Kafka's 14: a Brook segment must hold at least one v2 batch.
+            # Tighter than Kafka's 14: a Brook segment must hold at least one v2 batch. Positions
+            # in a segment are int32 (index entries).
             Range(BATCH_OVERHEAD, INT32_MAX),
         ),
         ConfigKey(
             "segment.index.bytes",
             ConfigType.INT,
             10 * 1024 * 1024,
-            "The size of a segment's offset and time index.",
+            "Size of the offset and time index of the active segment (preallocated, trimmed "
+            "when the segment rolls). A full index rolls the segment.",
             _M,
-            Range(_SEGMENT_INDEX_BYTES_MIN, INT32_MAX),
+            Range(SEGMENT_INDEX_BYTES_MIN, INT32_MAX),
         ),
         ConfigKey(
             "segment.jitter.ms",
             _LONG,
             0,
-            "Up to this much is subtracted from segment.ms per segment.",
+            "Up to this much is subtracted from segment.ms per segment, so partitions created "
+            "together do not all roll at once.",
             _M,
             Range(0),
         ),
@@ -311,7 +336,8 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "segment.ms",
             _LONG,
             7 * _DAY_MS,
-            "Roll the active segment when its first record is this old.",
+            "Roll the active segment once its first batch is this old, even if it is not full, "
+            "so that retention can delete old data.",
             _M,
             Range(1),
         ),
@@ -384,14 +410,14 @@ def _unknown(name: str, known: list[str], kind: str) -> str:
     return f"unknown {kind} {name}{hint}"
 
 
-def validate_topic_configs(configs: Mapping[str, str]) -> str | None:
+def validate_topic_configs(configs: Mapping[str, str], source: str = "the request") -> str | None:
     """None if every name is a topic config and every value valid for it, else the reason (one
-    line naming the first unknown setting, or every invalid value)."""
+    line naming the first unknown setting, or every invalid value, each with ``source``)."""
     known = [key.name for key in TOPIC_CONFIG_DEF.keys]
     for name in sorted(configs):
         if name not in TOPIC_CONFIG_DEF:
             return _unknown(name, known, "topic config")
-    raw = {name: RawSetting(value, "the request") for name, value in configs.items()}
+    raw = {name: RawSetting(value, source) for name, value in configs.items()}
     try:
         TOPIC_CONFIG_DEF.parse(raw)
     except ConfigError as error:

@@ -36,18 +36,14 @@ from brook.config import (
 )
 from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 from brook.record import BATCH_OVERHEAD
+from brook.topic_config import COMPRESSION_TYPES, SEGMENT_INDEX_BYTES_MIN
 
 __all__ = ["CONFIG_DEF", "log_retention_ms", "log_roll_jitter_ms", "log_roll_ms"]
 
 MS_PER_MINUTE: Final = 60 * 1000
 MS_PER_HOUR: Final = 60 * MS_PER_MINUTE
-# Two time index entries (12 bytes each): the slot a segment's final entry needs and one more
-# (the log's own SEGMENT_INDEX_BYTES_MIN; a unit test keeps the two equal).
-SEGMENT_INDEX_BYTES_MIN: Final = 24
 # The periodic tasks sleep for these intervals; asyncio's timers overflow near Long.MAX_VALUE.
 INTERVAL_MS_MAX: Final = INT32_MAX
-# Kafka's broker- and topic-level compression.type values.
-COMPRESSION_TYPES: Final = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
 class StaticTopics:

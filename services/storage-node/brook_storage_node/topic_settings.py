@@ -17,8 +17,7 @@ from typing import Final
 
 from brook.config import Config, ConfigError, RawSetting
 from brook.record import Compression
-from brook.topic_config import TOPIC_CONFIG_DEF
-from brook_storage_node.config import COMPRESSION_TYPES
+from brook.topic_config import COMPRESSION_TYPES, TOPIC_CONFIG_DEF, validate_topic_configs
 from brook_storage_node.log import TOPIC_LOG_CONFIG_DEF, LogConfig, node_log_config
 
 __all__ = [
@@ -76,15 +75,11 @@ def _parse(configs: Mapping[str, str], source: str) -> Config:
 
 
 def check_topic_configs(configs: Mapping[str, str], source: str) -> None:
-    """ValueError naming every unknown topic config and every invalid value."""
-    problems = [f"{name} is not a topic config" for name in configs if name not in TOPIC_CONFIG_DEF]
-    if not problems:
-        try:
-            _parse(configs, source)
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise ValueError("; ".join(problems))
+    """ValueError naming the first unknown topic config, or every invalid value (the
+    controller's check, brook.topic_config.validate_topic_configs)."""
+    problem = validate_topic_configs(configs, source)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def resolve_topic_settings(

@@ -9,8 +9,9 @@ from brook_storage_node.config import CONFIG_DEF
 from brook_storage_node.log import TOPIC_LOG_CONFIG_DEF, LogConfig
 from brook_storage_node.log.node_config import node_log_config, node_log_manager_config
 
-from brook.config import Config, ConfigError, RawSetting
+from brook.config import Config, ConfigError, Importance, Range, RawSetting
 from brook.record import TimestampType
+from brook.topic_config import TOPIC_CONFIG_DEF, validate_topic_configs
 
 
 def test_defaults_are_kafkas_topic_defaults() -> None:
@@ -129,3 +130,47 @@ def test_a_node_segment_size_too_small_for_a_batch_is_rejected_by_name() -> None
     # The node's own configuration refuses it, before any log sees it.
     with pytest.raises(ConfigError, match=r'log\.segment\.bytes="20" is less than the minimum 61'):
         node_log_config(_node_config(**{"log.segment.bytes": "20"}))
+
+
+# Kafka's LogConfig defines every one of these topic configs with importance MEDIUM; the log's
+# own copy of the definition once said LOW, HIGH and LOW (issue #15).
+@pytest.mark.parametrize("name", ["segment.jitter.ms", "max.message.bytes", "file.delete.delay.ms"])
+def test_log_and_topic_config_give_kafkas_importance_medium(name: str) -> None:
+    assert TOPIC_LOG_CONFIG_DEF.key(name).importance is Importance.MEDIUM
+    assert TOPIC_CONFIG_DEF.key(name).importance is Importance.MEDIUM
+
+
+@pytest.mark.parametrize("name", sorted(key.name for key in TOPIC_LOG_CONFIG_DEF.keys))
+def test_the_logs_config_is_the_topic_config_definition(name: str) -> None:
+    log_key, topic_key = TOPIC_LOG_CONFIG_DEF.key(name), TOPIC_CONFIG_DEF.key(name)
+    assert (log_key.type, log_key.default, log_key.importance, log_key.doc) == (
+        topic_key.type,
+        topic_key.default,
+        topic_key.importance,
+        topic_key.doc,
+    )
+    assert log_key.validator == topic_key.validator
+    # The log's default is the topic config's default, and each bound is enforced alike.
+    assert LogConfig().to_properties()[name] == _as_text(topic_key.default)
+    if isinstance(topic_key.validator, Range):
+        for value in _around(topic_key.validator):
+            topic_accepts = validate_topic_configs({name: str(value)}) is None
+            try:
+                LogConfig().with_overrides({name: str(value)})
+            except ConfigError:
+                log_accepts = False
+            else:
+                log_accepts = True
+            assert log_accepts == topic_accepts, (name, value)
+
+
+def _as_text(value: object) -> str:
+    return ",".join(value) if isinstance(value, tuple) else str(value)
+
+
+def _around(bounds: Range) -> list[int]:
+    values = []
+    for bound in (bounds.min_value, bounds.max_value):
+        if isinstance(bound, int):
+            values.extend((bound - 1, bound, bound + 1))
+    return values

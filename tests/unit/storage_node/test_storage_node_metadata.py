@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from brook_storage_node.config import CONFIG_DEF, SEGMENT_INDEX_BYTES_MIN
-from brook_storage_node.log.log_config import SEGMENT_INDEX_BYTES_MIN as LOG_INDEX_BYTES_MIN
+from brook_storage_node.config import CONFIG_DEF
 from brook_storage_node.log.node_config import node_log_config, node_log_manager_config
 from brook_storage_node.metadata_source import (
     STATIC_PARTITIONS_MAX,
@@ -26,6 +25,7 @@ from storage_node_support import (
 
 from brook.config import ConfigError, RawSetting
 from brook.record import BATCH_OVERHEAD, TimestampType
+from brook.topic_config import SEGMENT_INDEX_BYTES_MIN
 from brook.v1 import common_pb2, metadata_pb2
 
 
@@ -155,7 +155,7 @@ def test_static_topics_parse_counts_and_topic_configs() -> None:
         (":1", "topic name must be 1"),
         ("t:1:retention.ms", "is not config=value"),
         ("t:1:retention.ms=soon", 'retention.ms="soon"'),
-        ("t:1:no.such.config=1", "no.such.config is not a topic config"),
+        ("t:1:no.such.config=1", "unknown topic config no.such.config"),
         ("t:1:min.insync.replicas=0", "min.insync.replicas"),
         ("t:1:a.b=1:a.b=2", "given twice"),
     ],
@@ -216,10 +216,6 @@ def test_node_size_settings_refuse_values_no_log_can_use(name: str, minimum: int
     assert _parse(**{name: str(minimum)}).get_int(name) == minimum
     with pytest.raises(ConfigError, match=rf"{name}.*less than the minimum {minimum}"):
         _parse(**{name: str(minimum - 1)})
-
-
-def test_node_index_minimum_is_the_logs_own() -> None:
-    assert SEGMENT_INDEX_BYTES_MIN == LOG_INDEX_BYTES_MIN
 
 
 def test_node_log_settings_reach_the_log_layer_with_kafkas_defaults() -> None:

@@ -1,10 +1,10 @@
-"""Per-partition log settings, named and defaulted as Kafka's topic-level configs.
+"""Per-partition log settings: the topic configs the log obeys, as a typed value.
 
-``TOPIC_LOG_CONFIG_DEF`` declares them once (names, types, defaults, bounds, docs) with the
-shared ``brook.config`` machinery, so the controller can validate a CreateTopics request and
-the docs can print the table from the same definitions the log obeys. ``LogConfig`` is the
-typed, immutable value a ``PartitionLog`` reads; topic overrides are layered on the node's
-defaults with ``LogConfig.with_overrides``.
+Topic configs are defined once, in ``brook.topic_config.TOPIC_CONFIG_DEF`` (names, types,
+defaults, bounds, docs), which the controller validates CreateTopics and AlterConfigs against.
+``TOPIC_LOG_CONFIG_DEF`` is the part of it the log obeys, built from those very keys, so the
+two cannot disagree. ``LogConfig`` is the typed, immutable value a ``PartitionLog`` reads; topic
+overrides are layered on the node's defaults with ``LogConfig.with_overrides``.
 """
 
 from __future__ import annotations
@@ -14,163 +14,49 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from brook.config import (
-    INT32_MAX,
-    INT64_MAX,
-    ConfigDef,
-    ConfigKey,
-    ConfigType,
-    ConfigValue,
-    Importance,
-    OneOf,
-    Range,
-    RawSetting,
+from brook.config import INT64_MAX, ConfigDef, ConfigValue, RawSetting
+from brook.record import TimestampType
+from brook.topic_config import (
+    CLEANUP_DELETE,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    SEGMENT_INDEX_BYTES_MIN,
+    TOPIC_CONFIG_DEF,
 )
-from brook.record import BATCH_OVERHEAD, TimestampType
 
 LONG_MAX: Final = INT64_MAX
 OFFSET_INDEX_ENTRY_BYTES: Final = 8
 TIME_INDEX_ENTRY_BYTES: Final = 12
-# The time index keeps one slot for the entry a segment gets when it stops being active, so it
-# must hold at least that one and one ordinary entry.
-SEGMENT_INDEX_BYTES_MIN: Final = 2 * TIME_INDEX_ENTRY_BYTES
+# The time index keeps one slot for the entry a segment gets when it stops being active, so
+# segment.index.bytes must allow at least that one and one ordinary entry.
+assert SEGMENT_INDEX_BYTES_MIN >= 2 * TIME_INDEX_ENTRY_BYTES
 
-CREATE_TIME: Final = "CreateTime"
-LOG_APPEND_TIME: Final = "LogAppendTime"
-CLEANUP_DELETE: Final = "delete"
-CLEANUP_COMPACT: Final = "compact"
+# The topic configs a partition log obeys -> LogConfig field. Their names, types, defaults and
+# bounds are brook.topic_config's; the others (min.insync.replicas, compression.type, ...)
+# belong to other layers.
+_FIELD_OF_KEY: Final[Mapping[str, str]] = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "segment.jitter.ms": "segment_jitter_ms",
+    "segment.index.bytes": "segment_index_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "max.message.bytes": "max_message_bytes",
+    "message.timestamp.type": "message_timestamp_type",
+    "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
+    "cleanup.policy": "cleanup_policy",
+    "file.delete.delay.ms": "file_delete_delay_ms",
+}
 
-_DAY_MS: Final = 24 * 60 * 60 * 1000
+TOPIC_LOG_CONFIG_DEF: Final = ConfigDef([TOPIC_CONFIG_DEF.key(name) for name in _FIELD_OF_KEY])
 
-TOPIC_LOG_CONFIG_DEF: Final = ConfigDef(
-    [
-        ConfigKey(
-            "segment.bytes",
-            ConfigType.INT,
-            1024 * 1024 * 1024,
-            "Size of one segment file. Retention deletes whole segments, so smaller segments "
-            "mean finer retention and more files.",
-            Importance.HIGH,
-            # Positions in a segment are int32 (index entries), and a segment must hold a batch.
-            Range(BATCH_OVERHEAD, INT32_MAX),
-        ),
-        ConfigKey(
-            "segment.ms",
-            ConfigType.LONG,
-            7 * _DAY_MS,
-            "Roll the active segment once its first batch is this old, even if it is not full, "
-            "so that retention can delete old data.",
-            Importance.MEDIUM,
-            Range(1),
-        ),
-        ConfigKey(
-            "segment.jitter.ms",
-            ConfigType.LONG,
-            0,
-            "Up to this much is subtracted from segment.ms per segment, so partitions created "
-            "together do not all roll at once.",
-            Importance.LOW,
-            Range(0),
-        ),
-        ConfigKey(
-            "segment.index.bytes",
-            ConfigType.INT,
-            10 * 1024 * 1024,
-            "Size of the offset and time index of the active segment (preallocated, trimmed "
-            "when the segment rolls). A full index rolls the segment.",
-            Importance.MEDIUM,
-            Range(SEGMENT_INDEX_BYTES_MIN, INT32_MAX),
-        ),
-        ConfigKey(
-            "index.interval.bytes",
-            ConfigType.INT,
-            4096,
-            "Bytes of log between two index entries: a read scans at most about this much to "
-            "find its batch.",
-            Importance.MEDIUM,
-            Range(0, INT32_MAX),
-        ),
-        ConfigKey(
-            "flush.messages",
-            ConfigType.LONG,
-            LONG_MAX,
-            "fsync the log after this many messages (offsets). By default Brook, like Kafka, "
-            "relies on replication and the OS for durability.",
-            Importance.MEDIUM,
-            Range(1),
-        ),
-        ConfigKey(
-            "flush.ms",
-            ConfigType.LONG,
-            LONG_MAX,
-            "fsync the log when it has gone this long without one (checked every "
-            "log.flush.scheduler.interval.ms).",
-            Importance.MEDIUM,
-            Range(0),
-        ),
-        ConfigKey(
-            "retention.ms",
-            ConfigType.LONG,
-            7 * _DAY_MS,
-            "Delete a segment once its newest record is older than this; -1 keeps data forever.",
-            Importance.HIGH,
-            Range(-1),
-        ),
-        ConfigKey(
-            "retention.bytes",
-            ConfigType.LONG,
-            -1,
-            "Delete the oldest segments while the partition is larger than this; -1 means no "
-            "size limit.",
-            Importance.HIGH,
-            Range(-1),
-        ),
-        ConfigKey(
-            "max.message.bytes",
-            ConfigType.INT,
-            1024 * 1024 + 12,
-            "Largest record batch (compressed, log framing included) an append accepts.",
-            Importance.HIGH,
-            Range(BATCH_OVERHEAD, INT32_MAX),
-        ),
-        ConfigKey(
-            "message.timestamp.type",
-            ConfigType.STRING,
-            CREATE_TIME,
-            "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch "
-            "with the leader's clock when it is appended.",
-            Importance.MEDIUM,
-            OneOf((CREATE_TIME, LOG_APPEND_TIME)),
-        ),
-        ConfigKey(
-            "message.timestamp.difference.max.ms",
-            ConfigType.LONG,
-            LONG_MAX,
-            "With CreateTime, reject a batch whose first or largest timestamp is further than "
-            "this from the leader's clock.",
-            Importance.MEDIUM,
-            Range(0),
-        ),
-        ConfigKey(
-            "cleanup.policy",
-            ConfigType.LIST,
-            (CLEANUP_DELETE,),
-            "delete: retention.ms / retention.bytes delete old segments. compact: keep the "
-            "latest record per key (retention by time and size does not apply).",
-            Importance.MEDIUM,
-            OneOf((CLEANUP_DELETE, CLEANUP_COMPACT)),
-        ),
-        ConfigKey(
-            "file.delete.delay.ms",
-            ConfigType.LONG,
-            60_000,
-            "A deleted segment's files are renamed *.deleted and removed this much later, so "
-            "reads that already hold the segment finish first.",
-            Importance.LOW,
-            Range(0),
-        ),
-    ]
-)
+
+def field_of(name: str) -> str:
+    """The LogConfig field holding a topic config the log obeys."""
+    return _FIELD_OF_KEY[name]
 
 
 def _default(name: str) -> int:
@@ -254,23 +140,7 @@ class LogConfig:
         return out
 
 
-_FIELD_OF_KEY: Final[Mapping[str, str]] = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "segment.jitter.ms": "segment_jitter_ms",
-    "segment.index.bytes": "segment_index_bytes",
-    "index.interval.bytes": "index_interval_bytes",
-    "flush.messages": "flush_messages",
-    "flush.ms": "flush_ms",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "max.message.bytes": "max_message_bytes",
-    "message.timestamp.type": "message_timestamp_type",
-    "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
-    "cleanup.policy": "cleanup_policy",
-    "file.delete.delay.ms": "file_delete_delay_ms",
-}
-assert set(_FIELD_OF_KEY) == {key.name for key in TOPIC_LOG_CONFIG_DEF.keys}
+assert set(_FIELD_OF_KEY.values()) == {field.name for field in dataclasses.fields(LogConfig)}
 
 _TIMESTAMP_TYPE_NAMES: Final = {
     TimestampType.CREATE_TIME: CREATE_TIME,

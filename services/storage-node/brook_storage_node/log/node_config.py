@@ -14,22 +14,21 @@ from typing import Any, Final
 
 from brook.config import Config
 from brook.record import TimestampType
+from brook.topic_config import BROKER_SYNONYMS, LOG_APPEND_TIME
 from brook_storage_node.config import log_retention_ms, log_roll_jitter_ms, log_roll_ms
-from brook_storage_node.log.log_config import LOG_APPEND_TIME, LONG_MAX, LogConfig
+from brook_storage_node.log.log_config import LONG_MAX, TOPIC_LOG_CONFIG_DEF, LogConfig, field_of
 from brook_storage_node.log.log_manager import LogManagerConfig
 
-# LogConfig field -> the node setting that gives its default (durations with unit variants
-# are resolved by brook_storage_node.config's helpers).
+# Topic configs whose node default is not one integer setting read as is: durations with unit
+# variants (resolved by brook_storage_node.config's helpers) and the non-integer ones.
+_RESOLVED_SEPARATELY: Final = frozenset(
+    {"segment.ms", "segment.jitter.ms", "retention.ms", "message.timestamp.type", "cleanup.policy"}
+)
+# LogConfig field -> the node setting that gives its default (Kafka's broker synonym).
 _LOG_FIELDS: Final[Mapping[str, str]] = {
-    "segment_bytes": "log.segment.bytes",
-    "segment_index_bytes": "log.index.size.max.bytes",
-    "index_interval_bytes": "log.index.interval.bytes",
-    "flush_messages": "log.flush.interval.messages",
-    "flush_ms": "log.flush.interval.ms",
-    "retention_bytes": "log.retention.bytes",
-    "max_message_bytes": "message.max.bytes",
-    "message_timestamp_difference_max_ms": "log.message.timestamp.difference.max.ms",
-    "file_delete_delay_ms": "log.segment.delete.delay.ms",
+    field_of(key.name): BROKER_SYNONYMS[key.name]
+    for key in TOPIC_LOG_CONFIG_DEF.keys
+    if key.name not in _RESOLVED_SEPARATELY
 }
 _MANAGER_FIELDS: Final[Mapping[str, str]] = {
     "num_recovery_threads_per_data_dir": "num.recovery.threads.per.data.dir",
@@ -70,13 +69,15 @@ def node_log_config(config: Config) -> LogConfig:
     chosen["segment_ms"] = log_roll_ms(config)
     chosen["segment_jitter_ms"] = log_roll_jitter_ms(config)
     chosen["retention_ms"] = log_retention_ms(config)
-    if "log.message.timestamp.type" in config.definition:
-        name = config.get_string("log.message.timestamp.type")
+    timestamp_type = BROKER_SYNONYMS["message.timestamp.type"]
+    if timestamp_type in config.definition:
+        name = config.get_string(timestamp_type)
         chosen["message_timestamp_type"] = (
             TimestampType.LOG_APPEND_TIME if name == LOG_APPEND_TIME else TimestampType.CREATE_TIME
         )
-    if "log.cleanup.policy" in config.definition:
-        chosen["cleanup_policy"] = frozenset(config.get_list("log.cleanup.policy"))
+    cleanup_policy = BROKER_SYNONYMS["cleanup.policy"]
+    if cleanup_policy in config.definition:
+        chosen["cleanup_policy"] = frozenset(config.get_list(cleanup_policy))
     return LogConfig(**chosen)
 
 
