@@ -36,7 +36,14 @@ from brook.config import (
 )
 from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 from brook.record import BATCH_OVERHEAD
-from brook.topic_config import COMPRESSION_TYPES, SEGMENT_INDEX_BYTES_MIN
+from brook.topic_config import (
+    CLEANUP_COMPACT,
+    CLEANUP_DELETE,
+    COMPRESSION_TYPES,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    SEGMENT_INDEX_BYTES_MIN,
+)
 
 __all__ = ["CONFIG_DEF", "log_retention_ms", "log_roll_jitter_ms", "log_roll_ms"]
 
@@ -283,11 +290,11 @@ CONFIG_DEF: Final = service_config_def(
         ConfigKey(
             "log.message.timestamp.type",
             ConfigType.STRING,
-            "CreateTime",
+            CREATE_TIME,
             "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch with "
             "the leader's clock. Default of the topic setting message.timestamp.type.",
             _M,
-            OneOf(("CreateTime", "LogAppendTime")),
+            OneOf((CREATE_TIME, LOG_APPEND_TIME)),
         ),
         ConfigKey(
             "log.message.timestamp.difference.max.ms",
@@ -302,11 +309,11 @@ CONFIG_DEF: Final = service_config_def(
         ConfigKey(
             "log.cleanup.policy",
             ConfigType.LIST,
-            ("delete",),
+            (CLEANUP_DELETE,),
             "delete: retention.ms and retention.bytes delete old segments; compact: keep the "
             "latest record per key. Default of the topic setting cleanup.policy.",
             _M,
-            OneOf(("delete", "compact")),
+            OneOf((CLEANUP_DELETE, CLEANUP_COMPACT)),
         ),
         ConfigKey(
             "compression.type",
