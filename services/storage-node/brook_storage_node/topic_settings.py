@@ -18,10 +18,10 @@ from typing import Final
 from brook.config import Config, ConfigError, RawSetting
 from brook.record import Compression
 from brook.topic_config import TOPIC_CONFIG_DEF
-from brook_storage_node.config import COMPRESSION_TYPES
 from brook_storage_node.log import TOPIC_LOG_CONFIG_DEF, LogConfig, node_log_config
 
 __all__ = [
+    "COMPRESSION_TYPES",
     "TopicDefaults",
     "TopicSettings",
     "check_topic_configs",
@@ -30,6 +30,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+# Kafka's broker- and topic-level compression.type values, and the codec each builds with.
 _COMPRESSION_OF_TYPE: Final[Mapping[str, Compression]] = {
     "producer": Compression.NONE,
     "uncompressed": Compression.NONE,
@@ -38,7 +39,7 @@ _COMPRESSION_OF_TYPE: Final[Mapping[str, Compression]] = {
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
 }
-assert set(_COMPRESSION_OF_TYPE) == set(COMPRESSION_TYPES)
+COMPRESSION_TYPES: Final = tuple(_COMPRESSION_OF_TYPE)
 
 
 @dataclass(frozen=True, slots=True)
