@@ -33,9 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from brook_controller.probe import wait_for_convergence, wait_for_leader
-
 from brook.client.admin import Admin, NewTopic
+from brook.controller_probe import wait_for_convergence, wait_for_leader
 from brook.launcher import LocalCluster, Role, Topology
 from brook.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 

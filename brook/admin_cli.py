@@ -318,7 +318,8 @@ def _digest(args: argparse.Namespace, node: NodeDescription) -> str:
     if not args.digests or "GRPC" not in node.endpoints:
         return ""
     import grpc
-    from brook_controller.probe import describe_controller
+
+    from brook.controller_probe import describe_controller
 
     try:
         state = describe_controller(node.endpoints["GRPC"], args.timeout_ms / 1000)

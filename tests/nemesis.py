@@ -61,12 +61,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import grpc
-from brook_controller.probe import wait_for_convergence, wait_for_leader
 from cluster_fixture import ClusterFactory
 from replica_logs import assert_replicas_identical_to_high_watermark, read_to_high_watermarks
 
 from brook.client import Consumer, Producer, TopicPartition
 from brook.client.admin import Admin, NewTopic
+from brook.controller_probe import wait_for_convergence, wait_for_leader
 from brook.errors import ErrorCode, error_code
 from brook.launcher import LocalCluster, ProcessSpec, Role
 from brook.record import build_batch

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from brook_controller.probe import ControllerState, wait_for_convergence, wait_for_leader
 from cluster_fixture import ClusterFactory
 
+from brook.controller_probe import ControllerState, wait_for_convergence, wait_for_leader
 from brook.launcher import LocalCluster, Role
 from brook.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 

@@ -14,15 +14,15 @@ from typing import Any
 import grpc
 import pytest
 from brook_controller.image import MetadataImage
-from brook_controller.probe import (
+from cluster_fixture import ClusterFactory
+
+from brook.client.admin import Admin, NewTopic
+from brook.controller_probe import (
     ControllerState,
     describe_controller,
     wait_for_convergence,
     wait_for_leader,
 )
-from cluster_fixture import ClusterFactory
-
-from brook.client.admin import Admin, NewTopic
 from brook.errors import ErrorCode
 from brook.launcher import LocalCluster, Role
 from brook.v1 import admin_pb2, admin_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc

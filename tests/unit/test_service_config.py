@@ -7,7 +7,7 @@ from brook_controller.config import CONFIG_DEF as CONTROLLER
 from brook_gateway.config import CONFIG_DEF as GATEWAY
 from brook_group_coordinator.config import CONFIG_DEF as GROUP_COORDINATOR
 from brook_storage_node.config import CONFIG_DEF as STORAGE_NODE
-from brook_storage_node.config import log_retention_ms, log_roll_jitter_ms, log_roll_ms
+from brook_storage_node.log.node_config import log_retention_ms, log_roll_jitter_ms, log_roll_ms
 
 from brook.config import Config, ConfigDef, ConfigError, RawSetting
 

@@ -12,13 +12,13 @@ state_machine.py and metadata_view.py).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from brook.metadata.digest import metadata_digest
 from brook.v1 import common_pb2, metadata_pb2
 from brook_controller.placement import Load
 
@@ -29,7 +29,6 @@ __all__ = [
     "cluster_key",
     "configs_key",
     "coordinator_key",
-    "metadata_digest",
     "partition_key",
     "producer_ids_key",
     "topic_family_key",
@@ -301,19 +300,6 @@ class MetadataImage:
 
     def digest(self) -> str:
         return metadata_digest(self.records(), self.offset)
-
-
-def metadata_digest(records: Iterable[metadata_pb2.MetadataRecord], offset: int) -> str:
-    """SHA-256 over the offset and the records (each length-prefixed, deterministic bytes), in
-    the order given: equal for two replicas whose images are equal, whatever their history.
-    A WatchMetadata snapshot is in canonical order, so a tool can compare controllers by
-    digesting what each one streams."""
-    digest = hashlib.sha256(offset.to_bytes(8, "big", signed=True))
-    for record in records:
-        data = _serialize(record)
-        digest.update(len(data).to_bytes(4, "big"))
-        digest.update(data)
-    return digest.hexdigest()
 
 
 _M = TypeVar("_M", bound=Message)

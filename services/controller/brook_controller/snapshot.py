@@ -29,8 +29,9 @@ from typing import Final
 
 from rocksdict import IngestExternalFileOptions, Options, Rdict, SstFileWriter
 
+from brook.metadata.digest import metadata_digest
 from brook.v1 import metadata_pb2
-from brook_controller.image import MetadataImage, metadata_digest
+from brook_controller.image import MetadataImage
 
 __all__ = ["SnapshotContents", "SnapshotError", "read_snapshot", "write_snapshot"]
 

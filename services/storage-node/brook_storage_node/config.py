@@ -8,7 +8,7 @@ directory never share a log dir. Joining the cluster (registration, heartbeats, 
 the shared settings of brook.membership, unless static.topics makes the node stand alone.
 
 Time settings with several units follow Kafka's hierarchy; read them through `log_retention_ms`,
-`log_roll_ms` and `log_roll_jitter_ms`, never the raw keys.
+`log_roll_ms` and `log_roll_jitter_ms` (brook_storage_node.log.node_config), never the raw keys.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from brook.config import (
     INT64_MAX,
     REQUEST_TIMEOUT_MS,
     UNCLEAN_LEADER_ELECTION_ENABLE,
-    Config,
     ConfigKey,
     ConfigType,
     ConfigValue,
@@ -30,7 +29,6 @@ from brook.config import (
     OneOf,
     Range,
     check_not_greater,
-    resolve_duration_ms,
     service_config_def,
     service_data_dir_default,
 )
@@ -44,11 +42,10 @@ from brook.topic_config import (
     LOG_APPEND_TIME,
     SEGMENT_INDEX_BYTES_MIN,
 )
+from brook_storage_node.metadata_source import parse_static_topics
 
-__all__ = ["CONFIG_DEF", "log_retention_ms", "log_roll_jitter_ms", "log_roll_ms"]
+__all__ = ["CONFIG_DEF"]
 
-MS_PER_MINUTE: Final = 60 * 1000
-MS_PER_HOUR: Final = 60 * MS_PER_MINUTE
 # The periodic tasks sleep for these intervals; asyncio's timers overflow near Long.MAX_VALUE.
 INTERVAL_MS_MAX: Final = INT32_MAX
 
@@ -59,12 +56,6 @@ class StaticTopics:
     def __call__(self, value: ConfigValue) -> str | None:
         if not isinstance(value, tuple):
             return "is not a list"
-        if not value:
-            # The default, checked while this module is still loading.
-            return None
-        # Imported here: the parser uses the log package, which imports this module.
-        from brook_storage_node.metadata_source import parse_static_topics
-
         try:
             parse_static_topics(value)
         except ValueError as exc:
@@ -469,28 +460,3 @@ CONFIG_DEF: Final = service_config_def(
         *MEMBERSHIP_CHECKS,
     ),
 )
-
-
-def log_retention_ms(config: Config) -> int:
-    """Effective retention time: log.retention.ms > .minutes > .hours; -1 means unlimited."""
-    ms = resolve_duration_ms(
-        config,
-        (
-            ("log.retention.ms", 1),
-            ("log.retention.minutes", MS_PER_MINUTE),
-            ("log.retention.hours", MS_PER_HOUR),
-        ),
-    )
-    return -1 if ms < 0 else ms
-
-
-def log_roll_ms(config: Config) -> int:
-    """Effective segment age limit: log.roll.ms > log.roll.hours."""
-    return resolve_duration_ms(config, (("log.roll.ms", 1), ("log.roll.hours", MS_PER_HOUR)))
-
-
-def log_roll_jitter_ms(config: Config) -> int:
-    """Effective roll jitter: log.roll.jitter.ms > log.roll.jitter.hours."""
-    return resolve_duration_ms(
-        config, (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", MS_PER_HOUR))
-    )

@@ -29,6 +29,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+# The codec each of Kafka's compression.type values (brook.topic_config) builds with.
 _COMPRESSION_OF_TYPE: Final[Mapping[str, Compression]] = {
     "producer": Compression.NONE,
     "uncompressed": Compression.NONE,

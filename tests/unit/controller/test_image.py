@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from brook_controller.image import TOPIC, MetadataImage, metadata_digest, topic_family_key
+from brook_controller.image import TOPIC, MetadataImage, topic_family_key
 
+from brook.metadata.digest import metadata_digest
 from brook.v1 import metadata_pb2
 
 TOPIC_ID = uuid.UUID(int=1).bytes

@@ -4,6 +4,10 @@ The storage node declares its settings in brook_storage_node.config with Kafka's
 (``log.segment.bytes``, ``log.retention.hours``, ...); a topic's own settings override these
 defaults by the topic-level names (``segment.bytes``, ``retention.ms``, see log_config.py).
 Settings the node does not declare keep Kafka's defaults.
+
+The reading is here, in the log package, as Kafka keeps its server log settings beside
+LogConfig in its storage module: it needs only a parsed ``brook.config.Config``, so the log
+imports nothing of the node (the node's config imports the log, never the reverse).
 """
 
 from __future__ import annotations
@@ -12,15 +16,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from brook.config import Config
+from brook.config import Config, resolve_duration_ms
 from brook.record import TimestampType
 from brook.topic_config import BROKER_SYNONYMS, LOG_APPEND_TIME
-from brook_storage_node.config import log_retention_ms, log_roll_jitter_ms, log_roll_ms
 from brook_storage_node.log.log_config import LONG_MAX, TOPIC_LOG_CONFIG_DEF, LogConfig, field_of
 from brook_storage_node.log.log_manager import LogManagerConfig
 
+MS_PER_MINUTE: Final = 60 * 1000
+MS_PER_HOUR: Final = 60 * MS_PER_MINUTE
+
 # Topic configs whose node default is not one integer setting read as is: durations with unit
-# variants (resolved by brook_storage_node.config's helpers) and the non-integer ones.
+# variants (resolved by the helpers below) and the non-integer ones.
 _RESOLVED_SEPARATELY: Final = frozenset(
     {"segment.ms", "segment.jitter.ms", "retention.ms", "message.timestamp.type", "cleanup.policy"}
 )
@@ -85,3 +91,28 @@ def node_log_manager_config(config: Config) -> LogManagerConfig:
     """The log manager's settings: data directories, threads and background intervals."""
     log_dirs = tuple(Path(path) for path in config.get_list("log.dirs"))
     return LogManagerConfig(log_dirs=log_dirs, **_given(config, _MANAGER_FIELDS))
+
+
+def log_retention_ms(config: Config) -> int:
+    """Effective retention time: log.retention.ms > .minutes > .hours; -1 means unlimited."""
+    ms = resolve_duration_ms(
+        config,
+        (
+            ("log.retention.ms", 1),
+            ("log.retention.minutes", MS_PER_MINUTE),
+            ("log.retention.hours", MS_PER_HOUR),
+        ),
+    )
+    return -1 if ms < 0 else ms
+
+
+def log_roll_ms(config: Config) -> int:
+    """Effective segment age limit: log.roll.ms > log.roll.hours."""
+    return resolve_duration_ms(config, (("log.roll.ms", 1), ("log.roll.hours", MS_PER_HOUR)))
+
+
+def log_roll_jitter_ms(config: Config) -> int:
+    """Effective roll jitter: log.roll.jitter.ms > log.roll.jitter.hours."""
+    return resolve_duration_ms(
+        config, (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", MS_PER_HOUR))
+    )

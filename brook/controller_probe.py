@@ -4,7 +4,7 @@ and the benchmark.
 
 The digest is computed from the snapshot a controller streams first on WatchMetadata, so it
 needs no RPC of its own: controllers whose images are equal give equal digests (see
-``image.metadata_digest``). Compare digests only at equal offsets.
+``brook.metadata.digest``). Compare digests only at equal offsets.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from brook.metadata.digest import metadata_digest
 from brook.v1 import controller_pb2, controller_pb2_grpc
-from brook_controller.image import metadata_digest
 
 __all__ = ["ControllerState", "describe_controller", "wait_for_convergence", "wait_for_leader"]
 
