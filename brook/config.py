@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import importlib
-import ipaddress
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Protocol
+
+from brook.rpc.addresses import format_address, parse_address
 
 INT32_MIN: Final = -(2**31)
 INT32_MAX: Final = 2**31 - 1
@@ -135,7 +136,7 @@ class _Address:
     @property
     def address(self) -> str:
         """host:port, IPv6 hosts bracketed: what grpc and socket APIs take."""
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return format_address(self.host, self.port)
 
 
 @dataclass(frozen=True)
@@ -171,41 +172,18 @@ class Voter(_Address):
         return f"{self.node_id}@{self.address}"
 
 
-_HOST_LABEL: Final = r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
-_HOSTNAME_RE: Final = re.compile(rf"^(?=.{{1,253}}$){_HOST_LABEL}(\.{_HOST_LABEL})*$")
 _LISTENER_NAME_RE: Final = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _UNROUTABLE_HOSTS: Final = frozenset({"0.0.0.0", "::"})
 
 
 def parse_host_port(text: str) -> HostPort:
     """Parses host:port ([v6]:port for IPv6). Raises ValueError with the reason."""
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0 or text[end + 1 : end + 2] != ":":
-            raise ValueError(f"'{text}' is not [ipv6]:port")
-        host, port_text = text[1:end], text[end + 2 :]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ValueError(f"'{host}' is not an IPv6 address") from None
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep:
-            raise ValueError(f"'{text}' has no port (expected host:port)")
-        if not host:
-            raise ValueError(
-                f"'{text}' has no host (expected host:port; 0.0.0.0 means every interface)"
-            )
-        if ":" in host:
-            raise ValueError(f"'{text}': write IPv6 addresses in brackets, [{host}]:{port_text}")
-        if not _HOSTNAME_RE.match(host):
-            raise ValueError(f"'{host}' is not a valid host name or address")
-    if not port_text.isdigit():
-        raise ValueError(f"port '{port_text}' is not a number")
-    port = int(port_text)
-    if not 1 <= port <= 65535:
-        raise ValueError(f"port {port} is outside 1..65535")
-    return HostPort(host, port)
+    host, sep, _ = text.rpartition(":")
+    if sep and not host:
+        raise ValueError(
+            f"'{text}' has no host (expected host:port; 0.0.0.0 means every interface)"
+        )
+    return HostPort(*parse_address(text))
 
 
 def parse_listeners(entries: Iterable[str]) -> tuple[Listener, ...]:

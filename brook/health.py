@@ -17,6 +17,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from brook.rpc.addresses import parse_address
+
 HEALTH_CHECK_TIMEOUT_MS_DEFAULT = 2000
 # One RPC of a wait loop; short so a wait notices a dead process or an interrupt quickly.
 _POLL_RPC_TIMEOUT_MS = 1000
@@ -57,17 +59,11 @@ class HealthResult:
         return f"{self.address}: {self.status.value}{suffix}"
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6); ValueError naming the input if malformed."""
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
-        raise ValueError(f"invalid address {address!r}: expected HOST:PORT")
-    port = int(port_text)
-    if not 0 < port < 65536:
-        raise ValueError(f"invalid address {address!r}: port must be 1-65535")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, port
+def _check_address(address: str) -> None:
+    try:
+        parse_address(address)
+    except ValueError as e:
+        raise ValueError(f"invalid address {address!r}: {e}") from None
 
 
 def _check(stub: Any, address: str, service: str, timeout_ms: int) -> HealthResult:
@@ -97,7 +93,7 @@ def check_health(
     address: str, *, timeout_ms: int = HEALTH_CHECK_TIMEOUT_MS_DEFAULT, service: str = ""
 ) -> HealthResult:
     """One health check of ``service`` ("" is the whole server) at ``address``."""
-    parse_address(address)
+    _check_address(address)
     if timeout_ms <= 0:
         raise ValueError(f"timeout_ms must be > 0, got {timeout_ms}")
     with grpc.insecure_channel(address, options=_CHANNEL_OPTIONS) as channel:
@@ -116,7 +112,7 @@ def wait_until_serving(
     returns a reason (for example: the process exited). Returns the last result; the caller
     decides whether anything but SERVING is an error.
     """
-    parse_address(address)
+    _check_address(address)
     if timeout_ms <= 0:
         raise ValueError(f"timeout_ms must be > 0, got {timeout_ms}")
     deadline = time.monotonic() + timeout_ms / 1000

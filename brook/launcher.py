@@ -60,6 +60,7 @@ from typing import Any, Self
 from brook.config import ENV_PREFIX
 from brook.health import HealthStatus, wait_until_serving
 from brook.ports import allocate_free_port_block, allocate_free_ports, port_is_free
+from brook.rpc.addresses import format_address
 
 _log = logging.getLogger(__name__)
 
@@ -248,7 +249,7 @@ class ProcessSpec:
             port = self.ports[listener]
         except KeyError:
             raise ClusterError(f"{self.name} has no {listener} listener") from None
-        return f"{self.host}:{port}"
+        return format_address(self.host, port)
 
     @property
     def grpc_address(self) -> str:
@@ -256,7 +257,9 @@ class ProcessSpec:
 
     def listeners_value(self) -> str:
         """The ``listeners`` setting: ``NAME://host:port,...``."""
-        return ",".join(f"{name}://{self.host}:{port}" for name, port in self.ports.items())
+        return ",".join(
+            f"{name}://{format_address(self.host, port)}" for name, port in self.ports.items()
+        )
 
 
 @dataclass(frozen=True)
@@ -780,7 +783,7 @@ class LocalCluster:
             for node_id, port in self.kafka_node_ports(spec.name).items()
         ]
         taken = [
-            f"{spec.name} {listener} {spec.host}:{port}"
+            f"{spec.name} {listener} {format_address(spec.host, port)}"
             for spec, listener, port in listeners
             if not port_is_free(spec.host, port)
         ]

@@ -45,6 +45,7 @@ from brook.client.group.protocol import CONSUMER_PROTOCOL_TYPE, decode_assignmen
 from brook.client.types import TopicPartition
 from brook.config import ConfigError, parse_host_port
 from brook.errors import ErrorCode, error_code
+from brook.rpc.addresses import format_address, listener_address
 from brook.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -268,13 +269,6 @@ class PartitionLag:
     lag: int | None
 
 
-def _grpc_address(endpoints: Iterable[common_pb2.Endpoint]) -> str | None:
-    for endpoint in endpoints:
-        if endpoint.listener == "GRPC":
-            return f"{endpoint.host}:{endpoint.port}"
-    return None
-
-
 def _unreachable(error: grpc.RpcError, address: str) -> str:
     """What to report when ``address`` could not be reached (the caller tries again or
     elsewhere); any other failure of the call is the server's error and is raised."""
@@ -311,7 +305,7 @@ def _describe_node(node: admin_pb2.NodeDescription) -> NodeDescription:
     return NodeDescription(
         node_id=node.node_id,
         role=common_pb2.NodeRole.Name(node.role).removeprefix("NODE_ROLE_").lower(),
-        endpoints={e.listener: f"{e.host}:{e.port}" for e in node.endpoints},
+        endpoints={e.listener: format_address(e.host, e.port) for e in node.endpoints},
         rack=node.rack,
         fenced=node.fenced,
         in_controlled_shutdown=node.in_controlled_shutdown,
@@ -423,7 +417,7 @@ class Admin:
                 continue
             for voter in quorum.voters:
                 leader = (
-                    _grpc_address(voter.endpoints) if voter.node_id == quorum.leader_id else None
+                    listener_address(voter.endpoints) if voter.node_id == quorum.leader_id else None
                 )
                 if leader is not None:
                     return leader
@@ -732,7 +726,7 @@ class Admin:
                 continue
             found = answer.coordinators[0]
             code = error_code(found.error_code)
-            owner = _grpc_address(found.endpoints)
+            owner = listener_address(found.endpoints)
             if code is ErrorCode.NONE and owner is not None:
                 return found.node_id, owner
             if code is not ErrorCode.NONE and code not in _COORDINATOR_RETRY_CODES:

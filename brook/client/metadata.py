@@ -24,13 +24,13 @@ from brook.client.config import RetryBackoff
 from brook.client.network import Network, rpc_error
 from brook.client.runtime import Notifier, Wakeup, backoff_s
 from brook.errors import ErrorCode, error_code
+from brook.rpc.addresses import listener_address
 from brook.v1 import common_pb2, storage_pb2
 
 __all__ = ["EMPTY_CLUSTER", "ClusterView", "Metadata", "PartitionInfo", "TopicInfo"]
 
 _log = logging.getLogger(__name__)
 
-GRPC_LISTENER = "GRPC"
 # Topic errors that mean "no such topic" rather than "try again shortly".
 _MISSING_TOPIC_CODES = frozenset(
     {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_TOPIC_EXCEPTION}
@@ -85,17 +85,6 @@ class ClusterView:
 EMPTY_CLUSTER = ClusterView()
 
 
-def _address(broker: storage_pb2.BrokerMetadata) -> str | None:
-    endpoints = list(broker.endpoints)
-    chosen = next((e for e in endpoints if e.listener == GRPC_LISTENER), None)
-    if chosen is None and endpoints:
-        chosen = endpoints[0]
-    if chosen is None:
-        return None
-    host = f"[{chosen.host}]" if ":" in chosen.host else chosen.host
-    return f"{host}:{chosen.port}"
-
-
 def _topic_info(topic: storage_pb2.TopicMetadata) -> TopicInfo | None:
     by_id = {p.partition: p for p in topic.partitions}
     # Kafka numbers a topic's partitions 0..n-1; an answer with gaps is not usable yet.
@@ -119,7 +108,7 @@ def parse_metadata(
             common_pb2.NODE_ROLE_STORAGE_NODE,
         ):
             continue
-        address = _address(broker)
+        address = listener_address(broker.endpoints)
         if address is not None:
             brokers[broker.node_id] = address
     topics: dict[str, TopicInfo] = {}

@@ -31,8 +31,9 @@ import grpc
 from brook.client.config import RetryBackoff
 from brook.client.network import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS, rpc_error
 from brook.client.runtime import backoff_s
-from brook.config import Config, HostPort, parse_host_port
+from brook.config import Config, parse_host_port
 from brook.errors import ErrorCode, error_code
+from brook.rpc.addresses import listener_address
 from brook.v1 import admin_pb2, admin_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
 
 # Enough to walk a 5-controller quorum twice and follow a hint after each step.
 ATTEMPTS_MAX: Final = 20
-GRPC_LISTENER: Final = "GRPC"
 # The codes after which another controller (or the same one, later) may answer differently.
 _RETRY_CODES: Final = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 _RETRY_STATUSES: Final = frozenset(
@@ -112,10 +112,7 @@ def hint_address(hint: common_pb2.NodeHint) -> str | None:
     """host:port of the hinted node's GRPC endpoint, None if the hint names none."""
     if hint.node_id < 0:
         return None
-    for endpoint in hint.endpoints:
-        if endpoint.listener == GRPC_LISTENER and endpoint.host and 0 < endpoint.port < 65536:
-            return HostPort(endpoint.host, endpoint.port).address
-    return None
+    return listener_address(hint.endpoints)
 
 
 class ControllerClient:

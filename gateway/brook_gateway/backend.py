@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from brook.errors import ErrorCode
+from brook.rpc.addresses import GRPC_LISTENER
 from brook.v1 import common_pb2
-from brook_gateway.cluster_view import GRPC_LISTENER, ClusterImage
+from brook_gateway.cluster_view import ClusterImage
 from brook_gateway.upstream import Upstreams
 
 __all__ = ["Backend", "Routed"]

@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
+from brook.rpc.addresses import GRPC_LISTENER, listener_address
 from brook.v1 import common_pb2, metadata_pb2
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "NO_NODE",
     "ClusterImage",
     "KafkaBroker",
+    "NodeEndpoint",
     "NodeInfo",
     "PartitionState",
     "TopicState",
@@ -39,7 +41,6 @@ __all__ = [
 ]
 
 NO_NODE: Final = -1
-GRPC_LISTENER: Final = "GRPC"
 KAFKA_LISTENER: Final = "PLAINTEXT"
 # The endpoint a gateway with per-broker ports registers: its advertised PLAINTEXT host and
 # port kafka.node.port.base; broker n is at base + n.
@@ -55,20 +56,24 @@ def node_port(base: int, node_id: int) -> int | None:
     return base + node_id
 
 
+class NodeEndpoint(NamedTuple):
+    listener: str
+    host: str
+    port: int
+
+
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     node_id: int
     role: int
-    endpoints: tuple[tuple[str, str, int], ...]
-    """(listener, host, port)."""
+    endpoints: tuple[NodeEndpoint, ...]
     rack: str
     fenced: bool
 
     def address(self, listener: str) -> str | None:
-        for name, host, port in self.endpoints:
-            if name == listener:
-                return f"{host}:{port}"
-        return None
+        """``host:port`` of ``listener`` (IPv6 bracketed), for gRPC; Kafka's Metadata takes
+        host and port from ``endpoints`` unformatted."""
+        return listener_address(self.endpoints, listener)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +151,7 @@ class ClusterImage:
             self.nodes[b.node_id] = NodeInfo(
                 b.node_id,
                 b.role,
-                tuple((e.listener, e.host, e.port) for e in b.endpoints),
+                tuple(NodeEndpoint(e.listener, e.host, e.port) for e in b.endpoints),
                 b.rack,
                 b.fenced,
             )

@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
 from brook.errors import ErrorCode, error_code
+from brook.rpc.addresses import GRPC_LISTENER, Endpoint, listener_address
 from brook.v1 import common_pb2, group_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import GRPC_LISTENER, NO_NODE, KafkaBroker
+from brook_gateway.cluster_view import NO_NODE, KafkaBroker
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.upstream import UpstreamError
@@ -90,13 +91,6 @@ class Owner:
     """The coordinator's GRPC address."""
 
 
-def _grpc_address(endpoints: Any) -> str | None:
-    for e in endpoints:
-        if e.listener == GRPC_LISTENER:
-            return f"{e.host}:{e.port}"
-    return None
-
-
 class GroupRouter:
     """Finds the coordinator owning each group and forwards group calls to it."""
 
@@ -110,8 +104,8 @@ class GroupRouter:
             del self._owners[next(iter(self._owners))]
         self._owners[group_id] = owner
 
-    def _address_of(self, node_id: int, endpoints: Any) -> str | None:
-        address = _grpc_address(endpoints)
+    def _address_of(self, node_id: int, endpoints: Iterable[Endpoint]) -> str | None:
+        address = listener_address(endpoints)
         if address is None:
             node = self._backend.image.nodes.get(node_id)
             address = None if node is None else node.address(GRPC_LISTENER)

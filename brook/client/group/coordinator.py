@@ -66,6 +66,7 @@ from brook.client.network import Network, rpc_error
 from brook.client.runtime import Notifier, Wakeup, backoff_s
 from brook.client.types import TopicPartition
 from brook.errors import ErrorCode, error_code
+from brook.rpc.addresses import listener_address
 from brook.v1 import common_pb2, group_pb2, storage_pb2
 
 __all__ = [
@@ -79,7 +80,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_GRPC_LISTENER = "GRPC"
 _OFFSETS_TOPIC = "__consumer_offsets"
 # Answers that mean "this is not (or not yet) the coordinator to ask".
 COORDINATOR_ERRORS = frozenset(
@@ -119,19 +119,6 @@ class MemberState(enum.Enum):
     STABLE = "stable"
 
 
-def _endpoint_address(endpoints: Iterable[common_pb2.Endpoint]) -> str | None:
-    chosen = None
-    for endpoint in endpoints:
-        if endpoint.listener == _GRPC_LISTENER:
-            chosen = endpoint
-            break
-        chosen = chosen or endpoint
-    if chosen is None or not chosen.host or chosen.port <= 0:
-        return None
-    host = f"[{chosen.host}]" if ":" in chosen.host else chosen.host
-    return f"{host}:{chosen.port}"
-
-
 def storage_node_locator(
     metadata: Metadata, network: Network, bootstrap_servers: Sequence[str], timeout_s: float
 ) -> CoordinatorLocator:
@@ -149,7 +136,7 @@ def storage_node_locator(
             except grpc.aio.AioRpcError:
                 continue
             found = [
-                _endpoint_address(b.endpoints)
+                listener_address(b.endpoints)
                 for b in response.brokers
                 if b.role == common_pb2.NODE_ROLE_GROUP_COORDINATOR and not b.fenced
             ]
@@ -265,7 +252,7 @@ class ConsumerCoordinator:
     def _forget_coordinator(self, hint: common_pb2.NodeHint | None = None) -> None:
         self._coordinator = None
         if hint is not None and hint.node_id >= 0:
-            address = _endpoint_address(hint.endpoints)
+            address = listener_address(hint.endpoints)
             if address is not None:
                 self._coordinator = (hint.node_id, address)
 
@@ -294,7 +281,7 @@ class ConsumerCoordinator:
                 continue
             code = error_code(found.error_code)
             if code is ErrorCode.NONE:
-                target = _endpoint_address(found.endpoints)
+                target = listener_address(found.endpoints)
                 if target is not None:
                     self._coordinator = (found.node_id, target)
                     return target

@@ -13,30 +13,18 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from brook.rpc.addresses import listener_address
 from brook.v1 import common_pb2, controller_pb2, metadata_pb2
 from brook_group_coordinator.directory import CoordinatorDirectory
 from brook_group_coordinator.ownership import OFFSETS_TOPIC
 
-__all__ = ["GRPC_LISTENER", "ClusterMetadata", "PartitionLeader", "endpoint_address"]
-
-GRPC_LISTENER = "GRPC"
+__all__ = ["ClusterMetadata", "PartitionLeader"]
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionLeader:
     node_id: int  # -1: offline
     leader_epoch: int
-
-
-def endpoint_address(endpoints: tuple[common_pb2.Endpoint, ...]) -> str | None:
-    """host:port of the GRPC endpoint (the first one if none is named GRPC)."""
-    chosen = next((e for e in endpoints if e.listener == GRPC_LISTENER), None)
-    if chosen is None and endpoints:
-        chosen = endpoints[0]
-    if chosen is None:
-        return None
-    host = f"[{chosen.host}]" if ":" in chosen.host else chosen.host
-    return f"{host}:{chosen.port}"
 
 
 class ClusterMetadata:
@@ -106,12 +94,12 @@ class ClusterMetadata:
         broker = self._brokers.get(leader.node_id)
         if broker is None:
             return None
-        address = endpoint_address(tuple(broker.endpoints))
+        address = listener_address(broker.endpoints)
         return None if address is None else (leader, address)
 
     def address_of(self, node_id: int) -> str | None:
         broker = self._brokers.get(node_id)
-        return None if broker is None else endpoint_address(tuple(broker.endpoints))
+        return None if broker is None else listener_address(broker.endpoints)
 
     async def wait_for_change(self, timeout_s: float) -> bool:
         """Whether an update was applied within ``timeout_s``."""

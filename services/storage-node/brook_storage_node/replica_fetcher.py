@@ -46,6 +46,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from brook.config import Config
 from brook.errors import ErrorCode, error_code
 from brook.logs import RepeatLimiter
+from brook.rpc.addresses import listener_address
 from brook.telemetry import meter
 from brook.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from brook_storage_node.log import TopicPartition
@@ -56,7 +57,6 @@ __all__ = ["FetcherSettings", "LeaderFetcher", "ReplicaFetchers", "truncation_of
 
 _log = logging.getLogger(__name__)
 
-GRPC_LISTENER: Final = "GRPC"
 # Back-off after repeated stream failures grows to this multiple of replica.fetch.backoff.ms.
 BACKOFF_GROWTH_MAX: Final = 10
 # A response may take max_wait_ms; beyond this margin on top the stream counts as dead.
@@ -271,14 +271,9 @@ class ReplicaFetchers:
 
     def _open(self, leader_id: int) -> _Stream:
         broker = self._view.broker(leader_id)
-        endpoints = broker.endpoints if broker is not None else ()
-        chosen = next((e for e in endpoints if e.listener == GRPC_LISTENER), None)
-        if chosen is None and endpoints:
-            chosen = endpoints[0]
-        if chosen is None:
+        address = listener_address(broker.endpoints) if broker is not None else None
+        if address is None:
             raise ConnectionError(f"the metadata gives no address for node {leader_id}")
-        host = f"[{chosen.host}]" if ":" in chosen.host else chosen.host
-        address = f"{host}:{chosen.port}"
         channel = grpc.aio.insecure_channel(
             address,
             options=[

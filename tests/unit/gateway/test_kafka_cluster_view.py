@@ -465,3 +465,25 @@ def test_metadata_for_an_unknown_topic_name_has_the_zero_topic_id() -> None:
         assert (topic["name"], topic["topic_id"]) == ("nope", bytes(16))
 
     run(scenario())
+
+
+def test_an_ipv6_node_is_routed_to_bracketed_and_shown_to_kafka_clients_unbracketed() -> None:
+    image = ClusterImage()
+    ipv6 = [
+        metadata_pb2.MetadataRecord(
+            broker=metadata_pb2.BrokerRecord(
+                node_id=node_id,
+                role=role,  # type: ignore[arg-type]
+                endpoints=[common_pb2.Endpoint(listener=listener, host="::1", port=port)],
+            )
+        )
+        for node_id, role, listener, port in [
+            (1, common_pb2.NODE_ROLE_STORAGE_NODE, "GRPC", 7001),
+            (3001, common_pb2.NODE_ROLE_GATEWAY, "PLAINTEXT", 9092),
+        ]
+    ]
+    image.apply(True, 1, ipv6)
+    # gRPC reads an unbracketed "::1:7001" as a host name; the gateway must dial "[::1]:7001".
+    assert image.storage_address(1) == "[::1]:7001"
+    # Kafka's Metadata carries host and port apart: the host stays a bare IPv6 literal.
+    assert [(b.node_id, b.host, b.port) for b in image.kafka_brokers()] == [(1, "::1", 9092)]
