@@ -36,6 +36,7 @@ from brook.config import (
     check_not_greater,
 )
 from brook.record import Compression
+from brook.rpc.backoff import RetryBackoff
 from brook.v1 import common_pb2, storage_pb2
 
 __all__ = [
@@ -499,14 +500,6 @@ class OffsetResetStrategy(enum.Enum):
     EARLIEST = "earliest"
     LATEST = "latest"
     NONE = "none"
-
-
-@dataclass(frozen=True, slots=True)
-class RetryBackoff:
-    """Kafka's exponential back-off: base * 2^(attempt-1), capped, with +-20% jitter."""
-
-    base_ms: int
-    max_ms: int
 
 
 @dataclass(frozen=True, slots=True)

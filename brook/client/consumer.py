@@ -66,7 +66,6 @@ from brook.client.group.coordinator import (
     storage_node_locator,
 )
 from brook.client.metadata import Metadata
-from brook.client.network import Network
 from brook.client.runtime import (
     AsyncClosing,
     Closing,
@@ -78,6 +77,7 @@ from brook.client.runtime import (
     drive_async,
 )
 from brook.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from brook.rpc.channels import Network
 from brook.v1 import storage_pb2
 
 __all__ = ["AsyncConsumer", "Consumer", "PartitionsCallback"]

@@ -28,8 +28,7 @@ import grpc
 from brook.client.config import ConsumerConfig, OffsetResetStrategy
 from brook.client.errors import ApiError, ClientTimeoutError, OffsetOutOfRangeError, api_error
 from brook.client.metadata import Metadata
-from brook.client.network import Network, rpc_error
-from brook.client.runtime import Notifier, Wakeup, backoff_s
+from brook.client.runtime import Notifier, Wakeup
 from brook.client.sender import METADATA_REFRESH_CODES
 from brook.client.types import ConsumerRecord, TopicPartition
 from brook.errors import ErrorCode, error_code
@@ -41,6 +40,9 @@ from brook.record import (
     decode_records,
     read_header,
 )
+from brook.rpc.backoff import backoff_s
+from brook.rpc.channels import Network
+from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2
 
 __all__ = ["CompletedFetch", "Fetcher", "PartitionState", "SubscriptionState"]

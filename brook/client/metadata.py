@@ -20,11 +20,12 @@ from types import MappingProxyType
 
 import grpc
 
-from brook.client.config import RetryBackoff
-from brook.client.network import Network, rpc_error
-from brook.client.runtime import Notifier, Wakeup, backoff_s
+from brook.client.runtime import Notifier, Wakeup
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import listener_address
+from brook.rpc.backoff import RetryBackoff, backoff_s
+from brook.rpc.channels import Network
+from brook.rpc.errors import rpc_error
 from brook.v1 import common_pb2, storage_pb2
 
 __all__ = ["EMPTY_CLUSTER", "ClusterView", "Metadata", "PartitionInfo", "TopicInfo"]

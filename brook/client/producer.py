@@ -42,7 +42,6 @@ from brook.client.errors import (
 )
 from brook.client.idempotence import IdempotenceState
 from brook.client.metadata import Metadata
-from brook.client.network import Network
 from brook.client.runtime import (
     AsyncClosing,
     Closing,
@@ -55,6 +54,7 @@ from brook.client.runtime import (
 )
 from brook.client.sender import Sender
 from brook.client.types import Header, RecordMetadata
+from brook.rpc.channels import Network
 
 __all__ = ["AsyncProducer", "Producer"]
 

@@ -19,13 +19,11 @@ import abc
 import asyncio
 import concurrent.futures
 import contextlib
-import random
 import threading
 from collections.abc import Coroutine, Generator
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from brook.client.config import RetryBackoff
 from brook.client.errors import ClientClosedError, ClientTimeoutError
 
 __all__ = [
@@ -35,7 +33,6 @@ __all__ = [
     "Notifier",
     "Steps",
     "Wakeup",
-    "backoff_s",
     "drive",
     "drive_async",
     "resolve_future",
@@ -43,21 +40,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-# Kafka's ExponentialBackoff jitter: each wait is scaled by a random factor in [0.8, 1.2].
-BACKOFF_JITTER = 0.2
 # How long stopping a LoopThread waits for its tasks to finish after cancelling them.
 LOOP_STOP_TIMEOUT_S = 5.0
-
-
-def backoff_s(backoff: RetryBackoff, attempts: int) -> float:
-    """The wait before attempt ``attempts + 1``: Kafka's exponential back-off with jitter."""
-    if backoff.max_ms <= backoff.base_ms:
-        return backoff.base_ms / 1000
-    exponent = min(max(attempts - 1, 0), 30)
-    wait_ms = min(backoff.base_ms * (2**exponent), backoff.max_ms)
-    jitter = random.uniform(1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER)
-    wait_s: float = min(wait_ms * jitter, backoff.max_ms) / 1000
-    return wait_s
 
 
 def resolve_future(future: asyncio.Future[None]) -> None:

@@ -35,9 +35,11 @@ from brook.client.errors import (
 )
 from brook.client.idempotence import FENCING_CODES, Verdict, verdict
 from brook.client.metadata import Metadata
-from brook.client.network import Network, rpc_error
-from brook.client.runtime import Wakeup, backoff_s
+from brook.client.runtime import Wakeup
 from brook.errors import ErrorCode, error_code
+from brook.rpc.backoff import backoff_s
+from brook.rpc.channels import Network
+from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2
 
 __all__ = ["METADATA_REFRESH_CODES", "Sender"]

@@ -28,12 +28,12 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 import grpc
 
-from brook.client.config import RetryBackoff
-from brook.client.network import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS, rpc_error
-from brook.client.runtime import backoff_s
 from brook.config import Config, parse_host_port
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import listener_address
+from brook.rpc.backoff import RetryBackoff, backoff_s
+from brook.rpc.channels import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
+from brook.rpc.errors import rpc_error
 from brook.v1 import admin_pb2, admin_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
 __all__ = [

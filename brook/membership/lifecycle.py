@@ -36,14 +36,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from brook.client.config import RetryBackoff
-from brook.client.runtime import backoff_s
 from brook.config import Config, Listener
 from brook.errors import ErrorCode
 from brook.membership.controller_client import ControllerClient, ControllerUnavailableError
 from brook.membership.lease import BrokerLease, LeaseListener
 from brook.membership.meta_properties import MetaPropertiesError, MetaPropertiesStore
 from brook.membership.metadata_watcher import AppliedMetadataOffset
+from brook.rpc.backoff import RetryBackoff, backoff_s
 from brook.v1 import admin_pb2, common_pb2, controller_pb2
 
 __all__ = [

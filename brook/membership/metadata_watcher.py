@@ -30,9 +30,9 @@ from typing import Final
 
 import grpc
 
-from brook.client.network import rpc_error
-from brook.client.runtime import backoff_s
 from brook.membership.controller_client import ControllerClient
+from brook.rpc.backoff import backoff_s
+from brook.rpc.errors import rpc_error
 from brook.v1 import controller_pb2
 
 __all__ = ["WATCH_IDLE_RECONNECT_S", "AppliedMetadataOffset", "MetadataWatcher"]

@@ -1,7 +1,7 @@
 """The gateway's gRPC side: one channel per node address, reused by every Kafka connection,
 and the calls that reach the active controller and the group coordinators.
 
-A failed call becomes a Kafka error code (brook.client.network.rpc_error), so handlers answer
+A failed call becomes a Kafka error code (brook.rpc.errors.rpc_error), so handlers answer
 clients in one vocabulary whether a node answered with a code or did not answer at all.
 
 Every call made while a Kafka request's span is recorded gets a CLIENT span of its own, a child
@@ -19,15 +19,14 @@ from typing import Any, Final, TypeVar
 import grpc
 from opentelemetry import propagate, trace
 
-from brook.client.network import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS, rpc_error
 from brook.errors import ErrorCode, error_code
+from brook.rpc.channels import ENVELOPE_BYTES_MAX, KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
+from brook.rpc.errors import rpc_error
 from brook.telemetry import tracer
 from brook.v1 import admin_pb2_grpc, group_pb2_grpc, replica_pb2_grpc, storage_pb2_grpc
 
 __all__ = ["UpstreamError", "Upstreams"]
 
-# Room for the protobuf envelope around record bytes.
-_ENVELOPE_BYTES_MAX: Final = 64 * 1024
 # Codes after which another controller may succeed (the answering one is not the leader).
 _CONTROLLER_RETRY_CODES: Final = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 _T = TypeVar("_T")
@@ -56,8 +55,8 @@ class Upstreams:
             tracer(__name__) if tracer_provider is None else tracer_provider.get_tracer(__name__)
         )
         self._options: list[tuple[str, Any]] = [
-            ("grpc.max_send_message_length", message_bytes_max + _ENVELOPE_BYTES_MAX),
-            ("grpc.max_receive_message_length", message_bytes_max + _ENVELOPE_BYTES_MAX),
+            ("grpc.max_send_message_length", message_bytes_max + ENVELOPE_BYTES_MAX),
+            ("grpc.max_receive_message_length", message_bytes_max + ENVELOPE_BYTES_MAX),
             ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.keepalive_permit_without_calls", 0),

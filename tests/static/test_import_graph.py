@@ -1,12 +1,14 @@
 """The import graph of Brook's packages, read from the source (ast, nothing imported).
 
-Three rules (docs/decisions.md, "Layout and packaging"):
+Four rules (docs/decisions.md, "Layout and packaging" and "RPC plumbing"):
 - no import cycle between modules, counting imports inside functions too (a function-local
   import hides a cycle, it does not remove it); only ``if TYPE_CHECKING:`` imports are left out,
   since they never run;
 - the storage node's log package is a library: it imports nothing from the rest of
   ``brook_storage_node``;
-- ``brook`` is what the services share, so it imports no service package.
+- ``brook`` is what the services share, so it imports no service package;
+- a service imports nothing of the client SDK but the consumer protocol it reads
+  (``brook.client.group.protocol``): backoff, error mapping and channels are ``brook.rpc``'s.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ SERVICE_PACKAGES = (
     "brook_gateway",
 )
 LOG_PACKAGE = "brook_storage_node.log"
+# The SDK module a service may import: the group coordinator decodes consumer subscriptions.
+CLIENT_MODULES_SERVICES_USE = ("brook.client.group.protocol",)
 
 
 def _package_dirs() -> list[Path]:
@@ -184,6 +188,20 @@ def test_brook_imports_no_service_package() -> None:
     found = _imports_from(
         "brook", lambda target: any(_within(target, service) for service in SERVICE_PACKAGES)
     )
+    assert not found, "\n".join(found)
+
+
+def test_services_import_no_client_sdk_but_the_consumer_protocol() -> None:
+    found = [
+        line
+        for service in SERVICE_PACKAGES
+        for line in _imports_from(
+            service,
+            lambda target: (
+                _within(target, "brook.client") and target not in CLIENT_MODULES_SERVICES_USE
+            ),
+        )
+    ]
     assert not found, "\n".join(found)
 
 

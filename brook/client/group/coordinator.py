@@ -62,11 +62,13 @@ from brook.client.group.protocol import (
     encode_subscription,
 )
 from brook.client.metadata import Metadata
-from brook.client.network import Network, rpc_error
-from brook.client.runtime import Notifier, Wakeup, backoff_s
+from brook.client.runtime import Notifier, Wakeup
 from brook.client.types import TopicPartition
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import listener_address
+from brook.rpc.backoff import backoff_s
+from brook.rpc.channels import Network
+from brook.rpc.errors import rpc_error
 from brook.v1 import common_pb2, group_pb2, storage_pb2
 
 __all__ = [

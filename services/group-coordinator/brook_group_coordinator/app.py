@@ -36,10 +36,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
-from brook.client.config import RetryBackoff
-from brook.client.runtime import backoff_s
 from brook.config import Config
 from brook.membership import ClusterMembership
+from brook.rpc.backoff import RetryBackoff, backoff_s
 from brook.server import ServiceContext, ServiceSpec, make_directories
 from brook.v1 import common_pb2, controller_pb2, group_pb2_grpc
 from brook_group_coordinator.cluster_metadata import ClusterMetadata

@@ -24,8 +24,8 @@ appended while a partition loads are this coordinator's own, applied as they are
 Routing comes from the coordinator's metadata (``ClusterMetadata``, fed by WatchMetadata).
 A leader that moved (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, a node that does not answer)
 is retried after the next metadata update or a back-off, whichever comes first, and only while
-the request's time allows. Channels and the mapping of transport failures to Kafka codes are
-the SDK's (``brook.client.network``).
+the request's time allows. Channels, back-off and the mapping of transport failures to Kafka codes
+are every Brook client's (``brook.rpc``).
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ from typing import Final, TypeVar
 
 import grpc
 
-from brook.client.config import RetryBackoff
-from brook.client.network import Network, rpc_error
-from brook.client.runtime import backoff_s
 from brook.config import Config
 from brook.errors import BrookError, ErrorCode, error_code
 from brook.record import BatchHeader, CorruptRecordError, iter_records, scan_batches
 from brook.record import build_batch as build_record_batch
 from brook.record.varint import INT32_MAX
+from brook.rpc.backoff import RetryBackoff, backoff_s
+from brook.rpc.channels import Network
+from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2, storage_pb2_grpc
 from brook_group_coordinator.cluster_metadata import ClusterMetadata, PartitionLeader
 from brook_group_coordinator.fencing import (

@@ -35,10 +35,10 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from brook.client.config import RetryBackoff
 from brook.config import Config
 from brook.errors import ErrorCode
 from brook.membership import AppliedMetadataOffset, ClusterMembership
+from brook.rpc.backoff import RetryBackoff
 from brook.server import ServiceContext, ServiceSpec, make_directories
 from brook.v1 import common_pb2, controller_pb2, replica_pb2_grpc, storage_pb2_grpc
 from brook_storage_node.config import CONFIG_DEF

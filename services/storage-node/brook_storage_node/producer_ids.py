@@ -24,9 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from brook.client.config import RetryBackoff
-from brook.client.runtime import backoff_s
 from brook.errors import ErrorCode
+from brook.rpc.backoff import RetryBackoff, backoff_s
 
 __all__ = [
     "FETCH_ATTEMPTS_MAX",

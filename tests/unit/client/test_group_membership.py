@@ -27,9 +27,9 @@ from brook.client.config import consumer_config
 from brook.client.errors import CommitFailedError, FencedInstanceIdError
 from brook.client.group.coordinator import ConsumerCoordinator
 from brook.client.metadata import Metadata
-from brook.client.network import Network
 from brook.client.runtime import Notifier, Wakeup
 from brook.client.types import TopicPartition
+from brook.rpc.channels import Network
 from brook.v1 import common_pb2, group_pb2_grpc
 
 OFFSETS_PARTITIONS = 4

@@ -37,9 +37,9 @@ from brook_group_coordinator.timers import LoopTimers
 from brook_storage_node.log import TopicPartition
 from memory_offsets_log import MemoryOffsetsLog
 
-from brook.client.config import RetryBackoff
 from brook.errors import BrookError, ErrorCode
 from brook.record import scan_batches
+from brook.rpc.backoff import RetryBackoff
 from brook.v1 import controller_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage_node"))

@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from brook.client.config import RetryBackoff
 from brook.config import Listener
 from brook.errors import ErrorCode
 from brook.membership import (
@@ -33,6 +32,7 @@ from brook.membership import (
     LifecycleSettings,
 )
 from brook.ports import allocate_free_ports
+from brook.rpc.backoff import RetryBackoff
 from brook.v1 import (
     admin_pb2,
     admin_pb2_grpc,

@@ -15,8 +15,8 @@ from brook_storage_node.producer_ids import (
     bumped,
 )
 
-from brook.client.config import RetryBackoff
 from brook.errors import ErrorCode
+from brook.rpc.backoff import RetryBackoff
 
 BACKOFF = RetryBackoff(5, 20)
 WAIT_S = 5.0

@@ -1,10 +1,9 @@
 """gRPC channels to storage nodes and group coordinators: one per address, reused, and closed
-with the client.
+with the client (the SDK's producers and consumers, and the group coordinator's offsets log).
 
 A channel multiplexes every request of a client to that node over one HTTP/2 connection, so
-the producer's concurrent produce requests and the consumer's long-polls share it. Transport
-failures become Kafka error codes (``rpc_error``) so that retry decisions are made in one
-vocabulary, whether a node answered with a code or did not answer at all.
+the producer's concurrent produce requests and the consumer's long-polls share it. The
+keepalive settings are every Brook process's, whoever opens the channel.
 """
 
 from __future__ import annotations
@@ -14,10 +13,9 @@ from typing import Any
 
 import grpc
 
-from brook.errors import ErrorCode
 from brook.v1 import group_pb2_grpc, storage_pb2_grpc
 
-__all__ = ["KEEPALIVE_TIMEOUT_MS", "KEEPALIVE_TIME_MS", "Network", "rpc_error"]
+__all__ = ["ENVELOPE_BYTES_MAX", "KEEPALIVE_TIMEOUT_MS", "KEEPALIVE_TIME_MS", "Network"]
 
 # Pings only while calls are active (a dead node is noticed during a long request, an idle
 # client costs nothing). 60 s stays far above the servers' default minimum ping interval, so
@@ -98,27 +96,3 @@ class Network:
         self._group_stubs.clear()
         for channel in channels:
             await channel.close(grace=None)
-
-
-def rpc_error(error: grpc.aio.AioRpcError) -> tuple[ErrorCode, str]:
-    """The Kafka error code standing for a failed call, and a message naming the cause."""
-    status = error.code()
-    details = error.details() or ""
-    message = f"gRPC {status.name}: {details}" if details else f"gRPC {status.name}"
-    if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED):
-        return ErrorCode.NETWORK_EXCEPTION, message
-    if status is grpc.StatusCode.DEADLINE_EXCEEDED:
-        return ErrorCode.REQUEST_TIMED_OUT, message
-    if status is grpc.StatusCode.RESOURCE_EXHAUSTED:
-        # gRPC's own size check says "larger than max"; anything else is the node shedding
-        # load (its in-flight or memory limits), which passes.
-        if "larger than max" in details:
-            return ErrorCode.RECORD_LIST_TOO_LARGE, message
-        return ErrorCode.THROTTLING_QUOTA_EXCEEDED, message
-    if status is grpc.StatusCode.INVALID_ARGUMENT:
-        return ErrorCode.INVALID_REQUEST, message
-    if status is grpc.StatusCode.UNIMPLEMENTED:
-        return ErrorCode.UNSUPPORTED_VERSION, message
-    if status in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, message
-    return ErrorCode.UNKNOWN_SERVER_ERROR, message
