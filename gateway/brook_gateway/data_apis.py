@@ -775,129 +775,171 @@ async def _converted(backend: Backend, message_set: bytes) -> bytes:
     )
 
 
-def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
-    async def send(
-        address: str, acks: storage_pb2.Acks, timeout_ms: int, parts: list[_Part]
-    ) -> ProduceResponses:
-        response = await backend.upstreams.call(
-            backend.upstreams.storage(address).Produce,
-            storage_pb2.ProduceRequest(
-                acks=acks,
-                timeout_ms=timeout_ms,
-                partitions=[
-                    storage_pb2.PartitionProduceData(topic=t, partition=p, records=r or b"")
-                    for t, p, r in parts
-                ],
-            ),
-        )
-        partitions: ProduceResponses = response.partitions
-        return partitions
+async def _send_produce(
+    backend: Backend, address: str, acks: storage_pb2.Acks, timeout_ms: int, parts: list[_Part]
+) -> ProduceResponses:
+    """One Produce call to the storage node at ``address`` (a SendProduce, given the backend)."""
+    response = await backend.upstreams.call(
+        backend.upstreams.storage(address).Produce,
+        storage_pb2.ProduceRequest(
+            acks=acks,
+            timeout_ms=timeout_ms,
+            partitions=[
+                storage_pb2.PartitionProduceData(topic=t, partition=p, records=r or b"")
+                for t, p, r in parts
+            ],
+        ),
+    )
+    partitions: ProduceResponses = response.partitions
+    return partitions
 
-    coalescer = ProduceCoalescer(send, PRODUCE_MERGED_BYTES_MAX)
-    order = PartitionOrder()
 
-    async def handle(request: Message, context: RequestContext) -> Message | None:
+@dataclass(frozen=True, slots=True, eq=False)
+class _ProduceHandler:
+    """The Produce machinery every request of the gateway shares: the cluster, the
+    connections' pins and refusals, the merging of acks=0/1 calls and the order of acks=all
+    ones. Each request is served by a _ProduceRequest of its own."""
+
+    backend: Backend
+    affinity: ProduceAffinity
+    coalescer: ProduceCoalescer
+    order: PartitionOrder
+
+    async def handle(self, request: Message, context: RequestContext) -> Message | None:
         acks = _ACKS.get(request["acks"])
         if acks is None:
             return _produce_error(request, context, int(ErrorCode.INVALID_REQUIRED_ACKS))
-        results: dict[tuple[str, int], Message] = {}
-        leaders: set[int] = set()
+        return await _ProduceRequest(self, request, context, acks).answer()
 
+
+@dataclass(slots=True, eq=False)
+class _ProduceRequest:
+    """One Produce request: its partitions converted, checked against the connection's
+    refusals, sent to their leaders and answered (None for acks=0, which has no response)."""
+
+    handler: _ProduceHandler
+    request: Message
+    context: RequestContext
+    acks: storage_pb2.Acks
+    results: dict[tuple[str, int], Message] = field(default_factory=dict)
+    """Each partition's answer, by (topic, partition); a partition left out was not answered."""
+    leaders: set[int] = field(default_factory=set)
+    """The node ids named in the answers' current_leader hints (KIP-951 node_endpoints)."""
+
+    @property
+    def tracked(self) -> bool:
         # acks=0: the client never hears of a refusal, so none holds for it.
-        tracked = request["acks"] != 0
+        return bool(self.request["acks"] != 0)
 
-        def fail(part: _Part, code: ErrorCode, message: str) -> None:
-            if tracked:
-                affinity.refused(context.peer, part, code, message)
-            results[(part[0], part[1])] = {
-                "index": part[1],
-                "error_code": int(code),
-                "base_offset": -1,
-                "log_append_time_ms": -1,
-                "log_start_offset": -1,
-                "error_message": message or None,
-            }
+    async def answer(self) -> Message | None:
+        parts = await self._parts()
+        pins = (self.handler.affinity, self.context.peer)
+        if self.acks == storage_pb2.ACKS_ALL:
+            order = self.handler.order
+            peer = self.context.peer
+            # Before any await: the order of `enter` calls is the connection's send order.
+            keys = [(t, p) for t, p, _ in parts]
+            size_bytes = sum(len(records or b"") for _, _, records in parts)
+            large = size_bytes > ORDERED_PRODUCE_BYTES_MIN
+            before, mine = order.enter(peer, keys, large=large)
+            try:
+                for previous in before:
+                    # Shielded: a cancelled request must not cancel the turn it waits for.
+                    await asyncio.shield(previous)
+                await _fan_out(self.handler.backend, parts, self._call, self._fail, pins)
+            finally:
+                order.leave(peer, keys, before, mine)
+        else:
+            await _fan_out(self.handler.backend, parts, self._call, self._fail, pins)
+        if self.request["acks"] == 0:
+            return None
+        return self._response()
 
-        async def call(address: str, items: list[_Part]) -> None:
-            timeout_ms = max(request["timeout_ms"], 0)
-            peer = context.peer
-            if acks == storage_pb2.ACKS_ALL:
-                # An acks=all call lasts a replication round: merged calls would make every
-                # partition of a connection wait for the slowest. Calls go concurrently, each
-                # partition's in send order (PartitionOrder).
-                responses = await send(address, acks, timeout_ms, items)
-            else:
-                responses = await coalescer.produce(peer, address, acks, timeout_ms, items)
-            by_key = {(t, p): (t, p, r) for t, p, r in items}
-            for r in responses:
-                if r.error_code and tracked:
-                    answered = by_key.get((r.topic, r.partition))
-                    if answered is not None:
-                        code = error_code(int(r.error_code))
-                        affinity.refused(peer, answered, code, r.error_message)
-                answer = {
-                    "index": r.partition,
-                    "error_code": int(r.error_code),
-                    "base_offset": r.base_offset,
-                    "log_append_time_ms": r.log_append_time_ms,
-                    "log_start_offset": r.log_start_offset,
-                    "record_errors": [
-                        {"batch_index": e.index, "batch_index_error_message": e.message or None}
-                        for e in r.batch_errors
-                    ],
-                    "error_message": r.error_message or None,
-                }
-                leader = _current_leader(backend.image, r)
-                if leader is not None:
-                    answer["current_leader"] = leader
-                    leaders.add(leader["leader_id"])
-                results[(r.topic, r.partition)] = answer
-
+    async def _parts(self) -> list[_Part]:
+        """The partitions to send: MessageSets (v0-2) converted to RecordBatches, and those
+        the connection's earlier refusals hold answered here instead."""
+        affinity = self.handler.affinity
         parts = []
-        for t in request["topic_data"]:
+        for t in self.request["topic_data"]:
             for p in t["partition_data"]:
                 part = (t["name"], p["index"], p["records"])
-                if context.api_version < _PRODUCE_RECORD_BATCH_MIN:
+                if self.context.api_version < _PRODUCE_RECORD_BATCH_MIN:
                     try:
-                        part = (part[0], part[1], await _converted(backend, p["records"] or b""))
+                        records = await _converted(self.handler.backend, p["records"] or b"")
                     except RecordError as e:
-                        fail(part, error_code(e.error_code), f"message set: {e}")
+                        self._fail(part, error_code(e.error_code), f"message set: {e}")
                         continue
-                refusal = affinity.refusal(context.peer, part) if tracked else None
+                    part = (part[0], part[1], records)
+                refusal = affinity.refusal(self.context.peer, part) if self.tracked else None
                 if refusal is None:
                     parts.append(part)
                 else:
-                    fail(
+                    self._fail(
                         part,
                         refusal.code,
                         "a batch sent before this one on the connection was refused "
                         f"({refusal.message}); refresh the metadata and send both again",
                     )
+        return parts
 
-        pins = (affinity, context.peer)
-        if acks == storage_pb2.ACKS_ALL:
-            # Before any await: the order of `enter` calls is the connection's send order.
-            keys = [(t, p) for t, p, _ in parts]
-            size_bytes = sum(len(records or b"") for _, _, records in parts)
-            large = size_bytes > ORDERED_PRODUCE_BYTES_MIN
-            before, mine = order.enter(context.peer, keys, large=large)
-            try:
-                for previous in before:
-                    # Shielded: a cancelled request must not cancel the turn it waits for.
-                    await asyncio.shield(previous)
-                await _fan_out(backend, parts, call, fail, pins)
-            finally:
-                order.leave(context.peer, keys, before, mine)
+    def _fail(self, part: _Part, code: ErrorCode, message: str) -> None:
+        if self.tracked:
+            self.handler.affinity.refused(self.context.peer, part, code, message)
+        self.results[(part[0], part[1])] = {
+            "index": part[1],
+            "error_code": int(code),
+            "base_offset": -1,
+            "log_append_time_ms": -1,
+            "log_start_offset": -1,
+            "error_message": message or None,
+        }
+
+    async def _call(self, address: str, items: list[_Part]) -> None:
+        handler = self.handler
+        timeout_ms = max(self.request["timeout_ms"], 0)
+        peer = self.context.peer
+        if self.acks == storage_pb2.ACKS_ALL:
+            # An acks=all call lasts a replication round: merged calls would make every
+            # partition of a connection wait for the slowest. Calls go concurrently, each
+            # partition's in send order (PartitionOrder).
+            responses = await _send_produce(handler.backend, address, self.acks, timeout_ms, items)
         else:
-            await _fan_out(backend, parts, call, fail, pins)
-        if request["acks"] == 0:
-            return None
+            responses = await handler.coalescer.produce(peer, address, self.acks, timeout_ms, items)
+        by_key = {(t, p): (t, p, r) for t, p, r in items}
+        for r in responses:
+            if r.error_code and self.tracked:
+                answered = by_key.get((r.topic, r.partition))
+                if answered is not None:
+                    code = error_code(int(r.error_code))
+                    handler.affinity.refused(peer, answered, code, r.error_message)
+            self.results[(r.topic, r.partition)] = self._answer(r)
+
+    def _answer(self, r: storage_pb2.PartitionProduceResponse) -> Message:
+        answer: Message = {
+            "index": r.partition,
+            "error_code": int(r.error_code),
+            "base_offset": r.base_offset,
+            "log_append_time_ms": r.log_append_time_ms,
+            "log_start_offset": r.log_start_offset,
+            "record_errors": [
+                {"batch_index": e.index, "batch_index_error_message": e.message or None}
+                for e in r.batch_errors
+            ],
+            "error_message": r.error_message or None,
+        }
+        leader = _current_leader(self.handler.backend.image, r)
+        if leader is not None:
+            answer["current_leader"] = leader
+            self.leaders.add(leader["leader_id"])
+        return answer
+
+    def _response(self) -> Message:
         return {
             "responses": [
                 {
                     "name": t["name"],
                     "partition_responses": [
-                        results.get(
+                        self.results.get(
                             (t["name"], p["index"]),
                             {
                                 "index": p["index"],
@@ -907,14 +949,22 @@ def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
                         for p in t["partition_data"]
                     ],
                 }
-                for t in request["topic_data"]
+                for t in self.request["topic_data"]
             ],
             "throttle_time_ms": 0,
-            "node_endpoints": _leader_endpoints(backend.image, leaders),
+            "node_endpoints": _leader_endpoints(self.handler.backend.image, self.leaders),
         }
 
+
+def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
+    send: SendProduce = functools.partial(_send_produce, backend)
+    coalescer = ProduceCoalescer(send, PRODUCE_MERGED_BYTES_MAX)
+    handler = _ProduceHandler(backend, affinity, coalescer, PartitionOrder())
     return ApiHandler(
-        ApiKey.PRODUCE, handle, versions=(PRODUCE_SERVED_MIN, 10), error_response=_produce_error
+        ApiKey.PRODUCE,
+        handler.handle,
+        versions=(PRODUCE_SERVED_MIN, 10),
+        error_response=_produce_error,
     )
 
 
