@@ -1,134 +1,37 @@
-"""Metadata, Produce, Fetch and ListOffsets: the data plane, forwarded to the leader storage
-nodes with the record batches passed through as bytes.
-
-A request touching partitions led by several storage nodes becomes one gRPC call per node,
-sent concurrently; a node that does not answer gives its partitions the retriable error
-standing for the failure, so the client refreshes its metadata and retries.
-
-acks=0 and acks=1 Produce requests are merged on their way to a storage node
-(ProduceCoalescer): a client such as librdkafka pipelines many small requests, each with a
-batch or two, and a gRPC call costs the gateway and the node far more than the bytes it
-carries (bench/README.md, gateway section).
-
-A Kafka broker serves a connection's requests one at a time, so when a partition's leadership
-moves away, every request the client pipelined to it fails alike. The gateway serves them
-concurrently and routes each by the metadata of the moment, so ProduceAffinity keeps that
-behaviour: a connection's requests for a partition follow its earlier ones while those are in
-flight, and after one fails unappended, the ones the client had already sent fail alike.
+"""Metadata, Fetch, ListOffsets and OffsetForLeaderEpoch: the data plane, forwarded to the
+leader storage nodes (fan_out.py) with the record batches passed through as bytes. Produce, the
+same way with its merging and ordering of a connection's requests, is produce.py's.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
-import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
-from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode, error_code
+from brook.errors import ErrorCode
 from brook.record import CorruptRecordError
-from brook.record.errors import RecordError
-from brook.record.legacy import message_set_to_batch
-from brook.record.sequence import first_batch_sequence, is_ahead
 from brook.topic_name import topic_name_problem
 from brook.v1 import common_pb2, replica_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.auto_create import TopicAutoCreator
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import NO_NODE, ClusterImage
+from brook_gateway.cluster_view import NO_NODE
+from brook_gateway.fan_out import Part, current_leader, fan_out
 from brook_gateway.fetch_budget import ResponseBudget, node_budgets
+from brook_gateway.produce import ProduceAffinity, produce_handler
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.protocol.primitives import UUID_ZERO
-from brook_gateway.upstream import UpstreamError
 
-__all__ = ["PartitionOrder", "ProduceAffinity", "ProduceCoalescer", "data_handlers"]
+__all__ = ["data_handlers"]
 
 _log = logging.getLogger(__name__)
 
-_ACKS: Final = {
-    0: storage_pb2.ACKS_NONE,
-    1: storage_pb2.ACKS_LEADER,
-    -1: storage_pb2.ACKS_ALL,
-}
 # Kafka's ListOffsets timestamps with a special meaning.
 _LATEST_TIMESTAMP: Final = -1
 _EARLIEST_TIMESTAMP: Final = -2
 _MAX_TIMESTAMP: Final = -3
-# Produce v0-2 carry the old MessageSet formats (v0/v1), which Brook does not store: the
-# gateway converts them to RecordBatch v2 (brook.record.legacy), as Kafka 3.x does.
-PRODUCE_SERVED_MIN: Final = 0
-_PRODUCE_RECORD_BATCH_MIN: Final = 3
-
-_Part = tuple[str, int, Any]
-# Records bytes one merged Produce call carries at most (a single larger request goes alone):
-# far below the node's queued.max.request.bytes and socket.request.max.bytes, so merging never
-# makes a call the node would refuse that its parts would not have been refused alone.
-PRODUCE_MERGED_BYTES_MAX: Final = 1024 * 1024
-
-
-async def _fan_out(
-    backend: Backend,
-    parts: list[_Part],
-    call: Callable[[str, list[_Part]], Awaitable[None]],
-    fail: Callable[[_Part, ErrorCode, str], None],
-    affinity: tuple[ProduceAffinity, str] | None = None,
-    planned: Callable[[Mapping[str, list[_Part]]], None] | None = None,
-) -> None:
-    """``affinity``: (the table, the connection) whose pins override the metadata's leaders;
-    the calls are entered in it before the first await, so a request that arrives next sees
-    them. ``planned``: told the partitions of each call before any is made."""
-    routed = backend.route((t, p, (t, p, item)) for t, p, item in parts)
-    if affinity is not None:
-        table, peer = affinity
-        moved: list[tuple[str, _Part]] = []
-        for address, items in routed.by_address.items():
-            kept = []
-            for part in items:
-                pin = table.pinned(peer, part[0], part[1], address)
-                if pin is None:
-                    kept.append(part)
-                else:
-                    moved.append((pin, part))
-            items[:] = kept
-        unrouted = []
-        for part, code in routed.errors:
-            pin = table.pinned(peer, part[0], part[1], None)
-            if pin is None:
-                unrouted.append((part, code))
-            else:
-                moved.append((pin, part))
-        routed.errors = unrouted
-        for address, part in moved:
-            routed.by_address.setdefault(address, []).append(part)
-        routed.by_address = {a: items for a, items in routed.by_address.items() if items}
-        for address, items in routed.by_address.items():
-            table.enter(peer, address, items)
-    for part, code in routed.errors:
-        fail(part, code, "")
-    if planned is not None:
-        planned(routed.by_address)
-
-    async def one(address: str, items: list[_Part]) -> None:
-        try:
-            await call(address, items)
-        except UpstreamError as e:
-            code = _unreachable_as_not_leader(e.code)
-            for part in items:
-                fail(part, code, str(e))
-        finally:
-            if affinity is not None:
-                affinity[0].leave(affinity[1], items)
-
-    if len(routed.by_address) == 1:
-        # The common case, one leader node: no task to make for a gather of one.
-        [(address, items)] = routed.by_address.items()
-        await one(address, items)
-        return
-    await asyncio.gather(*(one(a, items) for a, items in routed.by_address.items()))
 
 
 def _client_leader_epoch(partition: Message) -> int | None:
@@ -137,45 +40,6 @@ def _client_leader_epoch(partition: Message) -> int | None:
     which the storage node must not check."""
     epoch = partition.get("current_leader_epoch", NO_EPOCH)
     return epoch if epoch >= 0 else None
-
-
-def _unreachable_as_not_leader(code: ErrorCode) -> ErrorCode:
-    """The leader storage node is unreachable: most likely dead, with leadership about to
-    move. Kafka clients know NETWORK_EXCEPTION only as their own transport error, and
-    librdkafka fails a record for good when a broker answers with it; NOT_LEADER_OR_FOLLOWER
-    makes every client refresh its metadata and retry, by which time the gateway routes to the
-    new leader."""
-    return ErrorCode.NOT_LEADER_OR_FOLLOWER if code == ErrorCode.NETWORK_EXCEPTION else code
-
-
-# The errors whose answers carry the partition's current leader (KIP-951).
-_NEW_LEADER_ERRORS: Final = frozenset(
-    {int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH)}
-)
-
-
-def _current_leader(
-    image: ClusterImage,
-    answer: storage_pb2.PartitionProduceResponse | storage_pb2.FetchPartitionResponse,
-) -> Message | None:
-    """Kafka's CurrentLeader (Produce v10, Fetch v12; KIP-951) for a partition a storage node
-    refused as not led there: the storage node it names (a listed broker) at the partition's
-    leader epoch. None for other errors, or when that node is not listed."""
-    if int(answer.error_code) not in _NEW_LEADER_ERRORS or not answer.HasField("current_leader"):
-        return None
-    hint = answer.current_leader
-    if hint.leader_id < 0 or all(b.node_id != hint.leader_id for b in image.kafka_brokers()):
-        return None
-    return {"leader_id": hint.leader_id, "leader_epoch": hint.leader_epoch}
-
-
-def _leader_endpoints(image: ClusterImage, leaders: set[int]) -> list[Message]:
-    """Kafka's NodeEndpoints of the brokers named in current_leader fields."""
-    return [
-        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in image.kafka_brokers()
-        if b.node_id in leaders
-    ]
 
 
 # Kafka's value of an authorized-operations bitfield that was not asked for (Metadata v8+):
@@ -315,609 +179,6 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
     return ApiHandler(ApiKey.METADATA, handle, versions=METADATA_SERVED, error_response=error)
 
 
-ProduceResponses = Sequence[storage_pb2.PartitionProduceResponse]
-SendProduce = Callable[[str, storage_pb2.Acks, int, list[_Part]], Awaitable[ProduceResponses]]
-"""(address, acks, timeout_ms, parts) -> one Produce call's responses, in the order of parts."""
-
-
-@dataclass(slots=True, eq=False)
-class _Waiting:
-    parts: list[_Part]
-    size_bytes: int
-    done: asyncio.Future[ProduceResponses | None]
-    """Its responses once a call that carried it returned; None: its turn to send a call."""
-
-
-@dataclass(slots=True, eq=False)
-class _Lane:
-    """The Produce requests of one client connection to one storage node (with one acks and
-    timeout): at most one call in flight, the requests arriving meanwhile wait in order."""
-
-    waiting: deque[_Waiting] = field(default_factory=deque)
-
-
-class ProduceCoalescer:
-    """Merges the Produce requests a client pipelines to one storage node into fewer calls.
-
-    While a lane's call is in flight, requests queue; when it returns, the oldest waiting
-    request sends the next call, carrying every waiting request it can: in arrival order, a
-    partition at most once per call (the node refuses repeats, and a later batch must not
-    overtake an earlier one of its partition), up to ``merged_bytes_max`` of records. No
-    request waits for company: an idle lane sends at once. One call in flight per connection
-    and node keeps each partition's batches in the order the client sent them, as Kafka's
-    one-request-at-a-time connections do.
-
-    The node answers a call's partitions in the order they were sent; each request gets its
-    slice. A failed or cancelled call fails every request it carried with the same error.
-    Which requests come here is the caller's choice (the Produce handler keeps acks=all out).
-    """
-
-    def __init__(self, send: SendProduce, merged_bytes_max: int) -> None:
-        if merged_bytes_max < 1:
-            raise ValueError(f"merged_bytes_max must be at least 1, not {merged_bytes_max}")
-        self._send = send
-        self._merged_bytes_max = merged_bytes_max
-        self._lanes: dict[tuple[str, str, int, int], _Lane] = {}
-
-    @property
-    def lanes(self) -> int:
-        """Lanes with a call in flight (idle lanes are dropped)."""
-        return len(self._lanes)
-
-    async def produce(
-        self,
-        connection: str,
-        address: str,
-        acks: storage_pb2.Acks,
-        timeout_ms: int,
-        parts: list[_Part],
-    ) -> ProduceResponses:
-        """The node's responses to `parts`, in their order; UpstreamError if the call that
-        carried them got no answer."""
-        key = (connection, address, acks, timeout_ms)
-        me = _Waiting(
-            parts,
-            sum(len(records or b"") for _, _, records in parts),
-            asyncio.get_running_loop().create_future(),
-        )
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = _Lane()
-        else:
-            lane.waiting.append(me)
-            try:
-                responses = await me.done
-            except BaseException:
-                self._leave(key, lane, me)
-                raise
-            if responses is not None:
-                return responses
-        try:
-            return await self._lead(address, acks, timeout_ms, lane, me)
-        finally:
-            self._pass_turn(key, lane)
-
-    async def _lead(
-        self, address: str, acks: storage_pb2.Acks, timeout_ms: int, lane: _Lane, me: _Waiting
-    ) -> ProduceResponses:
-        carried = [me, *self._take(lane, me.parts, me.size_bytes)]
-        others = carried[1:]
-        try:
-            responses = await self._send(
-                address, acks, timeout_ms, [part for w in carried for part in w.parts]
-            )
-        except Exception as e:
-            _fail(others, e)
-            raise
-        except BaseException:
-            _fail(
-                others,
-                UpstreamError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    "the Produce call carrying this request was cancelled",
-                ),
-            )
-            raise
-        expected = sum(len(w.parts) for w in carried)
-        if len(responses) != expected:
-            failure = UpstreamError(
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"the storage node answered {len(responses)} partitions of {expected}",
-            )
-            _fail(others, failure)
-            raise failure
-        start = len(me.parts)
-        for other in others:
-            end = start + len(other.parts)
-            if not other.done.done():
-                other.done.set_result(responses[start:end])
-            start = end
-        return responses[: len(me.parts)]
-
-    def _take(self, lane: _Lane, first: list[_Part], size_bytes: int) -> list[_Waiting]:
-        """Removes from the lane the waiting requests the next call can carry besides
-        `first`'s parts."""
-        seen = {(topic, partition) for topic, partition, _ in first}
-        taken: list[_Waiting] = []
-        kept: deque[_Waiting] = deque()
-        for waiting in lane.waiting:
-            keys = {(topic, partition) for topic, partition, _ in waiting.parts}
-            fits = size_bytes + waiting.size_bytes <= self._merged_bytes_max
-            if fits and seen.isdisjoint(keys) and not waiting.done.done():
-                taken.append(waiting)
-                size_bytes += waiting.size_bytes
-            else:
-                kept.append(waiting)
-            # A request left behind blocks its partitions for the rest of this call too.
-            seen |= keys
-        lane.waiting = kept
-        return taken
-
-    def _pass_turn(self, key: tuple[str, str, int, int], lane: _Lane) -> None:
-        """The lane's call is over: the oldest waiting request sends the next, or the lane
-        goes idle."""
-        while lane.waiting:
-            head = lane.waiting.popleft()
-            if not head.done.done():
-                head.done.set_result(None)
-                return
-        del self._lanes[key]
-
-    def _leave(self, key: tuple[str, str, int, int], lane: _Lane, me: _Waiting) -> None:
-        """A waiting request was cancelled: out of the queue, and if the turn to send had just
-        come to it, on to the next."""
-        if me in lane.waiting:
-            lane.waiting.remove(me)
-        elif me.done.done() and not me.done.cancelled() and me.done.exception() is None:
-            if me.done.result() is None:
-                self._pass_turn(key, lane)
-
-
-# acks=all Produce requests with more record bytes than this are ordered behind the same
-# connection's earlier requests for their partitions (PartitionOrder). A smaller call travels to
-# the node in one HTTP/2 DATA frame (16 KiB by default), so it arrives, and is appended, in the
-# order it was sent; a larger one's frames can interleave with a later call's.
-ORDERED_PRODUCE_BYTES_MIN: Final = 16 * 1024 - 1024
-
-
-class PartitionOrder:
-    """Keeps a connection's acks=all Produce requests in send order per partition where the
-    transport could reorder them, while requests for other partitions go on concurrently.
-
-    Kafka's broker serves one request of a connection at a time, so a client pipelining
-    requests without idempotence still gets each partition's batches appended in the order it
-    sent them. acks=all calls are not merged (a call lasts a replication round) but go
-    concurrently; the node appends them in the order they arrive, which is the order they were
-    sent unless a large call's frames are overtaken by a later call's. So a request waits for
-    the connection's earlier LARGE requests for its partitions (`enter` with ``large``), and
-    only large requests are waited for: small ones cannot be overtaken. `enter` must be called
-    in arrival order, before the request's first await."""
-
-    def __init__(self) -> None:
-        self._tails: dict[tuple[str, str, int], asyncio.Future[None]] = {}
-
-    @property
-    def partitions(self) -> int:
-        """Partitions with a request in flight (for tests: finished ones are forgotten)."""
-        return len(self._tails)
-
-    def enter(
-        self, connection: str, partitions: list[tuple[str, int]], *, large: bool = True
-    ) -> tuple[list[asyncio.Future[None]], asyncio.Future[None]]:
-        """(the requests to wait for, this request's own turn to complete with `leave`). A
-        request that is not ``large`` waits like any other but nobody waits for it."""
-        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        before: list[asyncio.Future[None]] = []
-        for topic, partition in partitions:
-            key = (connection, topic, partition)
-            previous = self._tails.get(key)
-            if previous is not None and previous is not mine and previous not in before:
-                before.append(previous)
-            if large:
-                self._tails[key] = mine
-        return before, mine
-
-    def leave(
-        self,
-        connection: str,
-        partitions: list[tuple[str, int]],
-        before: list[asyncio.Future[None]],
-        mine: asyncio.Future[None],
-    ) -> None:
-        """The request is answered (or gone): the next one of each partition may go, once the
-        requests it followed are done too (a request cancelled while it waited must not let
-        its successor overtake its predecessor)."""
-        pending = [previous for previous in before if not previous.done()]
-        if not pending:
-            self._complete(connection, partitions, mine)
-            return
-        remaining = len(pending)
-
-        def one_done(_: asyncio.Future[None]) -> None:
-            nonlocal remaining
-            remaining -= 1
-            if remaining == 0:
-                self._complete(connection, partitions, mine)
-
-        for previous in pending:
-            previous.add_done_callback(one_done)
-
-    def _complete(
-        self, connection: str, partitions: list[tuple[str, int]], mine: asyncio.Future[None]
-    ) -> None:
-        if not mine.done():
-            mine.set_result(None)
-        for topic, partition in partitions:
-            key = (connection, topic, partition)
-            if self._tails.get(key) is mine:
-                del self._tails[key]
-
-
-def _fail(carried: list[_Waiting], error: BaseException) -> None:
-    """Every request still waiting for the call that carried it gets ``error``."""
-    for waiting in carried:
-        if not waiting.done.done():
-            waiting.done.set_exception(error)
-
-
-# Of those, the ones after which every Kafka client refreshes its metadata before retrying: a
-# batch without producer id (no sequence to recognise its retry by) is refused only after
-# these, until that refresh.
-_LEADERSHIP: Final = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-    }
-)
-# How long a refusal holds for the requests a client pipelined behind the refused one, and a
-# pin to a node the metadata no longer names as leader. Pipelined requests arrive within a
-# round trip; the client's own retry comes after a metadata refresh and its retry back-off,
-# and is told apart by its sequence number (idempotent batches) or by that refresh (others).
-# The bound keeps a client that gives up on a batch, or a hung node, from holding others up.
-REFUSAL_HOLD_MS: Final = 1000
-# Refusals kept at most: a bound on memory whatever the load.
-REFUSALS_MAX: Final = 100_000
-
-
-@dataclass(slots=True)
-class _Pin:
-    address: str
-    calls: int = 0
-    # When the metadata was first seen naming another leader (None: it names this one).
-    moved_s: float | None = None
-
-
-@dataclass(slots=True)
-class _Refusal:
-    code: ErrorCode
-    message: str
-    # (producer id, epoch, base sequence) of the refused batch; None when not idempotent.
-    sequence: tuple[int, int, int] | None
-    until_s: float
-
-
-def _follows(batch: tuple[int, int, int], refused: tuple[int, int, int]) -> bool:
-    """Whether ``batch`` starts after the ``refused`` one in the same producer epoch: one
-    pipelined behind it, not the client's retry of it."""
-    return batch[:2] == refused[:2] and is_ahead(batch[2], refused[2])
-
-
-class ProduceAffinity:
-    """Per connection and partition, what makes pipelined Produce requests fail or succeed as
-    they would on a Kafka broker that serves them one at a time.
-
-    - Pinning: while a connection has a request in flight to a node for a partition, its
-      later requests for that partition go to that node too, even if the metadata has moved
-      the leadership meanwhile: the node answers them in arrival order, so if it refuses the
-      first (NOT_LEADER_OR_FOLLOWER) it refuses the rest alike. Routed by the new metadata,
-      a later request reached the new leader first and was refused as a sequence gap
-      (OUT_OF_ORDER_SEQUENCE_NUMBER), on which librdkafka bumps its producer epoch and sends
-      its unacknowledged batches again under new sequence numbers — duplicating any whose
-      append had happened but whose answer was lost (found by the nemesis, issue #13). A pin
-      is dropped REFUSAL_HOLD_MS after the metadata names another leader, so a hung node does
-      not hold a busy connection's partition for a whole request timeout.
-    - Refusal: once a batch is refused unappended (``NOT_APPENDED_RETRIABLE``), the
-      connection's next requests for the partition whose batches follow it are refused with
-      the same error without being sent, until the client sends that batch again (an
-      idempotent batch at or before the refused sequence, or of another producer epoch),
-      refreshes its metadata (batches without producer id, refused only after a leadership
-      error), or REFUSAL_HOLD_MS passes. Not for acks=0, whose client never hears of a refusal.
-
-    Bookkeeping never raises and costs a dict look-up per partition when nothing is refused.
-    """
-
-    def __init__(
-        self,
-        clock_s: Callable[[], float] = time.monotonic,
-        hold_ms: int = REFUSAL_HOLD_MS,
-        refusals_max: int = REFUSALS_MAX,
-    ) -> None:
-        assert hold_ms > 0 and refusals_max > 0, (hold_ms, refusals_max)
-        self._clock_s = clock_s
-        self._hold_s = hold_ms / 1000
-        self._refusals_max = refusals_max
-        self._pins: dict[tuple[str, str, int], _Pin] = {}
-        # In insertion order, which is expiry order (every refusal holds as long).
-        self._refusals: dict[tuple[str, str, int], _Refusal] = {}
-        self._by_peer: dict[str, set[tuple[str, str, int]]] = {}
-
-    @property
-    def pins(self) -> int:
-        return len(self._pins)
-
-    @property
-    def refusals(self) -> int:
-        return len(self._refusals)
-
-    def pinned(self, peer: str, topic: str, partition: int, leader: str | None) -> str | None:
-        """Where ``topic``-``partition`` goes for ``peer`` instead of the metadata's
-        ``leader`` address, if anywhere."""
-        pin = self._pins.get((peer, topic, partition))
-        if pin is None:
-            return None
-        if pin.address == leader:
-            pin.moved_s = None
-            return None
-        now_s = self._clock_s()
-        if pin.moved_s is None:
-            pin.moved_s = now_s
-        elif now_s - pin.moved_s > self._hold_s:
-            return None
-        return pin.address
-
-    def enter(self, peer: str, address: str, parts: Sequence[_Part]) -> None:
-        """``parts`` are on their way to ``address`` (call ``leave`` when answered)."""
-        for topic, partition, _ in parts:
-            key = (peer, topic, partition)
-            pin = self._pins.get(key)
-            if pin is None or pin.address != address:
-                pin = self._pins[key] = _Pin(address, pin.calls if pin is not None else 0)
-            pin.calls += 1
-
-    def leave(self, peer: str, parts: Sequence[_Part]) -> None:
-        for topic, partition, _ in parts:
-            key = (peer, topic, partition)
-            pin = self._pins.get(key)
-            if pin is not None:
-                pin.calls -= 1
-                if pin.calls <= 0:
-                    del self._pins[key]
-
-    def refusal(self, peer: str, part: _Part) -> _Refusal | None:
-        """The refusal ``part`` gets without being sent, if an earlier one holds."""
-        if not self._refusals:
-            return None
-        self._drop_expired()
-        key = (peer, part[0], part[1])
-        refusal = self._refusals.get(key)
-        if refusal is None:
-            return None
-        if refusal.sequence is not None:
-            sequence = first_batch_sequence(part[2])
-            if sequence is None or not _follows(sequence, refusal.sequence):
-                # The client's retry of the refused batch (or another epoch): it goes on.
-                self._forget(key)
-                return None
-        return refusal
-
-    def refused(self, peer: str, part: _Part, code: ErrorCode, message: str) -> None:
-        """``part`` was answered ``code``: remember it if it was refused unappended."""
-        if code not in NOT_APPENDED_RETRIABLE:
-            return
-        key = (peer, part[0], part[1])
-        if key in self._refusals:
-            return  # the first refusal's sequence is the one the client must send again
-        sequence = first_batch_sequence(part[2])
-        if sequence is None and code not in _LEADERSHIP:
-            return
-        self._drop_expired()
-        if len(self._refusals) >= self._refusals_max:
-            return  # overloaded: no refusal is better than unbounded memory
-        self._refusals[key] = _Refusal(code, message, sequence, self._clock_s() + self._hold_s)
-        self._by_peer.setdefault(peer, set()).add(key)
-
-    def refreshed(self, peer: str) -> None:
-        """The connection asked for metadata: its refusals of batches without a producer id
-        end (the client has heard of the refusal, or will retry after this refresh)."""
-        keys = self._by_peer.get(peer)
-        if keys:
-            for key in [k for k in keys if self._refusals[k].sequence is None]:
-                self._forget(key)
-
-    def _forget(self, key: tuple[str, str, int]) -> None:
-        del self._refusals[key]
-        keys = self._by_peer[key[0]]
-        keys.discard(key)
-        if not keys:
-            del self._by_peer[key[0]]
-
-    def _drop_expired(self) -> None:
-        now_s = self._clock_s()
-        while self._refusals:
-            key, oldest = next(iter(self._refusals.items()))
-            if oldest.until_s >= now_s:
-                return
-            self._forget(key)
-
-
-def _produce_error(request: Message, context: RequestContext, code: int) -> Message:
-    del context
-    return {
-        "responses": [
-            {
-                "name": t["name"],
-                "partition_responses": [
-                    {"index": p["index"], "error_code": code, "base_offset": -1}
-                    for p in t["partition_data"]
-                ],
-            }
-            for t in request["topic_data"]
-        ]
-    }
-
-
-# A MessageSet larger than this is converted off the event loop (decompressing and re-encoding
-# a large set would hold up every connection of the gateway).
-_CONVERT_INLINE_BYTES_MAX: Final = 64 * 1024
-
-
-async def _converted(backend: Backend, message_set: bytes) -> bytes:
-    """A Produce v0-2 MessageSet as one RecordBatch v2 (brook/record/legacy.py), its records
-    decompressing to at most socket.request.max.bytes in all: no bigger than a request the
-    gateway accepts could carry uncompressed."""
-    limit = backend.upstreams.message_bytes_max
-    if len(message_set) <= _CONVERT_INLINE_BYTES_MAX:
-        return message_set_to_batch(message_set, max_decompressed_bytes=limit)
-    return await asyncio.to_thread(
-        functools.partial(message_set_to_batch, message_set, max_decompressed_bytes=limit)
-    )
-
-
-def _produce(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
-    async def send(
-        address: str, acks: storage_pb2.Acks, timeout_ms: int, parts: list[_Part]
-    ) -> ProduceResponses:
-        response = await backend.upstreams.call(
-            backend.upstreams.storage(address).Produce,
-            storage_pb2.ProduceRequest(
-                acks=acks,
-                timeout_ms=timeout_ms,
-                partitions=[
-                    storage_pb2.PartitionProduceData(topic=t, partition=p, records=r or b"")
-                    for t, p, r in parts
-                ],
-            ),
-        )
-        partitions: ProduceResponses = response.partitions
-        return partitions
-
-    coalescer = ProduceCoalescer(send, PRODUCE_MERGED_BYTES_MAX)
-    order = PartitionOrder()
-
-    async def handle(request: Message, context: RequestContext) -> Message | None:
-        acks = _ACKS.get(request["acks"])
-        if acks is None:
-            return _produce_error(request, context, int(ErrorCode.INVALID_REQUIRED_ACKS))
-        results: dict[tuple[str, int], Message] = {}
-        leaders: set[int] = set()
-
-        # acks=0: the client never hears of a refusal, so none holds for it.
-        tracked = request["acks"] != 0
-
-        def fail(part: _Part, code: ErrorCode, message: str) -> None:
-            if tracked:
-                affinity.refused(context.peer, part, code, message)
-            results[(part[0], part[1])] = {
-                "index": part[1],
-                "error_code": int(code),
-                "base_offset": -1,
-                "log_append_time_ms": -1,
-                "log_start_offset": -1,
-                "error_message": message or None,
-            }
-
-        async def call(address: str, items: list[_Part]) -> None:
-            timeout_ms = max(request["timeout_ms"], 0)
-            peer = context.peer
-            if acks == storage_pb2.ACKS_ALL:
-                # An acks=all call lasts a replication round: merged calls would make every
-                # partition of a connection wait for the slowest. Calls go concurrently, each
-                # partition's in send order (PartitionOrder).
-                responses = await send(address, acks, timeout_ms, items)
-            else:
-                responses = await coalescer.produce(peer, address, acks, timeout_ms, items)
-            by_key = {(t, p): (t, p, r) for t, p, r in items}
-            for r in responses:
-                if r.error_code and tracked:
-                    answered = by_key.get((r.topic, r.partition))
-                    if answered is not None:
-                        code = error_code(int(r.error_code))
-                        affinity.refused(peer, answered, code, r.error_message)
-                answer = {
-                    "index": r.partition,
-                    "error_code": int(r.error_code),
-                    "base_offset": r.base_offset,
-                    "log_append_time_ms": r.log_append_time_ms,
-                    "log_start_offset": r.log_start_offset,
-                    "record_errors": [
-                        {"batch_index": e.index, "batch_index_error_message": e.message or None}
-                        for e in r.batch_errors
-                    ],
-                    "error_message": r.error_message or None,
-                }
-                leader = _current_leader(backend.image, r)
-                if leader is not None:
-                    answer["current_leader"] = leader
-                    leaders.add(leader["leader_id"])
-                results[(r.topic, r.partition)] = answer
-
-        parts = []
-        for t in request["topic_data"]:
-            for p in t["partition_data"]:
-                part = (t["name"], p["index"], p["records"])
-                if context.api_version < _PRODUCE_RECORD_BATCH_MIN:
-                    try:
-                        part = (part[0], part[1], await _converted(backend, p["records"] or b""))
-                    except RecordError as e:
-                        fail(part, error_code(e.error_code), f"message set: {e}")
-                        continue
-                refusal = affinity.refusal(context.peer, part) if tracked else None
-                if refusal is None:
-                    parts.append(part)
-                else:
-                    fail(
-                        part,
-                        refusal.code,
-                        "a batch sent before this one on the connection was refused "
-                        f"({refusal.message}); refresh the metadata and send both again",
-                    )
-
-        pins = (affinity, context.peer)
-        if acks == storage_pb2.ACKS_ALL:
-            # Before any await: the order of `enter` calls is the connection's send order.
-            keys = [(t, p) for t, p, _ in parts]
-            size_bytes = sum(len(records or b"") for _, _, records in parts)
-            large = size_bytes > ORDERED_PRODUCE_BYTES_MIN
-            before, mine = order.enter(context.peer, keys, large=large)
-            try:
-                for previous in before:
-                    # Shielded: a cancelled request must not cancel the turn it waits for.
-                    await asyncio.shield(previous)
-                await _fan_out(backend, parts, call, fail, pins)
-            finally:
-                order.leave(context.peer, keys, before, mine)
-        else:
-            await _fan_out(backend, parts, call, fail, pins)
-        if request["acks"] == 0:
-            return None
-        return {
-            "responses": [
-                {
-                    "name": t["name"],
-                    "partition_responses": [
-                        results.get(
-                            (t["name"], p["index"]),
-                            {
-                                "index": p["index"],
-                                "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                            },
-                        )
-                        for p in t["partition_data"]
-                    ],
-                }
-                for t in request["topic_data"]
-            ],
-            "throttle_time_ms": 0,
-            "node_endpoints": _leader_endpoints(backend.image, leaders),
-        }
-
-    return ApiHandler(
-        ApiKey.PRODUCE, handle, versions=(PRODUCE_SERVED_MIN, 10), error_response=_produce_error
-    )
-
-
 def _fetch_error(request: Message, context: RequestContext, code: int) -> Message:
     del context
     return {
@@ -945,7 +206,7 @@ def _fetch(backend: Backend) -> ApiHandler:
             else common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
         )
 
-        def fail(part: _Part, code: ErrorCode, message: str) -> None:
+        def fail(part: Part, code: ErrorCode, message: str) -> None:
             del message
             results[(part[0], part[1])] = {
                 "partition_index": part[1],
@@ -957,7 +218,7 @@ def _fetch(backend: Backend) -> ApiHandler:
 
         node_max_bytes: dict[str, int] = {}
 
-        def planned(calls: Mapping[str, list[_Part]]) -> None:
+        def planned(calls: Mapping[str, list[Part]]) -> None:
             node_max_bytes.update(
                 node_budgets(
                     request["max_bytes"],
@@ -968,7 +229,7 @@ def _fetch(backend: Backend) -> ApiHandler:
                 )
             )
 
-        async def call(address: str, items: list[_Part]) -> None:
+        async def call(address: str, items: list[Part]) -> None:
             partitions = []
             for t, p, data in items:
                 fetch_partition = storage_pb2.FetchPartition(
@@ -1017,7 +278,7 @@ def _fetch(backend: Backend) -> ApiHandler:
                         "epoch": r.diverging_epoch.epoch,
                         "end_offset": r.diverging_epoch.end_offset,
                     }
-                leader = _current_leader(backend.image, r)
+                leader = current_leader(backend.image, r)
                 if leader is not None:
                     answer["current_leader"] = leader
                 results[(r.topic, r.partition)] = answer
@@ -1025,7 +286,7 @@ def _fetch(backend: Backend) -> ApiHandler:
         parts = [
             (t["topic"], p["partition"], p) for t in request["topics"] for p in t["partitions"]
         ]
-        await _fan_out(backend, parts, call, fail, planned=planned)
+        await fan_out(backend, parts, call, fail, planned=planned)
         budget = ResponseBudget(request["max_bytes"])
         for t, p, data in parts:
             result = results[(t, p)]
@@ -1113,7 +374,7 @@ def _list_offsets(backend: Backend) -> ApiHandler:
             else common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
         )
 
-        def fail(part: _Part, code: ErrorCode, message: str) -> None:
+        def fail(part: Part, code: ErrorCode, message: str) -> None:
             del message
             results[(part[0], part[1])] = {
                 "partition_index": part[1],
@@ -1122,7 +383,7 @@ def _list_offsets(backend: Backend) -> ApiHandler:
                 "offset": -1,
             }
 
-        async def call(address: str, items: list[_Part]) -> None:
+        async def call(address: str, items: list[Part]) -> None:
             response = await backend.upstreams.call(
                 backend.upstreams.storage(address).ListOffsets,
                 storage_pb2.ListOffsetsRequest(
@@ -1143,7 +404,7 @@ def _list_offsets(backend: Backend) -> ApiHandler:
         parts = [
             (t["name"], p["partition_index"], p) for t in request["topics"] for p in t["partitions"]
         ]
-        await _fan_out(backend, parts, call, fail)
+        await fan_out(backend, parts, call, fail)
         return {
             "throttle_time_ms": 0,
             "topics": [
@@ -1191,11 +452,11 @@ def _offset_for_leader_epoch(backend: Backend) -> ApiHandler:
         del context
         results: dict[tuple[str, int], Message] = {}
 
-        def fail(part: _Part, code: ErrorCode, message: str) -> None:
+        def fail(part: Part, code: ErrorCode, message: str) -> None:
             del message
             results[(part[0], part[1])] = {"partition": part[1], "error_code": int(code)}
 
-        async def call(address: str, items: list[_Part]) -> None:
+        async def call(address: str, items: list[Part]) -> None:
             response = await backend.upstreams.call(
                 backend.upstreams.replica(address).OffsetForLeaderEpoch,
                 replica_pb2.OffsetForLeaderEpochRequest(
@@ -1224,7 +485,7 @@ def _offset_for_leader_epoch(backend: Backend) -> ApiHandler:
         parts = [
             (t["topic"], p["partition"], p) for t in request["topics"] for p in t["partitions"]
         ]
-        await _fan_out(backend, parts, call, fail)
+        await fan_out(backend, parts, call, fail)
         return {
             "throttle_time_ms": 0,
             "topics": [
@@ -1257,7 +518,7 @@ def data_handlers(backend: Backend) -> list[ApiHandler]:
     affinity = ProduceAffinity()
     return [
         _metadata(backend, affinity),
-        _produce(backend, affinity),
+        produce_handler(backend, affinity),
         _fetch(backend),
         _list_offsets(backend),
         _offset_for_leader_epoch(backend),

@@ -5,7 +5,7 @@ answered that by bumping its epoch and sending unacknowledged batches again)."""
 
 from __future__ import annotations
 
-from brook_gateway.data_apis import REFUSAL_HOLD_MS, ProduceAffinity
+from brook_gateway.produce import REFUSAL_HOLD_MS, ProduceAffinity
 
 from brook.errors import ErrorCode
 from brook.record import build_batch

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
-from brook_gateway.data_apis import ProduceCoalescer
+from brook_gateway.produce import ProduceCoalescer
 from brook_gateway.upstream import UpstreamError
 
 from brook.errors import ErrorCode

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from brook_gateway.data_apis import PartitionOrder
+from brook_gateway.produce import PartitionOrder
 
 STEP_TIMEOUT_S = 5.0
 CONNECTION = "127.0.0.1:50000"
