@@ -18,29 +18,11 @@ from dataclasses import dataclass
 
 from brook.metadata.cache import MetadataCache
 from brook.metadata.delta import MetadataDelta, MetadataUpdate
-from brook.metadata.info import (
-    NO_LEADER,
-    BrokerInfo,
-    EndpointInfo,
-    PartitionInfo,
-    TopicInfo,
-    TopicPartitionKey,
-    endpoint_protos,
-)
+from brook.metadata.info import NO_LEADER, PartitionInfo, TopicPartitionKey, endpoint_protos
 from brook.v1 import metadata_pb2
 
-__all__ = [
-    "NO_LEADER",
-    "BrokerInfo",
-    "EndpointInfo",
-    "MetadataDelta",
-    "MetadataUpdate",
-    "MetadataView",
-    "PartitionInfo",
-    "ReplicaChanges",
-    "TopicInfo",
-    "endpoint_protos",
-]
+# NO_LEADER and endpoint_protos are brook.metadata.info's, named here for storage_service.py.
+__all__ = ["NO_LEADER", "MetadataView", "ReplicaChanges", "endpoint_protos"]
 
 
 @dataclass(frozen=True, slots=True)

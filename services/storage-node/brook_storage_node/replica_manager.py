@@ -32,16 +32,12 @@ from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from brook.errors import ErrorCode
+from brook.metadata.delta import MetadataUpdate
+from brook.metadata.info import NO_LEADER, PartitionInfo
 from brook_storage_node.errors import LeaderHint, PartitionError
 from brook_storage_node.leadership_gate import LeadershipGates
 from brook_storage_node.log import LogConfig, LogManager, TopicPartition
-from brook_storage_node.metadata_view import (
-    NO_LEADER,
-    MetadataUpdate,
-    MetadataView,
-    PartitionInfo,
-    ReplicaChanges,
-)
+from brook_storage_node.metadata_view import MetadataView, ReplicaChanges
 from brook_storage_node.partition import NO_EPOCH, Partition
 from brook_storage_node.topic_settings import TopicDefaults, TopicSettings, resolve_topic_settings
 

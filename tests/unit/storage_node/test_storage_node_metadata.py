@@ -11,7 +11,7 @@ from brook_storage_node.metadata_source import (
     parse_static_topics,
     static_topic_id,
 )
-from brook_storage_node.metadata_view import MetadataUpdate, MetadataView, ReplicaChanges
+from brook_storage_node.metadata_view import MetadataView, ReplicaChanges
 from storage_node_support import (
     NODE_ID,
     OTHER_NODE_ID,
@@ -24,6 +24,7 @@ from storage_node_support import (
 )
 
 from brook.config import ConfigError, RawSetting
+from brook.metadata.delta import MetadataUpdate
 from brook.record import BATCH_OVERHEAD, TimestampType
 from brook.topic_config import SEGMENT_INDEX_BYTES_MIN
 from brook.v1 import common_pb2, metadata_pb2
