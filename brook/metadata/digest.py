@@ -1,6 +1,6 @@
 """A digest of the cluster metadata: equal for two copies whose records are equal.
 
-A controller digests its image (``brook_controller.image``), its snapshots record the digest
+An image digests itself (``MetadataImage.digest``), a controller's snapshots record the digest
 to check on load, and tools digest the snapshot a controller streams first on WatchMetadata
 (``brook.controller_probe``) to compare controllers from outside.
 """

@@ -1,9 +1,10 @@
 """The gateway's metadata cache and the cluster it shows to Kafka clients.
 
-``ClusterImage`` applies the controllers' WatchMetadata records (a snapshot replaces the image,
-a delta is applied on top; every record is a whole-object upsert). It keeps only what the
-gateway needs: nodes with their role and endpoints, topics with their partitions, the
-cluster id.
+``ClusterImage`` is a ``MetadataCache`` (brook/metadata/cache.py) over the shared image, fed
+the controllers' WatchMetadata updates (a snapshot replaces the image, a delta is applied on
+top): nodes (``BrokerInfo``, any role) with their endpoints, topics (``TopicInfo``) with their
+partitions (``PartitionInfo``), the cluster id. ``wait_until`` lets a request wait for an
+update.
 
 The Kafka view: the brokers are the live (unfenced) storage nodes, by their own node ids, each
 presented by gateway ``gateways[node_id % len(gateways)]`` over the live gateways in id order,
@@ -21,11 +22,14 @@ cluster can serve it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
 
-from brook.rpc.addresses import GRPC_LISTENER, listener_address
+from brook.metadata.cache import MetadataCache
+from brook.metadata.delta import MetadataUpdate
+from brook.metadata.info import BrokerInfo
+from brook.rpc.addresses import GRPC_LISTENER
 from brook.v1 import common_pb2, metadata_pb2
 
 __all__ = [
@@ -33,10 +37,6 @@ __all__ = [
     "NO_NODE",
     "ClusterImage",
     "KafkaBroker",
-    "NodeEndpoint",
-    "NodeInfo",
-    "PartitionState",
-    "TopicState",
     "node_port",
 ]
 
@@ -56,43 +56,6 @@ def node_port(base: int, node_id: int) -> int | None:
     return base + node_id
 
 
-class NodeEndpoint(NamedTuple):
-    listener: str
-    host: str
-    port: int
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    node_id: int
-    role: int
-    endpoints: tuple[NodeEndpoint, ...]
-    rack: str
-    fenced: bool
-
-    def address(self, listener: str) -> str | None:
-        """``host:port`` of ``listener`` (IPv6 bracketed), for gRPC; Kafka's Metadata takes
-        host and port from ``endpoints`` unformatted."""
-        return listener_address(self.endpoints, listener)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    partition: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    leader: int
-    leader_epoch: int
-
-
-@dataclass(slots=True)
-class TopicState:
-    name: str
-    topic_id: bytes
-    internal: bool
-    partitions: dict[int, PartitionState] = field(default_factory=dict)
-
-
 @dataclass(frozen=True, slots=True)
 class KafkaBroker:
     node_id: int
@@ -104,27 +67,20 @@ class KafkaBroker:
     listener)."""
 
 
-class ClusterImage:
+class ClusterImage(MetadataCache):
     def __init__(self) -> None:
-        self.cluster_id = ""
-        self.offset = -1
-        self.nodes: dict[int, NodeInfo] = {}
-        self.topics: dict[str, TopicState] = {}
-        self._topics_by_id: dict[bytes, TopicState] = {}
+        super().__init__()
         self._changed = asyncio.Event()
+
+    @property
+    def nodes(self) -> Mapping[int, BrokerInfo]:
+        """Every registered node, of any role, by id."""
+        return self.brokers
 
     def apply(
         self, snapshot: bool, offset: int, records: Iterable[metadata_pb2.MetadataRecord]
     ) -> None:
-        if snapshot:
-            self.nodes.clear()
-            self.topics.clear()
-        for record in records:
-            self._apply(record)
-        # Rebuilt per update (rare), so that a Metadata request naming many ids costs a lookup
-        # each, not a scan of every topic.
-        self._topics_by_id = {t.topic_id: t for t in self.topics.values() if any(t.topic_id)}
-        self.offset = offset
+        self.replay(MetadataUpdate(snapshot, offset, tuple(records)))
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -142,55 +98,16 @@ class ClusterImage:
                 return check()
         return True
 
-    def _apply(self, record: metadata_pb2.MetadataRecord) -> None:
-        kind = record.WhichOneof("record")
-        if kind == "cluster":
-            self.cluster_id = record.cluster.cluster_id
-        elif kind == "broker":
-            b = record.broker
-            self.nodes[b.node_id] = NodeInfo(
-                b.node_id,
-                b.role,
-                tuple(NodeEndpoint(e.listener, e.host, e.port) for e in b.endpoints),
-                b.rack,
-                b.fenced,
-            )
-        elif kind == "remove_broker":
-            self.nodes.pop(record.remove_broker.node_id, None)
-        elif kind == "topic":
-            t = record.topic
-            existing = self.topics.get(t.name)
-            if existing is not None and existing.topic_id == t.topic_id:
-                existing.internal = t.internal
-            else:
-                self.topics[t.name] = TopicState(t.name, t.topic_id, t.internal)
-        elif kind == "remove_topic":
-            r = record.remove_topic
-            name = r.name or next(
-                (t.name for t in self.topics.values() if t.topic_id == r.topic_id), ""
-            )
-            topic = self.topics.get(name)
-            if topic is not None and (not r.topic_id or topic.topic_id == r.topic_id):
-                del self.topics[name]
-        elif kind == "partition":
-            p = record.partition
-            topic = self.topics.get(p.topic)
-            if topic is None:
-                topic = self.topics[p.topic] = TopicState(p.topic, p.topic_id, internal=False)
-            topic.partitions[p.partition] = PartitionState(
-                p.partition, tuple(p.replicas), tuple(p.isr), p.leader, p.leader_epoch
-            )
-
     # -- reading ------------------------------------------------------------------------------
 
-    def live_nodes(self, role: int) -> list[NodeInfo]:
+    def live_nodes(self, role: int) -> list[BrokerInfo]:
         """Unfenced nodes of ``role``, by id."""
         return sorted(
             (n for n in self.nodes.values() if n.role == role and not n.fenced),
             key=lambda n: n.node_id,
         )
 
-    def _kafka_gateways(self) -> list[tuple[NodeInfo, str, int]]:
+    def _kafka_gateways(self) -> list[tuple[BrokerInfo, str, int]]:
         """(node, PLAINTEXT host, PLAINTEXT port) of the live gateways with a Kafka
         listener, by id: the gateways that present brokers."""
         gateways = []
@@ -247,18 +164,9 @@ class ClusterImage:
             return None
         return brokers[coordinator_id % len(brokers)]
 
-    def topic_by_id(self, topic_id: bytes) -> TopicState | None:
-        """The topic with Kafka id ``topic_id``; None for an unknown id (or the zero id, which
-        names no topic)."""
-        return self._topics_by_id.get(topic_id) if any(topic_id) else None
-
     def storage_address(self, node_id: int) -> str | None:
         """The GRPC address of a live storage node."""
         node = self.nodes.get(node_id)
         if node is None or node.role != common_pb2.NODE_ROLE_STORAGE_NODE:
             return None
         return node.address(GRPC_LISTENER)
-
-    def partition(self, topic: str, partition: int) -> PartitionState | None:
-        state = self.topics.get(topic)
-        return None if state is None else state.partitions.get(partition)

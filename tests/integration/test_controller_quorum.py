@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
-from brook_controller.image import MetadataImage
+from brook_controller.image import ControllerImage
 from cluster_fixture import ClusterFactory
 
 from brook.client.admin import Admin, NewTopic
@@ -70,7 +70,7 @@ def _admin_stub(address: str) -> Any:
     return admin_pb2_grpc.AdminServiceStub(grpc.insecure_channel(address))  # type: ignore[no-untyped-call]
 
 
-def _converged_image(addresses: Sequence[str]) -> tuple[list[ControllerState], MetadataImage]:
+def _converged_image(addresses: Sequence[str]) -> tuple[list[ControllerState], ControllerImage]:
     """Waits for equal offsets, checks the digests are equal, returns the (common) image."""
     states = wait_for_convergence(addresses, CONVERGENCE_TIMEOUT_S)
     assert len({s.digest for s in states}) == 1, f"controllers diverged: {states}"
@@ -79,7 +79,7 @@ def _converged_image(addresses: Sequence[str]) -> tuple[list[ControllerState], M
     )
     snapshot = next(iter(stream))
     stream.cancel()
-    return states, MetadataImage.from_records(snapshot.records, snapshot.offset)
+    return states, ControllerImage.from_records(snapshot.records, snapshot.offset)
 
 
 class FakeNode:

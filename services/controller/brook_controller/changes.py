@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from brook.v1 import metadata_pb2
 from brook_controller.commands import state_digest
 from brook_controller.image import (
-    MetadataImage,
+    ControllerImage,
     broker_key,
     cluster_key,
     configs_key,
@@ -28,7 +28,7 @@ __all__ = ["ChangeSet"]
 
 
 class ChangeSet:
-    def __init__(self, image: MetadataImage) -> None:
+    def __init__(self, image: ControllerImage) -> None:
         self.image = image
         self._preconditions: dict[str, bytes] = {}
         # Object key -> its new state, in the order first changed (a topic before its

@@ -46,7 +46,7 @@ class CommandKind(enum.IntEnum):
 
 
 def state_digest(version: bytes) -> bytes:
-    """The 32-byte digest of an object's state (``MetadataImage.version``) a precondition
+    """The 32-byte digest of an object's state (``ControllerImage.version``) a precondition
     carries: fixed-size whatever the object, so commands stay small."""
     return hashlib.sha256(version).digest()
 

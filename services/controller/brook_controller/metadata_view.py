@@ -18,8 +18,9 @@ import asyncio
 import collections
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from brook.metadata.delta import MetadataDelta
 from brook.v1 import controller_pb2, metadata_pb2
-from brook_controller.image import MetadataImage
+from brook_controller.image import ControllerImage
 from brook_controller.state_machine import StateListener
 
 __all__ = ["WATCH_RECORDS_PER_RESPONSE_MAX", "MetadataView"]
@@ -39,7 +40,7 @@ class _LoopListener:
     def on_records(self, offset: int, records: Sequence[metadata_pb2.MetadataRecord]) -> None:
         self._post(self._view.append, offset, tuple(records))
 
-    def on_reset(self, image: MetadataImage) -> None:
+    def on_reset(self, image: ControllerImage) -> None:
         self._post(self._view.reset, image)
 
     def _post(self, callback: Callable[..., None], *args: object) -> None:
@@ -53,7 +54,7 @@ class MetadataView:
     def __init__(self, retained_records_max: int) -> None:
         if retained_records_max < 1:
             raise ValueError("retained_records_max must be at least 1")
-        self.image = MetadataImage()
+        self.image = ControllerImage()
         self._retained: collections.deque[tuple[int, metadata_pb2.MetadataRecord]] = (
             collections.deque(maxlen=retained_records_max)
         )
@@ -61,6 +62,8 @@ class MetadataView:
         # Node id -> the offset of its current registration (Kafka's rule: a node has caught
         # up once it has applied the record that registered it).
         self._registration_offsets: dict[int, int] = {}
+        # Node id -> the broker epoch of its current registration.
+        self._broker_epochs: dict[int, int] = {}
         # Offset of the image as first loaded, for nodes registered before it.
         self._loaded_offset = -1
 
@@ -82,19 +85,23 @@ class MetadataView:
                 f"metadata records at {first_offset} after offset {self.image.offset}"
             )
         for record in records:
-            if record.WhichOneof("record") == "broker":
-                previous = self.image.brokers.get(record.broker.node_id)
-                if previous is None or previous.broker_epoch != record.broker.broker_epoch:
-                    self._registration_offsets[record.broker.node_id] = self.image.offset + 1
-            self.image.apply(record)
+            delta = MetadataDelta()
+            self.image.apply(record, delta)
+            for node_id in delta.removed_brokers:
+                del self._broker_epochs[node_id]
+            for node_id, broker in delta.changed_brokers.items():
+                if self._broker_epochs.get(node_id) != broker.broker_epoch:
+                    self._broker_epochs[node_id] = broker.broker_epoch
+                    self._registration_offsets[node_id] = self.image.offset
             self._retained.append((self.image.offset, record))
         self._wake()
 
-    def reset(self, image: MetadataImage) -> None:
+    def reset(self, image: ControllerImage) -> None:
         self.image = image
         self._retained.clear()
         self._loaded_offset = image.offset
         self._registration_offsets = {}
+        self._broker_epochs = {n: broker.broker_epoch for n, broker in image.brokers.items()}
         self._wake()
 
     def _wake(self) -> None:

@@ -46,7 +46,7 @@ from brook_controller.election import (
     preferred_election,
     with_changes,
 )
-from brook_controller.image import BROKER, TOPIC, MetadataImage
+from brook_controller.image import BROKER, TOPIC, ControllerImage
 from brook_controller.metadata_view import MetadataView
 from brook_controller.raft import NotLeaderError, RaftEngine
 from brook_controller.state_machine import ApplyStatus
@@ -374,7 +374,7 @@ class QuorumController:
             controller_epoch=self.epoch,
         )
 
-    def _check_broker_epoch(self, image: MetadataImage, node_id: int, broker_epoch: int) -> None:
+    def _check_broker_epoch(self, image: ControllerImage, node_id: int, broker_epoch: int) -> None:
         broker = image.brokers.get(node_id)
         if broker is None:
             raise BrookError(
@@ -576,13 +576,13 @@ class QuorumController:
         )
         create_topic(changes, request, self.settings.topic_defaults, [], internal=True)
 
-    def _offsets_partition_count(self, image: MetadataImage) -> int:
+    def _offsets_partition_count(self, image: ControllerImage) -> int:
         topic = image.topic_by_name(OFFSETS_TOPIC)
         if topic is not None:
             return len(image.topic_partitions(topic.topic_id))
         return self.settings.offsets_partitions
 
-    def _coordinator_targets(self, image: MetadataImage) -> dict[int, int]:
+    def _coordinator_targets(self, image: ControllerImage) -> dict[int, int]:
         """offsets partition -> the coordinator that should own it: current owners keep their
         partitions while balanced, orphans go to the least loaded, and the most loaded give
         partitions away until no two coordinators differ by more than one."""
@@ -611,7 +611,7 @@ class QuorumController:
             owned[least].append(owned[most].pop())
         return {index: node for node, indexes in owned.items() for index in indexes}
 
-    def _coordinators_unbalanced(self, image: MetadataImage) -> bool:
+    def _coordinators_unbalanced(self, image: ControllerImage) -> bool:
         targets = self._coordinator_targets(image)
         return any(
             image.coordinators.get(index) is None

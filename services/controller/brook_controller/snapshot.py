@@ -31,7 +31,7 @@ from rocksdict import IngestExternalFileOptions, Options, Rdict, SstFileWriter
 
 from brook.metadata.digest import metadata_digest
 from brook.v1 import metadata_pb2
-from brook_controller.image import MetadataImage
+from brook_controller.image import ControllerImage
 
 __all__ = ["SnapshotContents", "SnapshotError", "read_snapshot", "write_snapshot"]
 
@@ -46,7 +46,7 @@ class SnapshotError(Exception):
 
 @dataclass(frozen=True)
 class SnapshotContents:
-    image: MetadataImage
+    image: ControllerImage
     max_term: int
     request_ids: Sequence[bytes]
     engine_data: bytes
@@ -133,7 +133,7 @@ def _decode(path: Path, entries: dict[bytes, bytes]) -> SnapshotContents:
         except Exception:  # protobuf's DecodeError
             raise SnapshotError(f"snapshot {path} has a record that does not parse") from None
         records.append(record)
-    image = MetadataImage.from_records(records, offset)
+    image = ControllerImage.from_records(records, offset)
     expected = meta("digest").decode(errors="replace")
     if metadata_digest(records, offset) != expected:
         raise SnapshotError(f"snapshot {path} does not match its digest")

@@ -23,7 +23,7 @@ from typing import Final, Protocol
 
 from brook.v1 import metadata_pb2
 from brook_controller.commands import Command, CommandKind, decode_command, state_digest
-from brook_controller.image import MetadataImage
+from brook_controller.image import ControllerImage
 from brook_controller.snapshot import SnapshotContents, read_snapshot, write_snapshot
 
 __all__ = ["ApplyOutcome", "ApplyStatus", "MetadataStateMachine", "StateListener"]
@@ -63,14 +63,14 @@ class StateListener(Protocol):
     def on_records(self, offset: int, records: Sequence[metadata_pb2.MetadataRecord]) -> None:
         """``records`` were applied; the last one is at ``offset``."""
 
-    def on_reset(self, image: MetadataImage) -> None:
+    def on_reset(self, image: ControllerImage) -> None:
         """The image was replaced by a snapshot (at start-up, or sent by the leader)."""
 
 
 class MetadataStateMachine:
     def __init__(self, listener: StateListener) -> None:
         self._listener = listener
-        self._image = MetadataImage()
+        self._image = ControllerImage()
         self._max_term = 0
         self._request_ids: collections.deque[bytes] = collections.deque()
         self._request_id_set: set[bytes] = set()
@@ -84,7 +84,7 @@ class MetadataStateMachine:
         return self._max_term
 
     @property
-    def image(self) -> MetadataImage:
+    def image(self) -> ControllerImage:
         """For tests and snapshots: only the engine's thread may touch it while it runs."""
         return self._image
 
@@ -163,7 +163,9 @@ class MetadataStateMachine:
         self._request_ids = collections.deque(contents.request_ids)
         self._request_id_set = set(contents.request_ids)
         try:
-            self._listener.on_reset(MetadataImage.from_records(self._image.records(), self.offset))
+            self._listener.on_reset(
+                ControllerImage.from_records(self._image.records(), self.offset)
+            )
         except Exception:
             _log.exception("the state listener failed")
         return contents.engine_data

@@ -28,7 +28,7 @@ from brook_controller.changes import ChangeSet
 from brook_controller.image import (
     BROKER,
     TOPIC,
-    MetadataImage,
+    ControllerImage,
     topic_family_key,
     topic_name_key,
 )
@@ -61,7 +61,7 @@ class TopicDefaults:
     replication_factor: int
 
 
-def _storage_nodes(image: MetadataImage) -> list[Node]:
+def _storage_nodes(image: ControllerImage) -> list[Node]:
     return [
         Node(node_id, image.brokers[node_id].rack)
         for node_id in image.live_brokers(common_pb2.NODE_ROLE_STORAGE_NODE)
@@ -69,7 +69,7 @@ def _storage_nodes(image: MetadataImage) -> list[Node]:
 
 
 def _check_assignments(
-    image: MetadataImage,
+    image: ControllerImage,
     assignments: Sequence[admin_pb2.ReplicaAssignment],
     first_partition: int,
     count: int,
@@ -105,7 +105,7 @@ def _check_assignments(
 
 
 def _new_partition(
-    image: MetadataImage, topic_id: bytes, topic: str, index: int, replicas: list[int]
+    image: ControllerImage, topic_id: bytes, topic: str, index: int, replicas: list[int]
 ) -> metadata_pb2.PartitionRecord:
     isr = [node_id for node_id in replicas if image.is_live(node_id)]
     return metadata_pb2.PartitionRecord(
@@ -140,7 +140,7 @@ def _placement(
     return place_replicas(nodes, load, num_partitions, replication_factor)
 
 
-def _new_topic_id(image: MetadataImage) -> bytes:
+def _new_topic_id(image: ControllerImage) -> bytes:
     while True:
         topic_id = uuid.uuid4().bytes
         if topic_id not in image.topics:
@@ -316,7 +316,9 @@ def create_partitions(
 # --------------------------------------------------------------------------- configs
 
 
-def _resource_overrides(image: MetadataImage, resource: admin_pb2.ConfigResource) -> dict[str, str]:
+def _resource_overrides(
+    image: ControllerImage, resource: admin_pb2.ConfigResource
+) -> dict[str, str]:
     if resource.type == TOPIC:
         if image.topic_by_name(resource.name) is None:
             raise BrookError(
@@ -420,7 +422,7 @@ def _entry(
 
 
 def _topic_config_entries(
-    image: MetadataImage,
+    image: ControllerImage,
     overrides: Mapping[str, str],
     names: Sequence[str],
     synonyms: bool,
@@ -451,7 +453,7 @@ def _topic_config_entries(
 
 
 def describe_configs(
-    image: MetadataImage,
+    image: ControllerImage,
     request: admin_pb2.DescribeConfigsResource,
     synonyms: bool,
     documentation: bool,
@@ -493,7 +495,7 @@ def describe_configs(
 
 
 def topic_metadata(
-    image: MetadataImage, topic: metadata_pb2.TopicRecord
+    image: ControllerImage, topic: metadata_pb2.TopicRecord
 ) -> storage_pb2.TopicMetadata:
     partitions = image.topic_partitions(topic.topic_id)
     return storage_pb2.TopicMetadata(

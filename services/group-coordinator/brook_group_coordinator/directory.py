@@ -3,8 +3,8 @@
 NOT_COORDINATOR answer hints at.
 
 ``CoordinatorDirectory`` is the one place the coordinator depends on the metadata feed; the
-feed (``ClusterMetadata``, applying WatchMetadata) calls ``set_endpoints``/``assign`` as records
-arrive and ``reset`` when a snapshot replaces the image.
+feed (``ClusterMetadata``, applying WatchMetadata) calls ``set_endpoints``/``assign`` for what
+each update changed and ``reset`` when a snapshot replaces the image.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ import grpc
 
 from brook.config import Config
 from brook.errors import BrookError, ErrorCode, error_code
+from brook.metadata.info import PartitionInfo
 from brook.record import BatchHeader, CorruptRecordError, iter_records, scan_batches
 from brook.record import build_batch as build_record_batch
 from brook.record.varint import INT32_MAX
@@ -47,7 +48,7 @@ from brook.rpc.backoff import RetryBackoff, backoff_s
 from brook.rpc.channels import Network
 from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2, storage_pb2_grpc
-from brook_group_coordinator.cluster_metadata import ClusterMetadata, PartitionLeader
+from brook_group_coordinator.cluster_metadata import ClusterMetadata
 from brook_group_coordinator.fencing import (
     OffsetsWriteError,
     fencing_producer_id,
@@ -112,7 +113,7 @@ class _Retry(Exception):
         self.message = message
 
 
-Attempt = Callable[[storage_pb2_grpc.StorageServiceStub, PartitionLeader, float], Awaitable[_T]]
+Attempt = Callable[[storage_pb2_grpc.StorageServiceStub, PartitionInfo, float], Awaitable[_T]]
 
 
 class StorageOffsetsLog:
@@ -155,12 +156,12 @@ class StorageOffsetsLog:
                 try:
                     return await attempt(self._network.storage(address), leader, remaining_s)
                 except _Retry as retry:
-                    problem = (retry.code, f"node {leader.node_id}: {retry.message}")
+                    problem = (retry.code, f"node {leader.leader}: {retry.message}")
                 except grpc.aio.AioRpcError as error:
                     code, message = rpc_error(error)
                     if not code.retriable:
                         raise BrookError(code, message) from None
-                    problem = (code, f"node {leader.node_id}: {message}")
+                    problem = (code, f"node {leader.leader}: {message}")
             if self._metadata.offset == seen:
                 wait_s = min(
                     backoff_s(self._settings.retry_backoff, failures + 1),
@@ -270,7 +271,7 @@ class StorageOffsetsLog:
         appended_maybe = False
 
         async def produce(
-            stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionLeader, remaining_s: float
+            stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionInfo, remaining_s: float
         ) -> int:
             nonlocal appended_maybe
             request = storage_pb2.ProduceRequest(
@@ -357,7 +358,7 @@ class StorageOffsetsLog:
         """(log start offset, high watermark) of the partition now."""
 
         async def list_offsets(
-            stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionLeader, remaining_s: float
+            stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionInfo, remaining_s: float
         ) -> tuple[int, int]:
             # One spec per request: a request names each partition once.
             found: list[int] = []
@@ -461,7 +462,7 @@ class StorageOffsetsLog:
         buffer_bytes = self._settings.load_buffer_bytes
 
         async def fetch(
-            stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionLeader, remaining_s: float
+            stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionInfo, remaining_s: float
         ) -> storage_pb2.FetchPartitionResponse:
             request = storage_pb2.FetchRequest(
                 max_wait_ms=0,

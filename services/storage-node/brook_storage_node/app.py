@@ -38,6 +38,7 @@ from pathlib import Path
 from brook.config import Config
 from brook.errors import ErrorCode
 from brook.membership import AppliedMetadataOffset, ClusterMembership
+from brook.metadata.delta import MetadataUpdate
 from brook.rpc.backoff import RetryBackoff
 from brook.server import ServiceContext, ServiceSpec, make_directories
 from brook.v1 import common_pb2, controller_pb2, replica_pb2_grpc, storage_pb2_grpc
@@ -50,7 +51,7 @@ from brook_storage_node.metadata_source import (
     MetadataSource,
     StaticMetadataSource,
 )
-from brook_storage_node.metadata_view import MetadataUpdate, MetadataView
+from brook_storage_node.metadata_view import MetadataView
 from brook_storage_node.producer_ids import ProducerIdBlock, ProducerIdManager
 from brook_storage_node.replica_fetcher import FetcherSettings, ReplicaFetchers
 from brook_storage_node.replica_manager import ReplicaManager, topic_log_configs

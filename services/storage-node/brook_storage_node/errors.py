@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Final, cast
 
 from brook.errors import ErrorCode, error_code
+from brook.metadata.info import EndpointInfo, endpoint_protos
 from brook.record import RecordError, read_header, validate_batches
 from brook.record.batch import MAGIC_OFFSET, Buffer
 from brook.v1 import common_pb2, errors_pb2
 from brook_storage_node.log import LogError
-from brook_storage_node.metadata_view import EndpointInfo, endpoint_protos
 
 __all__ = [
     "ErrorResult",

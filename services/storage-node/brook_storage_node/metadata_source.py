@@ -18,9 +18,9 @@ from typing import Final, Protocol
 
 from brook.config import Config, Listener
 from brook.membership import MetadataWatcher
+from brook.metadata.delta import MetadataUpdate
 from brook.v1 import common_pb2, metadata_pb2
 from brook_storage_node.log.topic_partition import check_topic_name
-from brook_storage_node.metadata_view import MetadataUpdate
 from brook_storage_node.topic_settings import check_topic_configs
 
 __all__ = [

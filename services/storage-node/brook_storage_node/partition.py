@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from brook.errors import ErrorCode
+from brook.metadata.info import NO_LEADER, PartitionInfo
 from brook_storage_node.errors import PartitionError
 from brook_storage_node.log import FetchData, LogAppendInfo, PartitionLog, TopicPartition
 from brook_storage_node.log.log_config import LONG_MAX
 from brook_storage_node.log.producer_state import OutOfOrderSequenceError
-from brook_storage_node.metadata_view import NO_LEADER, PartitionInfo
 from brook_storage_node.topic_settings import TopicSettings
 
 __all__ = [

@@ -46,11 +46,12 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from brook.config import Config
 from brook.errors import ErrorCode, error_code
 from brook.logs import RepeatLimiter
+from brook.metadata.info import NO_LEADER
 from brook.rpc.addresses import listener_address
 from brook.telemetry import meter
 from brook.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from brook_storage_node.log import TopicPartition
-from brook_storage_node.metadata_view import NO_LEADER, MetadataView
+from brook_storage_node.metadata_view import MetadataView
 from brook_storage_node.partition import NO_EPOCH, Partition
 
 __all__ = ["FetcherSettings", "LeaderFetcher", "ReplicaFetchers", "truncation_offset"]

@@ -32,16 +32,12 @@ from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from brook.errors import ErrorCode
+from brook.metadata.delta import MetadataUpdate
+from brook.metadata.info import NO_LEADER, PartitionInfo
 from brook_storage_node.errors import LeaderHint, PartitionError
 from brook_storage_node.leadership_gate import LeadershipGates
 from brook_storage_node.log import LogConfig, LogManager, TopicPartition
-from brook_storage_node.metadata_view import (
-    NO_LEADER,
-    MetadataDelta,
-    MetadataUpdate,
-    MetadataView,
-    PartitionInfo,
-)
+from brook_storage_node.metadata_view import MetadataView, ReplicaChanges
 from brook_storage_node.partition import NO_EPOCH, Partition
 from brook_storage_node.topic_settings import TopicDefaults, TopicSettings, resolve_topic_settings
 
@@ -125,19 +121,16 @@ class ReplicaManager:
 
     async def initialize(self) -> None:
         """Take up every partition of the current image (after the first snapshot)."""
-        every = tuple(self.view.partitions())
-        await self._reconcile(
-            MetadataDelta(every, (), frozenset(self.view.topics)), all_configs=True
-        )
+        await self._reconcile(self.view.everything(), all_configs=True)
 
     async def apply(self, update: MetadataUpdate) -> None:
         """Apply one metadata update and act on what it changed."""
-        delta = self.view.apply(update)
-        if not delta.empty:
-            await self._reconcile(delta, all_configs=False)
+        changes = self.view.replica_changes(self.view.apply(update))
+        if not changes.empty:
+            await self._reconcile(changes, all_configs=False)
 
-    async def _reconcile(self, delta: MetadataDelta, *, all_configs: bool) -> None:
-        for topic in delta.changed_topic_configs:
+    async def _reconcile(self, changes: ReplicaChanges, *, all_configs: bool) -> None:
+        for topic in changes.changed_topic_configs:
             self._settings.pop(topic, None)
             settings = self.topic_settings(topic)
             if not all_configs:
@@ -145,11 +138,11 @@ class ReplicaManager:
             for tp, partition in self._partitions.items():
                 if tp.topic == topic:
                     partition.update_settings(settings)
-        for topic, partition_index in delta.removed_partitions:
+        for topic, partition_index in changes.removed_partitions:
             await self._stop_replica(
                 TopicPartition(topic, partition_index), "the partition no longer exists"
             )
-        for info in delta.changed_partitions:
+        for info in changes.changed_partitions:
             try:
                 await self._apply_partition(info)
             except Exception as exc:
@@ -157,7 +150,7 @@ class ReplicaManager:
                 self._failed[tp] = f"{type(exc).__name__}: {exc}"
                 _log.exception("cannot take up %s", tp)
             finally:
-                # Requests waiting for this partition go now, not after the whole delta.
+                # Requests waiting for this partition go now, not after the whole changes.
                 self.gates.settle()
         self.gates.settle()
 

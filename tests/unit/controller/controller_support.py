@@ -18,7 +18,7 @@ from typing import Any, Self
 
 import grpc
 from brook_controller.app import SPEC
-from brook_controller.image import MetadataImage
+from brook_controller.image import ControllerImage
 
 from brook.config import RawSetting
 from brook.health import HealthStatus, wait_until_serving
@@ -122,9 +122,9 @@ class InProcessController:
             stream.cancel()
         return first
 
-    def image(self) -> MetadataImage:
+    def image(self) -> ControllerImage:
         snapshot = self.snapshot()
-        return MetadataImage.from_records(snapshot.records, snapshot.offset)
+        return ControllerImage.from_records(snapshot.records, snapshot.offset)
 
     # ------------------------------------------------------------------ fake nodes
 

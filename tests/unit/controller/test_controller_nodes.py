@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from brook_controller.changes import ChangeSet
-from brook_controller.image import MetadataImage
+from brook_controller.image import ControllerImage
 from brook_controller.quorum_controller import ensure_cluster_id
 from controller_support import InProcessController, watch
 
@@ -44,7 +44,7 @@ def _create(controller: InProcessController, topic: NewTopic) -> None:
         assert admin.create_topics([topic]) == {topic.name: None}
 
 
-def _partitions(image: MetadataImage, topic: str) -> list[metadata_pb2.PartitionRecord]:
+def _partitions(image: ControllerImage, topic: str) -> list[metadata_pb2.PartitionRecord]:
     found = image.topic_by_name(topic)
     assert found is not None
     return [p for _, p in sorted(image.topic_partitions(found.topic_id).items())]
@@ -53,8 +53,8 @@ def _partitions(image: MetadataImage, topic: str) -> list[metadata_pb2.Partition
 def _keep_alive_until(
     controller: InProcessController,
     epochs: dict[int, int],
-    done: Callable[[MetadataImage], bool],
-) -> MetadataImage:
+    done: Callable[[ControllerImage], bool],
+) -> ControllerImage:
     """Heartbeats for the nodes in ``epochs`` until ``done`` holds for the image."""
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -118,12 +118,12 @@ def test_the_cluster_id_is_written_once_and_a_retried_write_does_not_replace_it(
     commit fails on the other's is decided again, on the image with the committed id. It
     used to write a second id, and a node that stored the first could not restart
     (INCONSISTENT_CLUSTER_ID; seen in CI)."""
-    first = ChangeSet(MetadataImage())
+    first = ChangeSet(ControllerImage())
     ensure_cluster_id(first)
     [record] = first.records
     assert len(record.cluster.cluster_id) == 22
 
-    committed = MetadataImage()
+    committed = ControllerImage()
     committed.apply(record)
     retried = ChangeSet(committed)
     ensure_cluster_id(retried)

@@ -14,7 +14,7 @@ from brook_controller.election import (
     remove_node,
     unclean_election,
 )
-from brook_controller.image import MetadataImage
+from brook_controller.image import ControllerImage
 from brook_controller.placement import Load, Node, place_replicas
 
 from brook.errors import ErrorCode
@@ -33,8 +33,8 @@ def _partition(
 
 def _image(
     partitions: list[metadata_pb2.PartitionRecord], fenced: tuple[int, ...] = ()
-) -> MetadataImage:
-    image = MetadataImage()
+) -> ControllerImage:
+    image = ControllerImage()
     for node_id in (1, 2, 3):
         image.apply(
             metadata_pb2.MetadataRecord(

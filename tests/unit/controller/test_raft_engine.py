@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from brook_controller.commands import Command, CommandKind, encode_command
-from brook_controller.image import MetadataImage
+from brook_controller.image import ControllerImage
 from brook_controller.raft import SNAPSHOT_FILE, EngineSettings, NotLeaderError, PySyncObjEngine
 from brook_controller.state_machine import ApplyStatus, MetadataStateMachine
 
@@ -29,7 +29,7 @@ class _Ignore:
     def on_records(self, offset: int, records: Sequence[metadata_pb2.MetadataRecord]) -> None:
         pass
 
-    def on_reset(self, image: MetadataImage) -> None:
+    def on_reset(self, image: ControllerImage) -> None:
         pass
 
 

@@ -15,7 +15,7 @@ from brook_controller.commands import (
     encode_command,
     state_digest,
 )
-from brook_controller.image import MetadataImage, broker_key, topic_name_key
+from brook_controller.image import ControllerImage, broker_key, topic_name_key
 from brook_controller.snapshot import SnapshotError
 from brook_controller.state_machine import ApplyStatus, MetadataStateMachine
 from hypothesis import given, settings
@@ -27,12 +27,12 @@ from brook.v1 import metadata_pb2
 class Recorder:
     def __init__(self) -> None:
         self.batches: list[tuple[int, list[metadata_pb2.MetadataRecord]]] = []
-        self.resets: list[MetadataImage] = []
+        self.resets: list[ControllerImage] = []
 
     def on_records(self, offset: int, records: Sequence[metadata_pb2.MetadataRecord]) -> None:
         self.batches.append((offset, list(records)))
 
-    def on_reset(self, image: MetadataImage) -> None:
+    def on_reset(self, image: ControllerImage) -> None:
         self.resets.append(image)
 
 

@@ -93,11 +93,17 @@ def _node(node_id: int, role: int, listener: str, port: int) -> metadata_pb2.Met
 
 
 def _partition(topic: str, leader: int) -> list[metadata_pb2.MetadataRecord]:
+    topic_id = topic.encode().ljust(16, b"-")
     return [
-        metadata_pb2.MetadataRecord(topic=metadata_pb2.TopicRecord(name=topic)),
+        metadata_pb2.MetadataRecord(topic=metadata_pb2.TopicRecord(name=topic, topic_id=topic_id)),
         metadata_pb2.MetadataRecord(
             partition=metadata_pb2.PartitionRecord(
-                topic=topic, partition=0, replicas=[leader], isr=[leader], leader=leader
+                topic_id=topic_id,
+                topic=topic,
+                partition=0,
+                replicas=[leader],
+                isr=[leader],
+                leader=leader,
             )
         ),
     ]

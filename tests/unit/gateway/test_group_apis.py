@@ -467,6 +467,7 @@ async def gateway(
     # The topic the tests commit offsets for: OffsetCommit answers a partition the metadata
     # lacks UNKNOWN_TOPIC_OR_PARTITION (one partition per OffsetCommit version, which some
     # tests commit to).
+    records.append(metadata_pb2.MetadataRecord(topic=metadata_pb2.TopicRecord(name="t")))
     records += [
         metadata_pb2.MetadataRecord(
             partition=metadata_pb2.PartitionRecord(topic="t", partition=p, leader=-1)

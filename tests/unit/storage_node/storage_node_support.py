@@ -20,10 +20,10 @@ from typing import Any, TypeVar
 import grpc
 from brook_storage_node.app import SPEC, StorageNode
 from brook_storage_node.config import CONFIG_DEF
-from brook_storage_node.metadata_view import MetadataUpdate
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brook.config import Config, RawSetting
+from brook.metadata.delta import MetadataUpdate
 from brook.record import build_batch
 from brook.server import EXIT_OK, serve
 from brook.v1 import common_pb2, metadata_pb2, storage_pb2, storage_pb2_grpc

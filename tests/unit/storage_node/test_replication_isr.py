@@ -12,13 +12,15 @@ import pytest
 from brook_storage_node.errors import PartitionError
 from brook_storage_node.isr import IsrManager
 from brook_storage_node.log import LogConfig, PartitionLog
-from brook_storage_node.metadata_view import MetadataUpdate, MetadataView, PartitionInfo
+from brook_storage_node.metadata_view import MetadataView
 from brook_storage_node.partition import Partition
 from brook_storage_node.replica_fetcher import truncation_offset
 from brook_storage_node.topic_settings import TopicSettings
 from storage_node_support import batch, run
 
 from brook.errors import ErrorCode
+from brook.metadata.delta import MetadataUpdate
+from brook.metadata.info import PartitionInfo
 from brook.record import Compression
 from brook.v1 import common_pb2, controller_pb2, metadata_pb2
 

@@ -11,7 +11,7 @@ from brook_storage_node.metadata_source import (
     parse_static_topics,
     static_topic_id,
 )
-from brook_storage_node.metadata_view import MetadataView
+from brook_storage_node.metadata_view import MetadataView, ReplicaChanges
 from storage_node_support import (
     NODE_ID,
     OTHER_NODE_ID,
@@ -24,6 +24,7 @@ from storage_node_support import (
 )
 
 from brook.config import ConfigError, RawSetting
+from brook.metadata.delta import MetadataUpdate
 from brook.record import BATCH_OVERHEAD, TimestampType
 from brook.topic_config import SEGMENT_INDEX_BYTES_MIN
 from brook.v1 import common_pb2, metadata_pb2
@@ -34,9 +35,15 @@ def _parse(**settings: str) -> object:
     return CONFIG_DEF.parse({k.replace("_", "."): RawSetting(v, "test") for k, v in raw.items()})
 
 
+def _apply(view: MetadataView, update: MetadataUpdate) -> ReplicaChanges:
+    """Applies ``update``; what the replica manager is asked to act on."""
+    return view.replica_changes(view.apply(update))
+
+
 def test_snapshot_builds_the_image_and_reports_every_partition_as_changed() -> None:
     view = MetadataView()
-    changes = view.apply(
+    changes = _apply(
+        view,
         snapshot(
             broker_record(NODE_ID, 9101),
             topic_record("orders"),
@@ -44,7 +51,7 @@ def test_snapshot_builds_the_image_and_reports_every_partition_as_changed() -> N
             partition_record("orders", 1, leader=OTHER_NODE_ID, replicas=(OTHER_NODE_ID, NODE_ID)),
             config_record("orders", "retention.ms", "1000"),
             offset=7,
-        )
+        ),
     )
 
     assert view.offset == 7
@@ -64,7 +71,7 @@ def test_applying_the_same_records_twice_changes_nothing() -> None:
     records = (topic_record("orders"), partition_record("orders", 0))
     view.apply(snapshot(*records, offset=1))
 
-    again = view.apply(delta(*records, offset=2))
+    again = _apply(view, delta(*records, offset=2))
 
     assert again.empty
     assert view.offset == 2
@@ -74,12 +81,13 @@ def test_delta_reports_only_what_it_changed() -> None:
     view = MetadataView()
     view.apply(snapshot(topic_record("orders"), partition_record("orders", 0), offset=1))
 
-    changes = view.apply(
+    changes = _apply(
+        view,
         delta(
             partition_record("orders", 0, leader_epoch=1),
             config_record("orders", "a", "b"),
             offset=2,
-        )
+        ),
     )
 
     assert [(p.partition, p.leader_epoch) for p in changes.changed_partitions] == [(0, 1)]
@@ -95,15 +103,16 @@ def test_removed_topic_and_snapshot_without_a_partition_report_it_removed() -> N
         )
     )
 
-    removed = view.apply(
+    removed = _apply(
+        view,
         delta(
             metadata_pb2.MetadataRecord(
                 remove_topic=metadata_pb2.RemoveTopicRecord(name="a", topic_id=b"a".ljust(16, b"-"))
             ),
             offset=3,
-        )
+        ),
     )
-    replaced = view.apply(snapshot(topic_record("c"), partition_record("c", 0), offset=4))
+    replaced = _apply(view, snapshot(topic_record("c"), partition_record("c", 0), offset=4))
 
     assert removed.removed_partitions == (("a", 0),)
     assert view.topic("a") is None
@@ -115,8 +124,9 @@ def test_a_topic_recreated_under_its_name_is_removed_then_changed() -> None:
     view = MetadataView()
     view.apply(snapshot(topic_record("t", b"1" * 16), partition_record("t", 0, topic_id=b"1" * 16)))
 
-    changes = view.apply(
-        delta(topic_record("t", b"2" * 16), partition_record("t", 0, topic_id=b"2" * 16), offset=5)
+    changes = _apply(
+        view,
+        delta(topic_record("t", b"2" * 16), partition_record("t", 0, topic_id=b"2" * 16), offset=5),
     )
 
     assert changes.removed_partitions == (("t", 0),)
@@ -127,7 +137,7 @@ def test_unset_config_value_removes_the_override() -> None:
     view = MetadataView()
     view.apply(snapshot(config_record("t", "retention.ms", "5")))
 
-    changes = view.apply(delta(config_record("t", "retention.ms", None), offset=1))
+    changes = _apply(view, delta(config_record("t", "retention.ms", None), offset=1))
 
     assert view.topic_configs("t") == {}
     assert changes.changed_topic_configs == frozenset({"t"})

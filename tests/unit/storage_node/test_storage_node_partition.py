@@ -11,7 +11,7 @@ import pytest
 from brook_storage_node.delayed_fetch import DataWaiter
 from brook_storage_node.errors import PartitionError
 from brook_storage_node.log import LogConfig, LogManager, LogManagerConfig, PartitionLog
-from brook_storage_node.metadata_view import MetadataView, PartitionInfo
+from brook_storage_node.metadata_view import MetadataView
 from brook_storage_node.partition import INLINE_BYTES_MAX, SEQUENCE_GAP_WAIT_MS, Partition
 from brook_storage_node.replica_manager import ReplicaManager
 from brook_storage_node.topic_settings import TopicDefaults, TopicSettings
@@ -29,6 +29,7 @@ from storage_node_support import (
 )
 
 from brook.errors import ErrorCode
+from brook.metadata.info import PartitionInfo
 from brook.record import Compression, build_batch, scan_batches
 
 SETTINGS = TopicSettings(LogConfig(max_message_bytes=4 * INLINE_BYTES_MAX), 1, Compression.NONE)

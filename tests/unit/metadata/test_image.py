@@ -1,12 +1,11 @@
-"""The metadata image: upserts, removals, its canonical records and its digest."""
+"""The shared metadata image: upserts, removals, its canonical records and its digest."""
 
 from __future__ import annotations
 
 import uuid
 
-from brook_controller.image import TOPIC, MetadataImage, topic_family_key
-
 from brook.metadata.digest import metadata_digest
+from brook.metadata.image import TOPIC, MetadataImage
 from brook.v1 import metadata_pb2
 
 TOPIC_ID = uuid.UUID(int=1).bytes
@@ -103,17 +102,3 @@ def test_unsetting_a_config_value_removes_the_override() -> None:
     )
 
     assert image.resource_configs(TOPIC, "t") == {}
-
-
-def test_object_versions_tell_absent_from_present_and_names_that_collide() -> None:
-    image = _image(_records())
-
-    assert image.version("topic/t") != image.version("topic/u") == b""
-    assert image.version(topic_family_key("a.b")) == image.version(topic_family_key("a_b"))
-    image.apply(
-        metadata_pb2.MetadataRecord(
-            topic=metadata_pb2.TopicRecord(name="a_b", topic_id=uuid.UUID(int=2).bytes)
-        )
-    )
-    assert image.version(topic_family_key("a.b")) == b"a_b"
-    assert image.topics_colliding_with("a.b") == ["a_b"]

@@ -1,0 +1,113 @@
+"""What one metadata update changed (Kafka's ``MetadataDelta``), as ``MetadataImage.replay`` says.
+
+A ``MetadataUpdate`` is one message of a WatchMetadata stream: a whole image (``snapshot``) or
+records to apply on top, and the metadata log offset it brings the image to. Replaying it on
+an image gives a ``MetadataDelta``: the objects it added or changed (their new records) and the
+objects it removed (their last records), so a consumer acts on what was touched without
+comparing images. A delta is net: a partition changed and then removed in the same update is
+only removed; a record equal to the one the image holds changes nothing and is not reported.
+
+A partition is removed when its topic is deleted, when its topic is re-created under the same
+name with a new id (the new topic's partitions are then changed, under the new id), or when a
+snapshot lacks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from brook.v1 import metadata_pb2
+
+__all__ = ["ConfigKey", "MetadataDelta", "MetadataUpdate", "PartitionKey"]
+
+ConfigKey = tuple[int, str]
+"""(ConfigResourceType, resource name)."""
+
+PartitionKey = tuple[bytes, int]
+"""(topic id, partition index)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataUpdate:
+    """One message of a metadata stream: a whole image (``snapshot``) or a delta, and the
+    metadata log offset it brings the image to (WatchMetadataResponse's shape)."""
+
+    snapshot: bool
+    offset: int
+    records: tuple[metadata_pb2.MetadataRecord, ...]
+
+
+@dataclass(slots=True)
+class MetadataDelta:
+    """The objects one update added, changed or removed. Filled in by the image while it
+    replays; read-only to consumers."""
+
+    snapshot: bool = False
+    """The update replaced the whole image (a consumer that mirrors state may rebuild)."""
+    cluster_changed: bool = False
+    producer_ids_changed: bool = False
+    changed_brokers: dict[int, metadata_pb2.BrokerRecord] = field(default_factory=dict)
+    removed_brokers: dict[int, metadata_pb2.BrokerRecord] = field(default_factory=dict)
+    changed_topics: dict[bytes, metadata_pb2.TopicRecord] = field(default_factory=dict)
+    removed_topics: dict[bytes, metadata_pb2.TopicRecord] = field(default_factory=dict)
+    changed_partitions: dict[PartitionKey, metadata_pb2.PartitionRecord] = field(
+        default_factory=dict
+    )
+    removed_partitions: dict[PartitionKey, metadata_pb2.PartitionRecord] = field(
+        default_factory=dict
+    )
+    changed_configs: set[ConfigKey] = field(default_factory=set)
+    """Resources whose configuration changed (a value set, replaced or removed)."""
+    changed_coordinators: dict[int, metadata_pb2.CoordinatorRecord] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.snapshot
+            or self.cluster_changed
+            or self.producer_ids_changed
+            or self.changed_brokers
+            or self.removed_brokers
+            or self.changed_topics
+            or self.removed_topics
+            or self.changed_partitions
+            or self.removed_partitions
+            or self.changed_configs
+            or self.changed_coordinators
+        )
+
+    def changed_topic_configs(self) -> frozenset[str]:
+        """Names of the topics whose configuration changed."""
+        return frozenset(
+            name
+            for resource_type, name in self.changed_configs
+            if resource_type == metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC
+        )
+
+    # -- filled in by the image ---------------------------------------------------------------
+
+    def broker_changed(self, broker: metadata_pb2.BrokerRecord) -> None:
+        self.removed_brokers.pop(broker.node_id, None)
+        self.changed_brokers[broker.node_id] = broker
+
+    def broker_removed(self, broker: metadata_pb2.BrokerRecord) -> None:
+        self.changed_brokers.pop(broker.node_id, None)
+        self.removed_brokers[broker.node_id] = broker
+
+    def topic_changed(self, topic: metadata_pb2.TopicRecord) -> None:
+        self.removed_topics.pop(topic.topic_id, None)
+        self.changed_topics[topic.topic_id] = topic
+
+    def topic_removed(self, topic: metadata_pb2.TopicRecord) -> None:
+        self.changed_topics.pop(topic.topic_id, None)
+        self.removed_topics[topic.topic_id] = topic
+
+    def partition_changed(self, partition: metadata_pb2.PartitionRecord) -> None:
+        key = (partition.topic_id, partition.partition)
+        self.removed_partitions.pop(key, None)
+        self.changed_partitions[key] = partition
+
+    def partition_removed(self, partition: metadata_pb2.PartitionRecord) -> None:
+        key = (partition.topic_id, partition.partition)
+        self.changed_partitions.pop(key, None)
+        self.removed_partitions[key] = partition

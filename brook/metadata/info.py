@@ -1,0 +1,119 @@
+"""Typed, immutable reads of the image's records, for the views that serve requests from them
+(the storage node's and the gateway's): ``BrokerInfo`` (with its ``EndpointInfo``s),
+``PartitionInfo`` and ``TopicInfo``. Built once per change by ``MetadataCache``, so a request
+reads plain tuples and ints instead of protobuf containers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
+
+from brook.rpc.addresses import GRPC_LISTENER, listener_address
+from brook.v1 import common_pb2, metadata_pb2
+
+__all__ = [
+    "NO_LEADER",
+    "BrokerInfo",
+    "EndpointInfo",
+    "PartitionInfo",
+    "TopicInfo",
+    "TopicPartitionKey",
+    "endpoint_protos",
+]
+
+# Kafka's sentinel for "no leader" (an offline partition) and for an unknown node.
+NO_LEADER: Final = -1
+
+TopicPartitionKey = tuple[str, int]
+"""(topic name, partition index)."""
+
+
+class EndpointInfo(NamedTuple):
+    listener: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A registered node (any role), as its last BrokerRecord said."""
+
+    node_id: int
+    broker_epoch: int
+    role: int
+    """A brook.v1.NodeRole value."""
+    endpoints: tuple[EndpointInfo, ...]
+    rack: str
+    fenced: bool
+    in_controlled_shutdown: bool = False
+
+    @classmethod
+    def from_record(cls, record: metadata_pb2.BrokerRecord) -> BrokerInfo:
+        return cls(
+            node_id=record.node_id,
+            broker_epoch=record.broker_epoch,
+            role=record.role,
+            endpoints=tuple(EndpointInfo(e.listener, e.host, e.port) for e in record.endpoints),
+            rack=record.rack,
+            fenced=record.fenced,
+            in_controlled_shutdown=record.in_controlled_shutdown,
+        )
+
+    @property
+    def isr_eligible(self) -> bool:
+        """The controllers take it into an ISR (Kafka's isReplicaIsrEligible): neither fenced
+        nor shutting down."""
+        return not self.fenced and not self.in_controlled_shutdown
+
+    def address(self, listener: str = GRPC_LISTENER) -> str | None:
+        """``host:port`` of ``listener`` (IPv6 bracketed), for gRPC; Kafka's Metadata takes
+        host and port from ``endpoints`` unformatted."""
+        return listener_address(self.endpoints, listener)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """The whole state of one partition, as the last PartitionRecord for it said."""
+
+    topic: str
+    partition: int
+    topic_id: bytes
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    @classmethod
+    def from_record(cls, record: metadata_pb2.PartitionRecord) -> PartitionInfo:
+        return cls(
+            topic=record.topic,
+            partition=record.partition,
+            topic_id=record.topic_id,
+            replicas=tuple(record.replicas),
+            isr=tuple(record.isr),
+            leader=record.leader,
+            leader_epoch=record.leader_epoch,
+            partition_epoch=record.partition_epoch,
+        )
+
+    @property
+    def key(self) -> TopicPartitionKey:
+        return (self.topic, self.partition)
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    """A topic and its partitions by index. Replaced, never mutated, when its TopicRecord
+    changes; its ``partitions`` follow the partition records."""
+
+    name: str
+    topic_id: bytes
+    internal: bool
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+
+
+def endpoint_protos(endpoints: tuple[EndpointInfo, ...]) -> list[common_pb2.Endpoint]:
+    """The endpoints as brook.v1.Endpoint messages (for hints and GetMetadata)."""
+    return [common_pb2.Endpoint(listener=e.listener, host=e.host, port=e.port) for e in endpoints]
