@@ -264,11 +264,9 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
-            latest_epoch = self.leader_epoch_cache.latest_epoch
-            if leader_epoch < 0 or (latest_epoch is not None and leader_epoch < latest_epoch):
+            if leader_epoch < 0:
                 raise InvariantViolationError(
-                    f"{self.topic_partition}: a leader append in epoch {leader_epoch}, but the "
-                    f"epoch history already reaches epoch {latest_epoch}"
+                    f"{self.topic_partition}: a leader append in epoch {leader_epoch}"
                 )
             now_ms = self._clock_ms()
             validated = validate_leader_append(
@@ -340,6 +338,13 @@ class PartitionLog:
                 latest = self.leader_epoch_cache.latest_epoch
                 if latest is None or epoch > latest:
                     self.leader_epoch_cache.assign(epoch, start_offset)
+                elif dense and epoch < latest:
+                    # A leader's one epoch, checked before anything is written: a stale
+                    # leader writing would corrupt the history followers truncate by.
+                    raise InvariantViolationError(
+                        f"{self.topic_partition}: a leader append in epoch {epoch}, but the "
+                        f"epoch history already reaches epoch {latest}"
+                    )
             active = self._segments.active
             reason = active.should_roll(
                 self._config,
