@@ -45,7 +45,13 @@ from typing import Final, Protocol
 from brook.errors import ErrorCode
 from brook.metadata.info import NO_LEADER, PartitionInfo
 from brook_storage_node.errors import PartitionError
-from brook_storage_node.log import FetchData, LogAppendInfo, PartitionLog, TopicPartition
+from brook_storage_node.log import (
+    FetchData,
+    InvariantViolationError,
+    LogAppendInfo,
+    PartitionLog,
+    TopicPartition,
+)
 from brook_storage_node.log.log_config import LONG_MAX
 from brook_storage_node.log.producer_state import OutOfOrderSequenceError
 from brook_storage_node.topic_settings import TopicSettings
@@ -216,6 +222,15 @@ class Partition:
         self.log.update_config(settings.log_config)
 
     def _adopt(self, info: PartitionInfo, settings: TopicSettings) -> None:
+        """Take on the metadata's view of the partition. Leader epochs never go back: the
+        controllers bump the epoch on every leadership change and the metadata is applied in
+        order (a re-created topic is a new Partition), so a lower epoch is a bug upstream, and
+        following it would let a deposed leader's view overwrite the current one."""
+        if info.leader_epoch < self.leader_epoch:
+            raise InvariantViolationError(
+                f"{self.topic_partition}: leader epoch {info.leader_epoch} after "
+                f"{self.leader_epoch}; leader epochs never go back"
+            )
         self.leader_id = info.leader
         self.leader_epoch = info.leader_epoch
         self.partition_epoch = info.partition_epoch
@@ -340,6 +355,8 @@ class Partition:
         """A follower's HW: the leader's, as far as this log reaches."""
         if self.is_leader:
             return
+        # A legitimate clamp, Kafka's min(leaderHW, LEO): the leader's HW counts records this
+        # follower has not fetched yet. The log refuses a HW past its end (a bug, not a state).
         self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
 
     # -- high watermark ---------------------------------------------------------------------
@@ -404,18 +421,20 @@ class Partition:
         """Move the HW to the smallest log end offset in the ISR; True if it moved."""
         if not self.is_leader:
             return False
-        candidate = self.log.log_end_offset
         members = set(self.isr)
         if self.pending_isr is not None:
             members.update(self.pending_isr)
+        followers_end: int | None = None
         for replica in members:
             if replica == self._local_node_id:
                 continue
             state = self._followers.get(replica)
             if state is None or state.log_end_offset < 0:
                 return False
-            candidate = min(candidate, state.log_end_offset)
-        if not self.log.maybe_increment_high_watermark(candidate):
+            if followers_end is None or state.log_end_offset < followers_end:
+                followers_end = state.log_end_offset
+        # The log takes the smaller of that and its own end, under its lock.
+        if not self.log.maybe_increment_high_watermark(followers_end):
             return False
         high_watermark = self.log.high_watermark
         committed_bytes = 0

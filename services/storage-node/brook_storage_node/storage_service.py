@@ -1,7 +1,10 @@
 """brook.v1.StorageService: produce, fetch, subscribe and offset look-ups over gRPC (grpc.aio).
 
-The servicer translates between the contract (proto/brook/v1/storage.proto) and the replica
-manager's partitions; the rules it applies, in Kafka's terms:
+The servicer translates between the contract (proto/brook/v1/storage.proto) and the node's
+paths: Produce and ProduceRecords go to produce.py (``ProducePath``: gates, checks, appends;
+the acks=all wait in delayed_produce.py), Fetch and Subscribe read through fetch.py and park
+in delayed_fetch.py, the other calls go to the replica manager's partitions. The rules, in
+Kafka's terms:
 
 - Errors go in the response body, per partition, with Kafka's codes: a request naming ten
   partitions can succeed for nine. A malformed address (empty topic, negative partition, the
@@ -40,19 +43,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 import grpc
 from opentelemetry import propagate, trace
 
-from brook.errors import ErrorCode, error_code
-from brook.record import BatchBuilder, Compression, RecordError, scan_batches
-from brook.reserved import is_reserved_producer_id
+from brook.errors import ErrorCode
 from brook.telemetry import meter, tracer
 from brook.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from brook_storage_node.delayed_fetch import DataWaiter
@@ -64,41 +63,36 @@ from brook_storage_node.errors import (
     wire_code,
 )
 from brook_storage_node.fetch import FetchTarget, apply_error, read_targets, resolve_targets
-from brook_storage_node.leadership_gate import AppendTurns
-from brook_storage_node.limits import InFlightBytes, StorageLimits
-from brook_storage_node.log import LogAppendInfo, TopicPartition
-from brook_storage_node.log.producer_state import OutOfOrderSequenceError
+from brook_storage_node.limits import StorageLimits
+from brook_storage_node.log import LogAppendInfo
+from brook_storage_node.log.time_index import NO_TIMESTAMP
 from brook_storage_node.log.topic_partition import check_topic_name
 from brook_storage_node.metadata_view import NO_LEADER, endpoint_protos
-from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, SEQUENCE_GAP_WAIT_MS, Partition
+from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, Partition
+from brook_storage_node.produce import (
+    PlainRecords,
+    ProduceEntry,
+    ProduceLimitError,
+    ProducePartitionResult,
+    ProducePath,
+    address_errors,
+)
 from brook_storage_node.producer_ids import (
     ProducerIdManager,
     ProducerIdUnavailableError,
     bumped,
 )
-from brook_storage_node.refusals import RecentRefusals
 from brook_storage_node.replica_manager import ReplicaManager
 
 __all__ = ["StorageServicer"]
-
-_log = logging.getLogger(__name__)
 
 SERVICE_NAME: Final = "brook.v1.StorageService"
 # A long poll answers this long before the client's own gRPC deadline, so the answer arrives
 # instead of a DEADLINE_EXCEEDED.
 DEADLINE_MARGIN_MS: Final = 20
-NO_TIMESTAMP: Final = -1
 # A producer epoch is an int16 on the wire (RecordBatch v2).
 PRODUCER_EPOCH_LIMIT: Final = 32767
 
-_VALID_ACKS: Final = frozenset(
-    (
-        storage_pb2.ACKS_UNSPECIFIED,
-        storage_pb2.ACKS_NONE,
-        storage_pb2.ACKS_LEADER,
-        storage_pb2.ACKS_ALL,
-    )
-)
 _VALID_ISOLATION: Final = frozenset(
     (
         common_pb2.ISOLATION_LEVEL_UNSPECIFIED,
@@ -106,14 +100,6 @@ _VALID_ISOLATION: Final = frozenset(
         common_pb2.ISOLATION_LEVEL_READ_COMMITTED,
     )
 )
-# brook.v1.CompressionType (UNSPECIFIED = the topic's choice) to the batch attribute codec.
-_COMPRESSION_OF_PROTO: Final[dict[int, Compression]] = {
-    common_pb2.COMPRESSION_TYPE_NONE: Compression.NONE,
-    common_pb2.COMPRESSION_TYPE_GZIP: Compression.GZIP,
-    common_pb2.COMPRESSION_TYPE_SNAPPY: Compression.SNAPPY,
-    common_pb2.COMPRESSION_TYPE_LZ4: Compression.LZ4,
-    common_pb2.COMPRESSION_TYPE_ZSTD: Compression.ZSTD,
-}
 
 
 class _Instruments:
@@ -163,6 +149,20 @@ class _Instruments:
         finally:
             self.duration.record((time.perf_counter() - started) * 1000, {"rpc.method": method})
 
+    def count_in(self, appended: Sequence[tuple[str, LogAppendInfo]]) -> None:
+        """bytes_in and messages_in, added once per topic of a request rather than once per
+        partition: a gateway's merged call holds several partitions of one topic, and each
+        metric update with attributes costs microseconds of the node's loop."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, info in appended:
+            counts = by_topic.setdefault(topic, [0, 0])
+            counts[0] += info.size_bytes
+            counts[1] += info.record_count
+        for topic, (size_bytes, record_count) in by_topic.items():
+            attributes = {"topic": topic}
+            self.bytes_in.add(size_bytes, attributes)
+            self.messages_in.add(record_count, attributes)
+
     def count_out(self, topics: Sequence[str], sizes: Sequence[int]) -> None:
         by_topic: Counter[str] = Counter()
         for topic, size in zip(topics, sizes, strict=True):
@@ -170,30 +170,6 @@ class _Instruments:
                 by_topic[topic] += size
         for topic, size in by_topic.items():
             self.bytes_out.add(size, {"topic": topic})
-
-
-def _address_errors(addresses: Sequence[tuple[str, int]]) -> list[ErrorResult | None]:
-    """INVALID_REQUEST for each malformed or repeated (topic, partition) of one request."""
-    counts = Counter(addresses)
-    errors: list[ErrorResult | None] = []
-    for topic, partition in addresses:
-        if not topic:
-            errors.append(ErrorResult(ErrorCode.INVALID_REQUEST, "the topic name is empty"))
-        elif partition < 0:
-            errors.append(
-                ErrorResult(ErrorCode.INVALID_REQUEST, f"partition {partition} is negative")
-            )
-        elif counts[(topic, partition)] > 1:
-            errors.append(
-                ErrorResult(
-                    ErrorCode.INVALID_REQUEST,
-                    f"{topic}-{partition} appears {counts[(topic, partition)]} times in one "
-                    "request; name each partition once",
-                )
-            )
-        else:
-            errors.append(None)
-    return errors
 
 
 class _Addressed(Protocol):
@@ -209,79 +185,13 @@ _Entry = TypeVar("_Entry", bound=_Addressed)
 
 def _with_address_errors(entries: Sequence[_Entry]) -> list[tuple[_Entry, ErrorResult | None]]:
     """Each request entry with its address error (None if well formed)."""
-    errors = _address_errors([(entry.topic, entry.partition) for entry in entries])
+    errors = address_errors([(entry.topic, entry.partition) for entry in entries])
     return list(zip(entries, errors, strict=True))
 
 
 def _raise_if(error: ErrorResult | None) -> None:
     if error is not None:
         raise PartitionError(error.code, error.message)
-
-
-# Append failures Kafka answers with log_start_offset -1 (ReplicaManager.appendToLocalLog);
-# every other one carries the partition's log start offset.
-_NO_LOG_START_ERRORS: Final = frozenset(
-    {
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.MESSAGE_TOO_LARGE,
-        ErrorCode.RECORD_LIST_TOO_LARGE,
-        ErrorCode.CORRUPT_MESSAGE,
-        ErrorCode.KAFKA_STORAGE_ERROR,
-    }
-)
-
-
-def _still_becoming(items: list[_ProduceItem], late: set[TopicPartition]) -> None:
-    """The items whose partition's gate did not open within the request's timeout: not
-    appended, NOT_LEADER_OR_FOLLOWER (the client retries)."""
-    for item in items:
-        if TopicPartition(item.topic, item.partition_index) in late:
-            item.partition = None
-            item.response = _produce_error(
-                item.topic,
-                item.partition_index,
-                ErrorResult(
-                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                    f"this node is still becoming the leader of "
-                    f"{item.topic}-{item.partition_index}; retry",
-                ),
-            )
-
-
-def _produce_error(
-    topic: str, partition: int, error: ErrorResult
-) -> storage_pb2.PartitionProduceResponse:
-    response = storage_pb2.PartitionProduceResponse(
-        topic=topic,
-        partition=partition,
-        error_code=wire_code(error.code),
-        error_message=error.message,
-        base_offset=NO_OFFSET,
-        log_append_time_ms=NO_TIMESTAMP,
-        log_start_offset=NO_OFFSET,
-    )
-    if error.batch_index is not None:
-        response.batch_errors.add(index=error.batch_index, message=error.message)
-    if error.leader_hint is not None:
-        response.current_leader.CopyFrom(leader_hint_proto(error.leader_hint))
-    return response
-
-
-@dataclass(slots=True)
-class _ProduceItem:
-    """One partition entry of a Produce or ProduceRecords request, as it is processed."""
-
-    topic: str
-    partition_index: int
-    records: bytes
-    plain: Sequence[common_pb2.Record] = ()
-    compression: int = common_pb2.COMPRESSION_TYPE_UNSPECIFIED
-    partition: Partition | None = None
-    response: storage_pb2.PartitionProduceResponse | None = None
-    appended: LogAppendInfo | None = None
-    # Its batch starts past its producer's next sequence: appended in a second, waiting pass.
-    ahead: bool = False
 
 
 class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
@@ -296,22 +206,16 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         self._producer_ids = producer_ids
         self._limits = limits
         self._shutdown = shutdown
-        self._produce_bytes = InFlightBytes(limits.produce_bytes_in_flight_max)
-        self._refusals = RecentRefusals()
         self._instruments = _Instruments()
-        # acks=0 appends still running after their request was answered.
-        self._background: set[asyncio.Task[None]] = set()
+        self._produce = ProducePath(replicas, limits, self._instruments.count_in)
 
     async def close(self) -> None:
         """Cancel and await the acks=0 appends still queued (the server has stopped)."""
-        tasks = list(self._background)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._produce.close()
 
     @property
     def produce_bytes_in_flight(self) -> int:
-        return self._produce_bytes.in_use_bytes
+        return self._produce.bytes_in_flight
 
     # -- Produce ----------------------------------------------------------------------------
 
@@ -319,305 +223,62 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         self, request: storage_pb2.ProduceRequest, context: Any
     ) -> storage_pb2.ProduceResponse:
         with self._instruments.request("Produce", context):
-            items = [_ProduceItem(p.topic, p.partition, p.records) for p in request.partitions]
-            size = sum(len(item.records) for item in items)
-            responses = await self._produce(
+            entries = [ProduceEntry(p.topic, p.partition, p.records) for p in request.partitions]
+            results = await self._append_records(
                 "Produce",
-                request.acks,
-                request.timeout_ms,
-                items,
-                size,
                 context,
+                entries,
+                acks=request.acks,
+                timeout_ms=request.timeout_ms,
+                size_bytes=sum(len(entry.records) for entry in entries),
                 coordinator=request.origin == storage_pb2.PRODUCE_ORIGIN_COORDINATOR,
             )
-            return storage_pb2.ProduceResponse(partitions=responses)
+            return storage_pb2.ProduceResponse(partitions=results)
 
     async def ProduceRecords(
         self, request: storage_pb2.ProduceRecordsRequest, context: Any
     ) -> storage_pb2.ProduceRecordsResponse:
         with self._instruments.request("ProduceRecords", context):
-            items = [
-                _ProduceItem(p.topic, p.partition, b"", p.records, p.compression)
+            entries = [
+                ProduceEntry(p.topic, p.partition, plain=PlainRecords(p.records, p.compression))
                 for p in request.partitions
             ]
-            responses = await self._produce(
+            results = await self._append_records(
                 "ProduceRecords",
-                request.acks,
-                request.timeout_ms,
-                items,
-                request.ByteSize(),
                 context,
-                plain=True,
+                entries,
+                acks=request.acks,
+                timeout_ms=request.timeout_ms,
+                size_bytes=request.ByteSize(),
             )
-            return storage_pb2.ProduceRecordsResponse(partitions=responses)
+            return storage_pb2.ProduceRecordsResponse(partitions=results)
 
-    async def _produce(
+    async def _append_records(
         self,
         method: str,
+        context: Any,
+        entries: list[ProduceEntry],
+        *,
         acks: int,
         timeout_ms: int,
-        items: list[_ProduceItem],
         size_bytes: int,
-        context: Any,
-        *,
-        plain: bool = False,
         coordinator: bool = False,
     ) -> list[storage_pb2.PartitionProduceResponse]:
-        if not self._produce_bytes.try_acquire(size_bytes):
+        """The produce path's results as responses; RESOURCE_EXHAUSTED over the in-flight
+        bytes limit."""
+        try:
+            results = await self._produce.append_records(
+                entries,
+                acks=acks,
+                timeout_ms=timeout_ms,
+                size_bytes=size_bytes,
+                coordinator=coordinator,
+            )
+        except ProduceLimitError as exc:
             self._instruments.rejected.add(1, {"rpc.method": method})
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the node is already processing {self._produce_bytes.in_use_bytes} bytes of "
-                f"produce requests; this one ({size_bytes} bytes) would exceed "
-                f"queued.max.request.bytes={self._produce_bytes.limit_bytes}; retry later",
-            )
-        released = False
-        # Before the first await: a request's place at a gate is its arrival order.
-        turns = self._replicas.gates.enter(
-            [TopicPartition(i.topic, i.partition_index) for i in items]
-        )
-        try:
-            request_error = self._produce_request_error(acks, timeout_ms)
-            if request_error is not None:
-                return [_produce_error(i.topic, i.partition_index, request_error) for i in items]
-            wait_ms = min(
-                self._limits.wait_ms_max if timeout_ms == 0 else timeout_ms,
-                self._limits.wait_ms_max,
-            )
-            late: set[TopicPartition] = set()
-            if turns is not None:
-                # The gate's wait comes out of the request's timeout, not on top of it.
-                started = asyncio.get_running_loop().time()
-                late = await turns.wait(wait_ms / 1000)
-                waited_ms = (asyncio.get_running_loop().time() - started) * 1000
-                wait_ms = max(0, int(wait_ms - waited_ms))
-            self._resolve_produce(items, plain=plain, coordinator=coordinator)
-            if late:
-                _still_becoming(items, late)
-            self._remember_refusals(items)
-            if acks == storage_pb2.ACKS_NONE:
-                # The appends run in a task: the gates are left when it has made them.
-                self._queue_unacknowledged(items, size_bytes, turns)
-                released = True
-                turns = None
-                return [self._response(item) for item in items]
-            acks_all = acks != storage_pb2.ACKS_LEADER
-            for item in items:
-                await self._append(item, acks_all=acks_all)
-            if turns is not None:
-                # Appended: the next request at these partitions' gates may append.
-                turns.release()
-            ahead = [item for item in items if item.ahead]
-            if ahead:
-                # Batches that arrived before the ones they follow wait for them, together
-                # and out of the gates (the ones they wait for may be queued there), the
-                # wait coming out of the request's timeout.
-                gap_wait_s = min(SEQUENCE_GAP_WAIT_MS, wait_ms) / 1000
-                started = asyncio.get_running_loop().time()
-                await asyncio.gather(
-                    *(self._append(i, acks_all=acks_all, gap_wait_s=gap_wait_s) for i in ahead)
-                )
-                waited_ms = (asyncio.get_running_loop().time() - started) * 1000
-                wait_ms = max(0, int(wait_ms - waited_ms))
-            self._count_in(items)
-            if acks_all:
-                await self._await_replication(items, wait_ms)
-            return [self._response(item) for item in items]
-        finally:
-            if turns is not None:
-                turns.release()
-            if not released:
-                self._produce_bytes.release(size_bytes)
-
-    @staticmethod
-    def _produce_request_error(acks: int, timeout_ms: int) -> ErrorResult | None:
-        if acks not in _VALID_ACKS:
-            return ErrorResult(
-                ErrorCode.INVALID_REQUIRED_ACKS,
-                f"acks {acks} is not one of ACKS_NONE, ACKS_LEADER, ACKS_ALL",
-            )
-        if timeout_ms < 0:
-            return ErrorResult(ErrorCode.INVALID_REQUEST, f"timeout_ms {timeout_ms} is negative")
-        return None
-
-    def _resolve_produce(
-        self, items: list[_ProduceItem], *, plain: bool, coordinator: bool
-    ) -> None:
-        """Check addresses, leadership and, unless a coordinator writes, that no internal
-        topic or reserved producer id is written (and build the batches of plain records);
-        each item either gets its partition or an error response."""
-        errors = _address_errors([(item.topic, item.partition_index) for item in items])
-        for item, address_error in zip(items, errors, strict=True):
-            try:
-                _raise_if(address_error)
-                partition = self._replicas.leader_partition(item.topic, item.partition_index)
-                refused = None if coordinator else self._client_write_error(item)
-                if refused is not None:
-                    item.response = _produce_error(item.topic, item.partition_index, refused)
-                    continue
-                item.partition = partition
-                if plain:
-                    item.records = _build_batch(item, item.partition)
-            except Exception as exc:
-                item.partition = None
-                item.response = _produce_error(
-                    item.topic,
-                    item.partition_index,
-                    exc.result if isinstance(exc, _RecordBuildError) else error_result(exc),
-                )
-
-    def _client_write_error(self, item: _ProduceItem) -> ErrorResult | None:
-        """Why a client may not write this entry, if it may not: Kafka's ReplicaManager
-        refuses internal topics to every origin but the coordinators', and a batch with a
-        coordinator's producer id would fence the coordinators or break their reload."""
-        topic = self._replicas.view.topic(item.topic)
-        if topic is not None and topic.internal:
-            return ErrorResult(
-                ErrorCode.INVALID_TOPIC_EXCEPTION,
-                f"{item.topic} is an internal topic: only the group coordinators write it "
-                "(commit offsets with OffsetCommit instead)",
-            )
-        reserved = _reserved_producer_batch(item.records)
-        if reserved is None:
-            return None
-        index, producer_id = reserved
-        return ErrorResult(
-            ErrorCode.INVALID_RECORD,
-            f"record batch {index} carries producer id {producer_id}, reserved for the group "
-            "coordinators; producer ids come from InitProducerId",
-            batch_index=index,
-        )
-
-    async def _append(
-        self, item: _ProduceItem, *, acks_all: bool, gap_wait_s: float | None = None
-    ) -> None:
-        """``gap_wait_s`` None: a batch ahead of its producer's sequence is set aside
-        (``item.ahead``) for a second pass that waits for the ones in between — unless the
-        batch it waits for was refused here a moment ago: then it is refused alike, as a
-        Kafka broker serving the connection's requests in order would have refused it."""
-        partition = item.partition
-        if partition is None:
-            return
-        item.ahead = False
-        try:
-            info = await partition.append_as_leader(
-                item.records, acks_all=acks_all, gap_wait_s=gap_wait_s or 0.0
-            )
-        except Exception as exc:
-            if isinstance(exc, OutOfOrderSequenceError) and exc.ahead and gap_wait_s is None:
-                echoed = self._refusals.echo(partition.topic_partition, exc.producer)
-                if echoed is None:
-                    item.ahead = True
-                else:
-                    item.response = _produce_error(item.topic, item.partition_index, echoed)
-                return
-            result = error_result(
-                exc,
-                records=item.records,
-                max_batch_bytes=partition.settings.log_config.max_message_bytes,
-            )
-            item.response = _produce_error(item.topic, item.partition_index, result)
-            if result.code not in _NO_LOG_START_ERRORS:
-                # Java's producer reads it to tell a lost producer state from a real gap.
-                item.response.log_start_offset = partition.log_start_offset
-            self._refusals.refused(
-                partition.topic_partition, item.records, result.code, result.message
-            )
-            return
-        item.appended = info
-
-    def _remember_refusals(self, items: list[_ProduceItem]) -> None:
-        """Items refused before appending (not the leader, still becoming it): a batch of the
-        same producer that follows them and reaches the node later is refused alike."""
-        for item in items:
-            response = item.response
-            if response is not None and response.error_code:
-                self._refusals.refused(
-                    TopicPartition(item.topic, item.partition_index),
-                    item.records,
-                    error_code(int(response.error_code)),
-                    response.error_message,
-                )
-
-    def _count_in(self, items: list[_ProduceItem]) -> None:
-        """bytes_in and messages_in, added once per topic of a request rather than once per
-        partition: a gateway's merged call holds several partitions of one topic, and each
-        metric update with attributes costs microseconds of the node's loop."""
-        by_topic: dict[str, list[int]] = {}
-        for item in items:
-            info = item.appended
-            if info is not None:
-                counts = by_topic.setdefault(item.topic, [0, 0])
-                counts[0] += info.size_bytes
-                counts[1] += info.record_count
-        for topic, (size_bytes, record_count) in by_topic.items():
-            attributes = {"topic": topic}
-            self._instruments.bytes_in.add(size_bytes, attributes)
-            self._instruments.messages_in.add(record_count, attributes)
-
-    async def _await_replication(self, items: list[_ProduceItem], timeout_ms: int) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
-        for item in items:
-            partition, info = item.partition, item.appended
-            if partition is None or info is None:
-                continue
-            remaining_s = max(0.0, deadline - asyncio.get_running_loop().time())
-            try:
-                await partition.wait_for_high_watermark(info.last_offset + 1, remaining_s)
-            except PartitionError as exc:
-                response = _produce_error(item.topic, item.partition_index, error_result(exc))
-                # The batch is in the leader's log; as Kafka does, say where.
-                response.base_offset = info.first_offset
-                response.log_start_offset = info.log_start_offset
-                item.response = response
-
-    def _response(self, item: _ProduceItem) -> storage_pb2.PartitionProduceResponse:
-        if item.response is not None:
-            return item.response
-        info = item.appended
-        if info is None:
-            # acks=0: queued, not appended yet; Kafka's producer reports offset -1 too.
-            return storage_pb2.PartitionProduceResponse(
-                topic=item.topic,
-                partition=item.partition_index,
-                base_offset=NO_OFFSET,
-                log_append_time_ms=NO_TIMESTAMP,
-                log_start_offset=NO_OFFSET,
-            )
-        return storage_pb2.PartitionProduceResponse(
-            topic=item.topic,
-            partition=item.partition_index,
-            base_offset=info.first_offset,
-            log_append_time_ms=info.log_append_time_ms,
-            log_start_offset=info.log_start_offset,
-        )
-
-    def _queue_unacknowledged(
-        self, items: list[_ProduceItem], size_bytes: int, turns: AppendTurns | None
-    ) -> None:
-        """acks=0: append in a task of our own; its bytes stay counted, and its places at
-        gates held, until it is done."""
-
-        async def append_all() -> None:
-            try:
-                for item in items:
-                    await self._append(item, acks_all=False)
-                    if item.response is not None and item.partition is not None:
-                        _log.debug(
-                            "acks=0 append to %s-%d failed: %s",
-                            item.topic,
-                            item.partition_index,
-                            item.response.error_message,
-                        )
-                self._count_in(items)
-            finally:
-                if turns is not None:
-                    turns.release()
-                self._produce_bytes.release(size_bytes)
-
-        task = asyncio.get_running_loop().create_task(append_all(), name="produce-acks-0")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            raise AssertionError("context.abort returned") from exc
+        return [_produce_response(result) for result in results]
 
     # -- Fetch ------------------------------------------------------------------------------
 
@@ -1011,6 +672,25 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             return storage_pb2.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
 
+def _produce_response(result: ProducePartitionResult) -> storage_pb2.PartitionProduceResponse:
+    response = storage_pb2.PartitionProduceResponse(
+        topic=result.topic,
+        partition=result.partition_index,
+        base_offset=result.base_offset,
+        log_append_time_ms=result.log_append_time_ms,
+        log_start_offset=result.log_start_offset,
+    )
+    error = result.error
+    if error is not None:
+        response.error_code = wire_code(error.code)
+        response.error_message = error.message
+        if error.batch_index is not None:
+            response.batch_errors.add(index=error.batch_index, message=error.message)
+        if error.leader_hint is not None:
+            response.current_leader.CopyFrom(leader_hint_proto(error.leader_hint))
+    return response
+
+
 def _init_producer_id_answer(code: ErrorCode, message: str) -> storage_pb2.InitProducerIdResponse:
     return storage_pb2.InitProducerIdResponse(
         error_code=wire_code(code),
@@ -1048,62 +728,6 @@ def _init_producer_id_error(request: storage_pb2.InitProducerIdRequest) -> Error
             f"producer epoch {request.producer_epoch} is above int16's {PRODUCER_EPOCH_LIMIT}",
         )
     return None
-
-
-def _reserved_producer_batch(records: bytes) -> tuple[int, int] | None:
-    """(index, producer id) of the first batch in ``records`` with a reserved producer id."""
-    try:
-        for index, (_, header) in enumerate(scan_batches(records)):
-            if is_reserved_producer_id(header.producer_id):
-                return index, header.producer_id
-    except RecordError:
-        # Malformed bytes: the log refuses the whole entry and names the fault better.
-        return None
-    return None
-
-
-class _RecordBuildError(Exception):
-    def __init__(self, result: ErrorResult) -> None:
-        super().__init__(result.message)
-        self.result = result
-
-
-def _build_batch(item: _ProduceItem, partition: Partition) -> bytes:
-    """The batch of a ProduceRecords entry, in the requested (or the topic's) codec."""
-    if item.compression == common_pb2.COMPRESSION_TYPE_UNSPECIFIED:
-        codec = partition.settings.compression
-    else:
-        found = _COMPRESSION_OF_PROTO.get(item.compression)
-        if found is None:
-            raise _RecordBuildError(
-                ErrorResult(
-                    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                    f"unknown compression {item.compression}",
-                )
-            )
-        codec = found
-    if not item.plain:
-        raise _RecordBuildError(ErrorResult(ErrorCode.INVALID_RECORD, "the entry holds no records"))
-    builder = BatchBuilder(codec)
-    for index, record in enumerate(item.plain):
-        try:
-            builder.append(
-                record.timestamp_ms if record.HasField("timestamp_ms") else None,
-                record.key if record.HasField("key") else None,
-                record.value if record.HasField("value") else None,
-                [
-                    (header.key, header.value if header.HasField("value") else None)
-                    for header in record.headers
-                ],
-            )
-        except (ValueError, TypeError) as exc:
-            raise _RecordBuildError(
-                ErrorResult(ErrorCode.INVALID_RECORD, f"record {index}: {exc}", batch_index=index)
-            ) from None
-    try:
-        return builder.build()
-    except ValueError as exc:
-        raise _RecordBuildError(ErrorResult(ErrorCode.INVALID_RECORD, str(exc))) from None
 
 
 def _fetch_request_error(request: storage_pb2.FetchRequest) -> ErrorResult | None:

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from brook_storage_node.delayed_fetch import DataWaiter
 from brook_storage_node.errors import PartitionError
-from brook_storage_node.log import LogConfig, LogManager, LogManagerConfig, PartitionLog
+from brook_storage_node.log import (
+    InvariantViolationError,
+    LogConfig,
+    LogManager,
+    LogManagerConfig,
+    PartitionLog,
+)
 from brook_storage_node.metadata_view import MetadataView
 from brook_storage_node.partition import INLINE_BYTES_MAX, SEQUENCE_GAP_WAIT_MS, Partition
 from brook_storage_node.replica_manager import ReplicaManager
@@ -205,6 +211,27 @@ def test_client_leader_epoch_is_checked_against_the_current_one(
     with pytest.raises(PartitionError) as raised:
         partition.check_leader(client_epoch)
     assert raised.value.code is code
+
+
+def test_a_leader_epoch_going_back_is_refused_with_the_partition_unchanged(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        partition = _partition(tmp_path, _info(epoch=3))
+        isr = (OTHER_NODE_ID, NODE_ID)
+        with pytest.raises(InvariantViolationError, match="leader epoch 2 after 3"):
+            partition.make_leader(_info(epoch=2), SETTINGS)
+        with pytest.raises(InvariantViolationError, match="leader epoch 2 after 3"):
+            partition.make_follower(_info(leader=OTHER_NODE_ID, isr=isr, epoch=2), SETTINGS)
+        assert (partition.is_leader, partition.leader_epoch) == (True, 3)
+        await partition.append_as_leader(batch(1), acks_all=False)
+        # The same epoch again (the lease came back), then a newer one: both taken.
+        partition.make_leader(_info(epoch=3), SETTINGS)
+        partition.make_follower(_info(leader=OTHER_NODE_ID, isr=isr, epoch=4), SETTINGS)
+        assert (partition.is_leader, partition.leader_epoch) == (False, 4)
+        partition.log.close()
+
+    run(scenario)
 
 
 def test_appends_keep_their_arrival_order_when_some_run_on_a_thread(tmp_path: Path) -> None:

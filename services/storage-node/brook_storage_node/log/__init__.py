@@ -9,6 +9,7 @@ leader_epoch, checkpoints, retention, log_manager.
 
 from brook_storage_node.log.errors import (
     InvalidTimestampError,
+    InvariantViolationError,
     LogClosedError,
     LogError,
     LogStorageError,
@@ -38,6 +39,7 @@ __all__ = [
     "EpochEntry",
     "FetchData",
     "InvalidTimestampError",
+    "InvariantViolationError",
     "LeaderEpochFileCache",
     "LogAppendInfo",
     "LogClosedError",

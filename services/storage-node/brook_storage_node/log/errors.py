@@ -3,6 +3,8 @@
 Bad record bytes are rejected by the codec (``brook.record.RecordError`` and subclasses, which
 carry codes too); these are the failures that belong to the log itself. Both families expose
 ``error_code`` so a caller maps either one to a response without a table.
+
+Apart from them, ``InvariantViolationError``: not a failure to report but a bug to find.
 """
 
 from __future__ import annotations
@@ -62,3 +64,17 @@ class LogStorageError(LogError):
 
 class LogClosedError(LogStorageError):
     """The log was closed (shutdown or partition deleted) while a caller still held it."""
+
+
+class InvariantViolationError(Exception):
+    """A value crossing a boundary breaks an invariant that replication relies on: a high
+    watermark past the log end offset, a leader epoch going backwards, offsets that are not
+    dense where a leader assigns them. Always a bug in Brook, never a client's, a peer's or
+    the disk's fault, so it is no ``LogError`` and has no error code: it fails the operation
+    loudly (the request handlers log it with its traceback and answer UNKNOWN_SERVER_ERROR)
+    instead of being clamped into a silent corruption. Raised before anything is changed.
+
+    The storage node's one exception for invariant violations, the log's and the replicas'
+    (partition.py) alike; legitimate clamps (a follower's high watermark bounded by its own
+    log end) stay clamps, each with its reason at the place it is made.
+    """

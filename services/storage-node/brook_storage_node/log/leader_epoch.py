@@ -21,6 +21,7 @@ from brook_storage_node.log.checkpoints import (
     CheckpointFileError,
     parse_non_negative,
 )
+from brook_storage_node.log.errors import InvariantViolationError
 
 LEADER_EPOCH_CHECKPOINT: Final = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH: Final = -1
@@ -121,7 +122,11 @@ class LeaderEpochFileCache:
         latest in both epoch and offset first removes the entries it contradicts: the log
         was truncated below them (Kafka's rule).
         """
-        assert epoch >= 0 and start_offset >= 0, (epoch, start_offset)
+        if epoch < 0 or start_offset < 0:
+            raise InvariantViolationError(
+                f"{self._checkpoint.path}: leader epoch {epoch} at offset {start_offset}; "
+                "both must be >= 0"
+            )
         with self._lock:
             if self._entries:
                 latest = self._entries[-1]
@@ -214,7 +219,13 @@ class LeaderEpochFileCache:
         self._checkpoint.write(self._entries)
 
     def _check_monotonic(self) -> None:
-        assert _is_monotonic(self._entries), f"leader epochs not increasing: {self._entries}"
+        # Before every write of the checkpoint: a history whose epochs or offsets do not
+        # increase would send followers to the wrong truncation point.
+        if not _is_monotonic(self._entries):
+            raise InvariantViolationError(
+                f"{self._checkpoint.path}: leader epochs not increasing in both epoch and "
+                f"offset: {self._entries}"
+            )
 
 
 def _is_monotonic(entries: list[EpochEntry]) -> bool:

@@ -27,6 +27,7 @@ from brook.record import (
 )
 from brook_storage_node.log.errors import (
     InvalidTimestampError,
+    InvariantViolationError,
     RecordListTooLargeError,
     UnexpectedAppendOffsetError,
 )
@@ -180,6 +181,24 @@ def validate_follower_append(
         epoch_starts=tuple(epoch_starts),
         headers=tuple(firsts),
     )
+
+
+def check_append_offsets(validated: ValidatedAppend, log_end_offset: int, *, dense: bool) -> None:
+    """InvariantViolationError unless ``validated`` may be written at ``log_end_offset``: its
+    offsets go forward from there and, when ``dense`` (a leader's, offsets assigned here),
+    start exactly there and number each record once (last = first + count - 1). The
+    validators make this so for any input; a violation is a bug in them, caught before a
+    byte is written. Three comparisons per append."""
+    first, last = validated.first_offset, validated.last_offset
+    if first < log_end_offset or last < first:
+        raise InvariantViolationError(
+            f"an append of offsets {first}..{last} at log end offset {log_end_offset}"
+        )
+    if dense and (first != log_end_offset or last - first + 1 != validated.record_count):
+        raise InvariantViolationError(
+            f"a leader append of offsets {first}..{last} with {validated.record_count} "
+            f"records at log end offset {log_end_offset}: offsets must be dense from there"
+        )
 
 
 def _check_fits_segment(size: int, config: LogConfig) -> None:

@@ -26,7 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from brook_storage_node.log.errors import LogClosedError, LogStorageError, OffsetOutOfRangeError
+from brook_storage_node.log.errors import (
+    InvariantViolationError,
+    LogClosedError,
+    LogStorageError,
+    OffsetOutOfRangeError,
+)
 from brook_storage_node.log.files import Buffer, fsync_dir
 from brook_storage_node.log.leader_epoch import LeaderEpochFileCache
 from brook_storage_node.log.loader import load_log
@@ -36,6 +41,7 @@ from brook_storage_node.log.log_segments import LogSegments
 from brook_storage_node.log.log_validator import (
     AppendOrigin,
     ValidatedAppend,
+    check_append_offsets,
     validate_follower_append,
     validate_leader_append,
 )
@@ -180,6 +186,8 @@ class PartitionLog:
             )
             log.truncate_fully_and_start_at(log._log_start_offset)
         epoch_cache.truncate_from_start(log._log_start_offset)
+        # A legitimate clamp, not a violation: the checkpointed HW may be past what recovery
+        # kept (a crash lost an unflushed tail) or below a log start moved since it was written.
         log._high_watermark = min(max(high_watermark, log._log_start_offset), log._log_end_offset)
         with log._storage_errors("rebuild the producer state of"):
             log._rebuild_producer_state_locked()
@@ -251,11 +259,15 @@ class PartitionLog:
         Validates them (log_validator), assigns offsets from the log end offset, stamps the
         leader epoch (and the append time on LogAppendTime topics) and writes them; O(1) in
         the size of the log. A rejected append raises RecordError or LogError and changes
-        nothing.
+        nothing. A leader epoch below 0 or below the latest in the epoch history is an
+        InvariantViolationError (a stale leader writing would corrupt the history).
         """
-        assert leader_epoch >= 0, leader_epoch
         with self._lock:
             self._check_open()
+            if leader_epoch < 0:
+                raise InvariantViolationError(
+                    f"{self.topic_partition}: a leader append in epoch {leader_epoch}"
+                )
             now_ms = self._clock_ms()
             validated = validate_leader_append(
                 records,
@@ -272,7 +284,7 @@ class PartitionLog:
                     duplicate = self.producer_state.check_append(header)
                     if duplicate is not None:
                         return self._duplicate_info(duplicate, validated)
-            info = self._append_locked(validated, now_ms)
+            info = self._append_locked(validated, now_ms, dense=True)
             self._apply_producer_batches(validated, now_ms)
             return info
 
@@ -307,11 +319,18 @@ class PartitionLog:
                 records, log_end_offset=self._log_end_offset, config=self._config
             )
             now_ms = self._clock_ms()
-            info = self._append_locked(validated, now_ms)
+            info = self._append_locked(validated, now_ms, dense=False)
             self._apply_producer_batches(validated, now_ms)
             return info
 
-    def _append_locked(self, validated: ValidatedAppend, now_ms: int) -> LogAppendInfo:
+    def _append_locked(
+        self, validated: ValidatedAppend, now_ms: int, *, dense: bool
+    ) -> LogAppendInfo:
+        """Write validated batches at the log end; ``dense``: a leader's, whose offsets were
+        assigned here (a follower's may leave gaps: the leader's log may be compacted)."""
+        # Before a byte is written (TigerBeetle's habit): what goes to disk starts where the
+        # log ends and, for a leader, numbers every record once.
+        check_append_offsets(validated, self._log_end_offset, dense=dense)
         with self._storage_errors("append to"):
             # The epoch is recorded before the data, as Kafka does: an epoch start with no
             # data after it is harmless, data whose epoch was never recorded is not.
@@ -319,6 +338,13 @@ class PartitionLog:
                 latest = self.leader_epoch_cache.latest_epoch
                 if latest is None or epoch > latest:
                     self.leader_epoch_cache.assign(epoch, start_offset)
+                elif dense and epoch < latest:
+                    # A leader's one epoch, checked before anything is written: a stale
+                    # leader writing would corrupt the history followers truncate by.
+                    raise InvariantViolationError(
+                        f"{self.topic_partition}: a leader append in epoch {epoch}, but the "
+                        f"epoch history already reaches epoch {latest}"
+                    )
             active = self._segments.active
             reason = active.should_roll(
                 self._config,
@@ -328,8 +354,7 @@ class PartitionLog:
                 now_ms=now_ms,
             )
             if reason is not None:
-                new_base = max(validated.first_offset, self._log_end_offset)
-                active = self._roll_locked(new_base, now_ms, reason)
+                active = self._roll_locked(validated.first_offset, now_ms, reason)
             active.append(validated.data, validated.batches)
             self._log_end_offset = validated.last_offset + 1
             if self._log_end_offset - self._recovery_point >= self._config.flush_messages:
@@ -457,15 +482,34 @@ class PartitionLog:
     # -- high watermark -------------------------------------------------------------------
 
     def update_high_watermark(self, offset: int) -> int:
-        """Set the high watermark (clamped to [log start, log end]); returns the value set."""
+        """Set a follower's high watermark (Kafka's updateHighWatermark); returns the value set.
+
+        It may move back: a new leader's HW can trail the one its predecessor announced. It is
+        raised to the log start (the leader's HW may be older than the log start this replica
+        has taken from it). Past the log end offset it is an InvariantViolationError: the
+        caller bounds the leader's HW by this log's end (``Partition.
+        update_follower_high_watermark``), so a higher value is a bug, not a state."""
         with self._lock:
-            self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+            if offset > self._log_end_offset:
+                raise InvariantViolationError(
+                    f"{self.topic_partition}: high watermark {offset} past the log end offset "
+                    f"{self._log_end_offset}"
+                )
+            self._high_watermark = max(offset, self._log_start_offset)
             return self._high_watermark
 
-    def maybe_increment_high_watermark(self, offset: int) -> bool:
-        """Raise the high watermark to ``offset`` (clamped) if that is higher; True if it moved."""
+    def maybe_increment_high_watermark(self, replicas_end_offset: int | None = None) -> bool:
+        """Move a leader's high watermark up to the smallest log end offset in its ISR; True
+        if it moved. ``replicas_end_offset``: the smallest of the other members' (None when
+        this replica is alone in the ISR); this log's own end is read here, under the lock, so
+        a follower's truncation still finishing on a thread as the node takes over cannot slip
+        between the read and the move (Kafka's leaderIsrUpdateLock keeps it out; Kafka then
+        asserts the HW is within the log end, which here holds by construction). A lower value
+        changes nothing: on a leader the HW never goes back."""
         with self._lock:
-            new = min(offset, self._log_end_offset)
+            new = self._log_end_offset
+            if replicas_end_offset is not None:
+                new = min(new, replicas_end_offset)
             if new <= self._high_watermark:
                 return False
             self._high_watermark = new
@@ -543,6 +587,7 @@ class PartitionLog:
             _log.info("%s: emptied; the log now starts at offset %d", self.directory, offset)
 
     def _after_truncation_locked(self, log_end_offset: int) -> None:
+        # Truncation legitimately lowers these: nothing may point past the new end.
         self._log_end_offset = log_end_offset
         self._log_start_offset = min(self._log_start_offset, log_end_offset)
         self._recovery_point = min(self._recovery_point, log_end_offset)
