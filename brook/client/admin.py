@@ -10,11 +10,11 @@ consumer groups, their offsets and lag through the group coordinators and storag
         print(admin.describe_topics(["events"])["events"].partitions)
 
 ``bootstrap_servers`` are controllers' GRPC addresses (any one reachable is enough). Requests go
-to the active controller: the client finds it with DescribeQuorum and follows it when it
-changes. Operations on several resources return, per resource, None or the ``ApiError`` the
-controller answered with (Kafka's error codes), because one bad topic does not fail the others;
-operations that read raise instead. Every call is bounded by ``default_api_timeout_ms``
-(``ClientTimeoutError``), each RPC by ``request_timeout_ms``.
+to the active controller (``brook.rpc.quorum``): the client finds it with DescribeQuorum and
+follows it when it changes. Operations on several resources return, per resource, None or the
+``ApiError`` the controller answered with (Kafka's error codes), because one bad topic does not
+fail the others; operations that read raise instead. Every call is bounded by
+``default_api_timeout_ms`` (``ClientTimeoutError``), each RPC by ``request_timeout_ms``.
 
 Consumer-group operations (Kafka's AdminClient meanings) go to the group's coordinator: the
 client learns the registered coordinators from the controllers (DescribeCluster), asks any of
@@ -46,6 +46,16 @@ from brook.client.types import TopicPartition
 from brook.config import ConfigError, parse_host_port
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import format_address, listener_address
+from brook.rpc.backoff import RetryBackoff
+from brook.rpc.channels import ChannelPoolClosedError, SyncChannelPool
+from brook.rpc.quorum import (
+    UNREACHABLE_STATUSES,
+    ControllerCallFailedError,
+    ControllerQuorum,
+    ControllerUnavailableError,
+    attempts_within,
+    call_active_controller_sync,
+)
 from brook.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -82,19 +92,6 @@ DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 30_000
 DEFAULT_API_TIMEOUT_MS_DEFAULT: Final = 60_000
 RETRY_BACKOFF_MS_DEFAULT: Final = 100
-_CHANNEL_OPTIONS: Final[list[tuple[str, Any]]] = [
-    # A restarted controller should be reachable again at once, not after gRPC's backoff.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
-# What makes the client look for the active controller and try again. After
-# REQUEST_TIMED_OUT the change may have committed, so a retried creation can answer
-# TOPIC_ALREADY_EXISTS, as with Kafka's admin client.
-_RETRY_CODES: Final = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
-_UNREACHABLE: Final = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
-)
 # What makes the client find a group's coordinator again and retry (Kafka's rule): the group
 # moved, its new owner is still replaying __consumer_offsets, or it has no owner yet.
 _COORDINATOR_RETRY_CODES: Final = frozenset(
@@ -273,7 +270,7 @@ def _unreachable(error: grpc.RpcError, address: str) -> str:
     """What to report when ``address`` could not be reached (the caller tries again or
     elsewhere); any other failure of the call is the server's error and is raised."""
     assert isinstance(error, grpc.Call)
-    if error.code() not in _UNREACHABLE:
+    if error.code() not in UNREACHABLE_STATUSES:
         raise api_error(ErrorCode.UNKNOWN_SERVER_ERROR, str(error.details())) from None
     return f"{address}: {error.code().name}"
 
@@ -370,8 +367,9 @@ class Admin:
         self._request_timeout_s = request_timeout_ms / 1000
         self._api_timeout_ms = default_api_timeout_ms
         self._backoff_s = retry_backoff_ms / 1000
-        self._channels: dict[str, grpc.Channel] = {}
-        self._leader_address: str | None = None
+        self._retry_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_ms)
+        self._channels = SyncChannelPool()
+        self._quorum = ControllerQuorum(entries)
         # group id -> (node id, GRPC address) of its coordinator, as last found.
         self._coordinators: dict[str, tuple[int, str]] = {}
         self._closed = False
@@ -380,9 +378,7 @@ class Admin:
 
     def close(self) -> None:
         self._closed = True
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
+        self._channels.close()
 
     def __enter__(self) -> Self:
         return self
@@ -396,19 +392,16 @@ class Admin:
         self.close()
 
     def _channel(self, address: str) -> grpc.Channel:
-        if self._closed:
-            raise ClientClosedError("the admin client is closed")
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channels[address] = channel
-        return channel
+        try:
+            return self._channels.channel(address)
+        except ChannelPoolClosedError:
+            raise ClientClosedError("the admin client is closed") from None
 
-    def _find_leader(self, deadline: float) -> str | None:
-        """Asks the controllers (the last known leader first) who leads; its GRPC address."""
-        for address in dict.fromkeys([*filter(None, [self._leader_address]), *self._bootstrap]):
-            channel = self._channel(address)
-            stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]
+    def _find_leader(self, remaining_s: float) -> str | None:
+        """Asks the controllers who leads; its GRPC address, None if none could say."""
+        deadline = time.monotonic() + remaining_s
+        for address in self._quorum.addresses:
+            stub = controller_pb2_grpc.ControllerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
             try:
                 quorum = stub.DescribeQuorum(
                     controller_pb2.DescribeQuorumRequest(), timeout=self._rpc_timeout(deadline)
@@ -437,30 +430,27 @@ class Admin:
     ) -> _T:
         """Sends to the active controller, following it across leader changes, until the
         answer holds no error that a retry elsewhere would fix, or the time runs out."""
-        deadline = time.monotonic() + (timeout_ms or self._api_timeout_ms) / 1000
-        last_problem = "no controller answered"
-        while True:
-            address = self._leader_address or self._find_leader(deadline)
-            if address is not None:
-                channel = self._channel(address)
-                stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
-                try:
-                    response = rpc(stub, self._rpc_timeout(deadline))
-                except grpc.RpcError as error:
-                    last_problem = _unreachable(error, address)
-                    self._leader_address = None
-                else:
-                    codes = {error_code(code) for code in retry_codes(response)}
-                    if not codes & _RETRY_CODES:
-                        self._leader_address = address
-                        return response
-                    last_problem = f"{address}: {', '.join(sorted(c.name for c in codes))}"
-                    self._leader_address = None
-            if time.monotonic() + self._backoff_s >= deadline:
-                raise ClientTimeoutError(
-                    f"no answer from the active controller within the time allowed ({last_problem})"
-                )
-            time.sleep(self._backoff_s)
+        timeout_s = (timeout_ms or self._api_timeout_ms) / 1000
+        try:
+            response, _ = call_active_controller_sync(
+                self._quorum,
+                "the admin request",
+                lambda address, t: rpc(
+                    admin_pb2_grpc.AdminServiceStub(self._channel(address)),  # type: ignore[no-untyped-call]
+                    t,
+                ),
+                retry_codes,
+                timeout_s=timeout_s,
+                attempt_timeout_s=self._request_timeout_s,
+                backoff=self._retry_backoff,
+                locate=self._find_leader,
+                attempts_max=attempts_within(timeout_s, self._retry_backoff),
+            )
+        except ControllerCallFailedError as error:
+            raise api_error(ErrorCode.UNKNOWN_SERVER_ERROR, str(error)) from None
+        except ControllerUnavailableError as error:
+            raise ClientTimeoutError(str(error)) from None
+        return response
 
     def _topic_results(
         self, method: str, request: Any, timeout_ms: int | None

@@ -67,7 +67,7 @@ from brook.client.types import TopicPartition
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import listener_address
 from brook.rpc.backoff import backoff_s
-from brook.rpc.channels import Network
+from brook.rpc.channels import ChannelPool
 from brook.rpc.errors import rpc_error
 from brook.v1 import common_pb2, group_pb2, storage_pb2
 
@@ -122,7 +122,7 @@ class MemberState(enum.Enum):
 
 
 def storage_node_locator(
-    metadata: Metadata, network: Network, bootstrap_servers: Sequence[str], timeout_s: float
+    metadata: Metadata, network: ChannelPool, bootstrap_servers: Sequence[str], timeout_s: float
 ) -> CoordinatorLocator:
     """Coordinators as any storage node's GetMetadata lists them (role GROUP_COORDINATOR)."""
 
@@ -171,7 +171,7 @@ class ConsumerCoordinator:
         group_instance_id: str | None,
         config: ConsumerConfig,
         metadata: Metadata,
-        network: Network,
+        network: ChannelPool,
         notifier: Notifier,
         wakeup: Wakeup,
         locator: CoordinatorLocator,
