@@ -1,9 +1,9 @@
 """The ``cluster_factory`` fixture: real Brook clusters for tests, always torn down.
 
 Each cluster is a ``brook.launcher.LocalCluster`` on free 127.0.0.1 ports (or another host),
-with its data in the test's tmp_path. Teardown stops every process (SIGTERM, then SIGKILL after the stop
-timeout), checks that none is left alive, and removes the cluster's files when the test
-passed; when it failed they are kept, their path is reported, and the tail of every
+with its data in the test's tmp_path. Teardown stops every process (SIGTERM, then SIGKILL after
+the stop timeout), checks that none is left alive, and removes the cluster's files when the
+test passed; when it failed they are kept, their path is reported, and the tail of every
 process's log is attached to the failure report.
 
     def test_something(cluster_factory: ClusterFactory) -> None:
