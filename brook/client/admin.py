@@ -48,6 +48,14 @@ from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import format_address, listener_address
 from brook.rpc.backoff import RetryBackoff
 from brook.rpc.channels import ChannelPoolClosedError, SyncChannelPool
+from brook.rpc.coordinators import (
+    COORDINATOR_ERRORS,
+    Coordinator,
+    CoordinatorNotFoundError,
+    CoordinatorRefusedError,
+    find_coordinator_sync,
+    hinted_coordinator,
+)
 from brook.rpc.quorum import (
     UNREACHABLE_STATUSES,
     ControllerCallFailedError,
@@ -92,15 +100,6 @@ DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 30_000
 DEFAULT_API_TIMEOUT_MS_DEFAULT: Final = 60_000
 RETRY_BACKOFF_MS_DEFAULT: Final = 100
-# What makes the client find a group's coordinator again and retry (Kafka's rule): the group
-# moved, its new owner is still replaying __consumer_offsets, or it has no owner yet.
-_COORDINATOR_RETRY_CODES: Final = frozenset(
-    {
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    }
-)
 
 _T = TypeVar("_T")
 
@@ -370,8 +369,8 @@ class Admin:
         self._retry_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_ms)
         self._channels = SyncChannelPool()
         self._quorum = ControllerQuorum(entries)
-        # group id -> (node id, GRPC address) of its coordinator, as last found.
-        self._coordinators: dict[str, tuple[int, str]] = {}
+        # group id -> its coordinator, as last found.
+        self._coordinators: dict[str, Coordinator] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ plumbing
@@ -696,34 +695,6 @@ class Admin:
     def _coordinator_stub(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
         return group_pb2_grpc.GroupCoordinatorServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
 
-    def _find_coordinator(self, group_id: str, deadline: float) -> tuple[int, str] | str:
-        """The (node id, address) owning ``group_id``, asking any coordinator; or what went
-        wrong, when none could say. Raises for an error no retry would fix (INVALID_GROUP_ID)."""
-        problem = "no group coordinator is registered"
-        request = group_pb2.FindCoordinatorRequest(
-            key_type=group_pb2.COORDINATOR_TYPE_GROUP, keys=[group_id]
-        )
-        for address in self._node_addresses("group_coordinator", deadline).values():
-            try:
-                answer = self._coordinator_stub(address).FindCoordinator(
-                    request, timeout=self._rpc_timeout(deadline)
-                )
-            except grpc.RpcError as error:
-                problem = f"{address}: {error.code().name}"
-                continue
-            if not answer.coordinators:
-                problem = f"{address} answered FindCoordinator without a coordinator"
-                continue
-            found = answer.coordinators[0]
-            code = error_code(found.error_code)
-            owner = listener_address(found.endpoints)
-            if code is ErrorCode.NONE and owner is not None:
-                return found.node_id, owner
-            if code is not ErrorCode.NONE and code not in _COORDINATOR_RETRY_CODES:
-                raise api_error(code, found.error_message or f"group id {group_id!r}")
-            problem = f"{address}: {code.name} {found.error_message}".strip()
-        return problem
-
     def _group_call(
         self,
         group_id: str,
@@ -731,27 +702,47 @@ class Admin:
         codes_of: Callable[[_T], Iterable[int]],
         deadline: float,
     ) -> tuple[int, _T]:
-        """(coordinator node id, answer) of ``rpc`` sent to the group's coordinator, finding
-        it again while the answer says it moved, is loading or is not there yet."""
-        problem = ""
+        """(coordinator node id, answer) of ``rpc`` sent to the group's coordinator
+        (``brook.rpc.coordinators``), finding it again while the answer says it moved, is
+        loading or is not there yet. A NOT_COORDINATOR hint is followed at once, but not twice
+        in a row (the ownership is moving: waiting is better than ping-pong)."""
+        redirected = False
         while True:
-            found = self._coordinators.get(group_id) or self._find_coordinator(group_id, deadline)
-            if isinstance(found, str):
-                problem = found
-            else:
-                node_id, address = found
+            found = self._coordinators.get(group_id)
+            if found is None:
                 try:
-                    answer = rpc(self._coordinator_stub(address), self._rpc_timeout(deadline))
-                except grpc.RpcError as error:
-                    problem = _unreachable(error, address)
-                    self._coordinators.pop(group_id, None)
-                else:
-                    retry = {error_code(c) for c in codes_of(answer)} & _COORDINATOR_RETRY_CODES
-                    if not retry:
-                        self._coordinators[group_id] = found
-                        return node_id, answer
-                    problem = f"{address}: {', '.join(sorted(c.name for c in retry))}"
-                    self._coordinators.pop(group_id, None)
+                    found = find_coordinator_sync(
+                        group_id,
+                        self._node_addresses("group_coordinator", deadline).values(),
+                        lambda address, request: self._coordinator_stub(address).FindCoordinator(
+                            request, timeout=self._rpc_timeout(deadline)
+                        ),
+                        deadline,
+                    )
+                except CoordinatorNotFoundError as error:
+                    self._backoff(deadline, f"finding the coordinator of {group_id!r}", str(error))
+                    continue
+                except CoordinatorRefusedError as error:
+                    raise api_error(error.code, str(error)) from None
+            try:
+                answer = rpc(self._coordinator_stub(found.address), self._rpc_timeout(deadline))
+            except grpc.RpcError as error:
+                problem = _unreachable(error, found.address)
+                self._coordinators.pop(group_id, None)
+            else:
+                codes = {error_code(c) for c in codes_of(answer)}
+                retry = codes & COORDINATOR_ERRORS
+                if not retry:
+                    self._coordinators[group_id] = found
+                    return found.node_id, answer
+                problem = f"{found.address}: {', '.join(sorted(c.name for c in retry))}"
+                hinted = hinted_coordinator(codes, getattr(answer, "coordinator", None))
+                if hinted is not None and hinted != found and not redirected:
+                    self._coordinators[group_id] = hinted
+                    redirected = True
+                    continue
+                self._coordinators.pop(group_id, None)
+            redirected = False
             self._backoff(deadline, f"a request to the coordinator of group {group_id!r}", problem)
 
     def list_consumer_groups(

@@ -8,6 +8,7 @@ services) reaches another Brook process through these modules rather than a copy
   reconnect back-off, user agent) and the one pool (``ChannelPool``; ``SyncChannelPool`` for
   the blocking Admin); nothing else opens a channel.
 - ``quorum``: the active controller look-up (NOT_CONTROLLER hints, back-off, deadline).
+- ``coordinators``: a group's coordinator look-up (FindCoordinator, NOT_COORDINATOR hints).
 
 The services import these, never the client SDK (``tests/static/test_import_graph.py``).
 """

@@ -93,14 +93,15 @@ class Upstreams:
     async def call(self, method: Any, request: Any, timeout_s: float | None = None) -> Any:
         """One unary call; UpstreamError if it gets no answer."""
         try:
-            return await self._traced(method, request, timeout_s or self.request_timeout_s)
+            return await self.traced_call(method, request, timeout_s or self.request_timeout_s)
         except grpc.aio.AioRpcError as error:
             code, message = rpc_error(error)
             raise UpstreamError(code, message) from None
 
-    async def _traced(self, method: Any, request: Any, timeout_s: float) -> Any:
+    async def traced_call(self, method: Any, request: Any, timeout_s: float) -> Any:
         """One unary call in a CLIENT span when the request's span is recorded (see the
-        module doc); a failure is raised as gRPC's."""
+        module doc); a failure is raised as gRPC's (grpc.aio.AioRpcError), for the look-ups of
+        ``brook.rpc`` that decide what is worth another attempt."""
         if not trace.get_current_span().is_recording():
             return await method(request, timeout=timeout_s)
         name = _rpc_name(method)
@@ -138,7 +139,7 @@ class Upstreams:
             self._quorum = ControllerQuorum(controllers)
 
         async def send(address: str, timeout_s: float) -> Any:
-            return await self._traced(
+            return await self.traced_call(
                 getattr(self._stub(self._channels.admin, address), method), request, timeout_s
             )
 
