@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
@@ -36,6 +37,16 @@ COORDINATOR_BALANCE_TIMEOUT_S = 30.0
 
 _FACTORY_KEY = pytest.StashKey["ClusterFactory"]()
 _FAILED_KEY = pytest.StashKey[bool]()
+
+
+def ipv6_loopback_available() -> bool:
+    """Whether this machine can bind the IPv6 loopback (``::1``)."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
 
 
 def wait_until(

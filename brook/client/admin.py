@@ -448,7 +448,9 @@ class Admin:
         except ControllerCallFailedError as error:
             raise api_error(ErrorCode.UNKNOWN_SERVER_ERROR, str(error)) from None
         except ControllerUnavailableError as error:
-            raise ClientTimeoutError(str(error)) from None
+            raise ClientTimeoutError(
+                f"no answer from the active controller within the time allowed ({error.problem})"
+            ) from None
         return response
 
     def _topic_results(

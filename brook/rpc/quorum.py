@@ -65,7 +65,11 @@ _log = logging.getLogger(__name__)
 
 class ControllerUnavailableError(Exception):
     """No active controller answered a call within its deadline or attempts, or one failed it
-    with a gRPC error no retry fixes; the message says what the last attempt met."""
+    with a gRPC error no retry fixes; ``problem`` is what the last attempt met."""
+
+    def __init__(self, message: str, problem: str = "") -> None:
+        super().__init__(message)
+        self.problem = problem or message
 
 
 class ControllerCallFailedError(ControllerUnavailableError):
@@ -207,7 +211,8 @@ class LeaderSearch:
 
     def exhausted(self) -> ControllerUnavailableError:
         return ControllerUnavailableError(
-            f"{self._what}: no active controller answered in time (last: {self.problem})"
+            f"{self._what}: no active controller answered in time (last: {self.problem})",
+            self.problem,
         )
 
 

@@ -137,6 +137,8 @@ class GroupRouter:
             )
         except (CoordinatorNotFoundError, CoordinatorRefusedError) as e:
             raise GroupRouteError(e.code, str(e)) from None
+        except UpstreamError as e:  # the gateway is stopping
+            raise GroupRouteError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from None
         self._remember(group_id, owner)
         return owner
 

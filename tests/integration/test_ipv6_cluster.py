@@ -10,13 +10,12 @@ breaks one of the hops (controller hints, the gateway's routing, the SDK's coord
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cluster_fixture import ClusterFactory
+from cluster_fixture import ClusterFactory, ipv6_loopback_available
 
 from brook.client import Consumer, Producer, TopicPartition
 from brook.client.admin import Admin, NewTopic
@@ -34,18 +33,9 @@ SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_INTERVAL_MS = 500
 
 
-def _ipv6_loopback_works() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind((HOST, 0))
-    except OSError:
-        return False
-    return True
-
-
 @pytest.fixture
 def cluster(cluster_factory: ClusterFactory) -> LocalCluster:
-    if not _ipv6_loopback_works():
+    if not ipv6_loopback_available():
         pytest.skip("no IPv6 loopback on this machine")
     return cluster_factory(
         controllers=3,

@@ -8,7 +8,6 @@ a test scripts it.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,6 +17,7 @@ import grpc
 import pytest
 
 from brook.errors import ErrorCode
+from brook.ports import allocate_free_ports
 from brook.rpc.addresses import format_address
 from brook.rpc.channels import ChannelPool, SyncChannelPool, channel_options
 from brook.rpc.coordinators import (
@@ -83,9 +83,7 @@ async def _running(*answers: Answer) -> AsyncIterator[tuple[list[str], list[int]
 
 
 def _free_address() -> str:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return format_address(HOST, probe.getsockname()[1])
+    return format_address(HOST, allocate_free_ports(1, HOST)[0])
 
 
 async def _find(addresses: list[str]) -> Coordinator:

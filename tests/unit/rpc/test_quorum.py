@@ -8,7 +8,6 @@ rules (a ``locate`` naming the leader) against the same servers, run on their ow
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -17,8 +16,10 @@ from typing import Any
 
 import grpc
 import pytest
+from cluster_fixture import ipv6_loopback_available
 
 from brook.errors import ErrorCode
+from brook.ports import allocate_free_ports
 from brook.rpc.addresses import format_address
 from brook.rpc.backoff import RetryBackoff
 from brook.rpc.channels import ChannelPool, SyncChannelPool, channel_options
@@ -39,16 +40,7 @@ TIMEOUT_S = 5.0
 SCENARIO_TIMEOUT_S = 30.0
 
 
-def _ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind((HOST, 0))
-    except OSError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback")
+pytestmark = pytest.mark.skipif(not ipv6_loopback_available(), reason="no IPv6 loopback")
 
 
 class _Controllers:
@@ -124,9 +116,7 @@ async def _running(count: int = 3) -> AsyncIterator[_Controllers]:
 
 
 def _free_address() -> str:
-    with socket.socket(socket.AF_INET6) as probe:
-        probe.bind((HOST, 0))
-        return format_address(HOST, probe.getsockname()[1])
+    return format_address(HOST, allocate_free_ports(1, HOST)[0])
 
 
 async def _register(
