@@ -99,10 +99,9 @@ class ControllerClient:
         self.settings = settings
         self._quorum = ControllerQuorum(settings.bootstrap_servers)
         # A restarted controller must be reachable again at once, not after gRPC's default
-        # reconnect back-off of up to two minutes; WatchMetadata snapshots have no size limit.
+        # reconnect back-off of up to two minutes.
         self._channels = ChannelPool(
             channel_options(
-                receive_bytes_max=-1,
                 reconnect_backoff_ms=settings.retry_backoff.base_ms,
                 reconnect_backoff_max_ms=settings.retry_backoff.max_ms,
             )
