@@ -18,21 +18,16 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brook.rpc.addresses import parse_address
+from brook.rpc.channels import channel_options, sync_channel
 
 HEALTH_CHECK_TIMEOUT_MS_DEFAULT = 2000
 # One RPC of a wait loop; short so a wait notices a dead process or an interrupt quickly.
 _POLL_RPC_TIMEOUT_MS = 1000
 POLL_INTERVAL_MS_DEFAULT = 100
-# Without these a channel backs off for up to 120 s between attempts to connect, so a
-# server that comes up a moment after the first refused connection would be seen late.
-_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 500),
-    # Subchannels are shared process-wide by default, and with them the backoff state of
-    # an earlier channel to the same address (say, to a process that was since restarted).
-    ("grpc.use_local_subchannel_pool", 1),
-]
+# A server that comes up a moment after the first refused connection is seen within 0.5 s.
+_CHANNEL_OPTIONS = channel_options(
+    client_id="health", reconnect_backoff_ms=100, reconnect_backoff_max_ms=500
+)
 
 
 class HealthStatus(enum.StrEnum):
@@ -96,7 +91,7 @@ def check_health(
     _check_address(address)
     if timeout_ms <= 0:
         raise ValueError(f"timeout_ms must be > 0, got {timeout_ms}")
-    with grpc.insecure_channel(address, options=_CHANNEL_OPTIONS) as channel:
+    with sync_channel(address, _CHANNEL_OPTIONS) as channel:
         return _check(health_pb2_grpc.HealthStub(channel), address, service, timeout_ms)
 
 
@@ -117,7 +112,7 @@ def wait_until_serving(
         raise ValueError(f"timeout_ms must be > 0, got {timeout_ms}")
     deadline = time.monotonic() + timeout_ms / 1000
     result = HealthResult(address, HealthStatus.UNREACHABLE, "not checked yet")
-    with grpc.insecure_channel(address, options=_CHANNEL_OPTIONS) as channel:
+    with sync_channel(address, _CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             reason = abort_reason()

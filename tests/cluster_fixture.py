@@ -1,9 +1,9 @@
 """The ``cluster_factory`` fixture: real Brook clusters for tests, always torn down.
 
-Each cluster is a ``brook.launcher.LocalCluster`` on free 127.0.0.1 ports with its data in
-the test's tmp_path. Teardown stops every process (SIGTERM, then SIGKILL after the stop
-timeout), checks that none is left alive, and removes the cluster's files when the test
-passed; when it failed they are kept, their path is reported, and the tail of every
+Each cluster is a ``brook.launcher.LocalCluster`` on free 127.0.0.1 ports (or another host),
+with its data in the test's tmp_path. Teardown stops every process (SIGTERM, then SIGKILL after
+the stop timeout), checks that none is left alive, and removes the cluster's files when the
+test passed; when it failed they are kept, their path is reported, and the tail of every
 process's log is attached to the failure report.
 
     def test_something(cluster_factory: ClusterFactory) -> None:
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from brook.launcher import LocalCluster, ProcessSpec, Role, Topology
+from brook.launcher import DEFAULT_HOST, LocalCluster, ProcessSpec, Role, Topology
+from brook.rpc.channels import sync_channel
 from brook.v1 import controller_pb2, controller_pb2_grpc
 
 # Generous: several engineers' test runs share two cores, and Python services take a
@@ -35,6 +37,16 @@ COORDINATOR_BALANCE_TIMEOUT_S = 30.0
 
 _FACTORY_KEY = pytest.StashKey["ClusterFactory"]()
 _FAILED_KEY = pytest.StashKey[bool]()
+
+
+def ipv6_loopback_available() -> bool:
+    """Whether this machine can bind the IPv6 loopback (``::1``)."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
 
 
 def wait_until(
@@ -54,7 +66,7 @@ def coordinator_owners(cluster: LocalCluster) -> dict[int, int]:
     the first reachable controller's metadata snapshot says ({} if none answers)."""
     request = controller_pb2.WatchMetadataRequest(node_id=-1, after_offset=-1)
     for address in cluster.controller_bootstrap_servers.split(","):
-        with grpc.insecure_channel(address) as channel:
+        with sync_channel(address) as channel:
             stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]
             stream = stub.WatchMetadata(request, timeout=CONTROLLER_RPC_TIMEOUT_S)
             try:
@@ -159,11 +171,14 @@ class ClusterFactory:
         config_overrides: Mapping[str, Mapping[str, str]] | None = None,
         start: bool = True,
         spawn_prefix: Callable[[ProcessSpec], Sequence[str]] | None = None,
+        host: str = DEFAULT_HOST,
     ) -> LocalCluster:
-        """A new cluster in its own directory; started (all SERVING) unless ``start=False``."""
+        """A new cluster in its own directory, every process bound to and advertising
+        ``host``; started (all SERVING) unless ``start=False``."""
         cluster = LocalCluster(
             self.root / f"cluster-{len(self.clusters) + 1}",
             Topology(controllers, storage_nodes, group_coordinators, gateways),
+            host=host,
             config_overrides=config_overrides,
             startup_timeout_ms=self.startup_timeout_ms,
             stop_timeout_ms=self.stop_timeout_ms,

@@ -10,11 +10,11 @@ consumer groups, their offsets and lag through the group coordinators and storag
         print(admin.describe_topics(["events"])["events"].partitions)
 
 ``bootstrap_servers`` are controllers' GRPC addresses (any one reachable is enough). Requests go
-to the active controller: the client finds it with DescribeQuorum and follows it when it
-changes. Operations on several resources return, per resource, None or the ``ApiError`` the
-controller answered with (Kafka's error codes), because one bad topic does not fail the others;
-operations that read raise instead. Every call is bounded by ``default_api_timeout_ms``
-(``ClientTimeoutError``), each RPC by ``request_timeout_ms``.
+to the active controller (``brook.rpc.quorum``): the client finds it with DescribeQuorum and
+follows it when it changes. Operations on several resources return, per resource, None or the
+``ApiError`` the controller answered with (Kafka's error codes), because one bad topic does not
+fail the others; operations that read raise instead. Every call is bounded by
+``default_api_timeout_ms`` (``ClientTimeoutError``), each RPC by ``request_timeout_ms``.
 
 Consumer-group operations (Kafka's AdminClient meanings) go to the group's coordinator: the
 client learns the registered coordinators from the controllers (DescribeCluster), asks any of
@@ -46,6 +46,24 @@ from brook.client.types import TopicPartition
 from brook.config import ConfigError, parse_host_port
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import format_address, listener_address
+from brook.rpc.backoff import RetryBackoff
+from brook.rpc.channels import ChannelPoolClosedError, SyncChannelPool
+from brook.rpc.coordinators import (
+    COORDINATOR_ERRORS,
+    Coordinator,
+    CoordinatorNotFoundError,
+    CoordinatorRefusedError,
+    find_coordinator_sync,
+    hinted_coordinator,
+)
+from brook.rpc.quorum import (
+    UNREACHABLE_STATUSES,
+    ControllerCallFailedError,
+    ControllerQuorum,
+    ControllerUnavailableError,
+    attempts_within,
+    call_active_controller_sync,
+)
 from brook.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -82,28 +100,6 @@ DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 30_000
 DEFAULT_API_TIMEOUT_MS_DEFAULT: Final = 60_000
 RETRY_BACKOFF_MS_DEFAULT: Final = 100
-_CHANNEL_OPTIONS: Final[list[tuple[str, Any]]] = [
-    # A restarted controller should be reachable again at once, not after gRPC's backoff.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
-# What makes the client look for the active controller and try again. After
-# REQUEST_TIMED_OUT the change may have committed, so a retried creation can answer
-# TOPIC_ALREADY_EXISTS, as with Kafka's admin client.
-_RETRY_CODES: Final = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
-_UNREACHABLE: Final = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
-)
-# What makes the client find a group's coordinator again and retry (Kafka's rule): the group
-# moved, its new owner is still replaying __consumer_offsets, or it has no owner yet.
-_COORDINATOR_RETRY_CODES: Final = frozenset(
-    {
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    }
-)
 
 _T = TypeVar("_T")
 
@@ -273,7 +269,7 @@ def _unreachable(error: grpc.RpcError, address: str) -> str:
     """What to report when ``address`` could not be reached (the caller tries again or
     elsewhere); any other failure of the call is the server's error and is raised."""
     assert isinstance(error, grpc.Call)
-    if error.code() not in _UNREACHABLE:
+    if error.code() not in UNREACHABLE_STATUSES:
         raise api_error(ErrorCode.UNKNOWN_SERVER_ERROR, str(error.details())) from None
     return f"{address}: {error.code().name}"
 
@@ -370,19 +366,18 @@ class Admin:
         self._request_timeout_s = request_timeout_ms / 1000
         self._api_timeout_ms = default_api_timeout_ms
         self._backoff_s = retry_backoff_ms / 1000
-        self._channels: dict[str, grpc.Channel] = {}
-        self._leader_address: str | None = None
-        # group id -> (node id, GRPC address) of its coordinator, as last found.
-        self._coordinators: dict[str, tuple[int, str]] = {}
+        self._retry_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_ms)
+        self._channels = SyncChannelPool()
+        self._quorum = ControllerQuorum(entries)
+        # group id -> its coordinator, as last found.
+        self._coordinators: dict[str, Coordinator] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ plumbing
 
     def close(self) -> None:
         self._closed = True
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
+        self._channels.close()
 
     def __enter__(self) -> Self:
         return self
@@ -396,19 +391,16 @@ class Admin:
         self.close()
 
     def _channel(self, address: str) -> grpc.Channel:
-        if self._closed:
-            raise ClientClosedError("the admin client is closed")
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channels[address] = channel
-        return channel
+        try:
+            return self._channels.channel(address)
+        except ChannelPoolClosedError:
+            raise ClientClosedError("the admin client is closed") from None
 
-    def _find_leader(self, deadline: float) -> str | None:
-        """Asks the controllers (the last known leader first) who leads; its GRPC address."""
-        for address in dict.fromkeys([*filter(None, [self._leader_address]), *self._bootstrap]):
-            channel = self._channel(address)
-            stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]
+    def _find_leader(self, remaining_s: float) -> str | None:
+        """Asks the controllers who leads; its GRPC address, None if none could say."""
+        deadline = time.monotonic() + remaining_s
+        for address in self._quorum.addresses:
+            stub = controller_pb2_grpc.ControllerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
             try:
                 quorum = stub.DescribeQuorum(
                     controller_pb2.DescribeQuorumRequest(), timeout=self._rpc_timeout(deadline)
@@ -437,30 +429,29 @@ class Admin:
     ) -> _T:
         """Sends to the active controller, following it across leader changes, until the
         answer holds no error that a retry elsewhere would fix, or the time runs out."""
-        deadline = time.monotonic() + (timeout_ms or self._api_timeout_ms) / 1000
-        last_problem = "no controller answered"
-        while True:
-            address = self._leader_address or self._find_leader(deadline)
-            if address is not None:
-                channel = self._channel(address)
-                stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
-                try:
-                    response = rpc(stub, self._rpc_timeout(deadline))
-                except grpc.RpcError as error:
-                    last_problem = _unreachable(error, address)
-                    self._leader_address = None
-                else:
-                    codes = {error_code(code) for code in retry_codes(response)}
-                    if not codes & _RETRY_CODES:
-                        self._leader_address = address
-                        return response
-                    last_problem = f"{address}: {', '.join(sorted(c.name for c in codes))}"
-                    self._leader_address = None
-            if time.monotonic() + self._backoff_s >= deadline:
-                raise ClientTimeoutError(
-                    f"no answer from the active controller within the time allowed ({last_problem})"
-                )
-            time.sleep(self._backoff_s)
+        timeout_s = (timeout_ms or self._api_timeout_ms) / 1000
+        try:
+            response, _ = call_active_controller_sync(
+                self._quorum,
+                "the admin request",
+                lambda address, t: rpc(
+                    admin_pb2_grpc.AdminServiceStub(self._channel(address)),  # type: ignore[no-untyped-call]
+                    t,
+                ),
+                retry_codes,
+                timeout_s=timeout_s,
+                attempt_timeout_s=self._request_timeout_s,
+                backoff=self._retry_backoff,
+                locate=self._find_leader,
+                attempts_max=attempts_within(timeout_s, self._retry_backoff),
+            )
+        except ControllerCallFailedError as error:
+            raise api_error(ErrorCode.UNKNOWN_SERVER_ERROR, str(error)) from None
+        except ControllerUnavailableError as error:
+            raise ClientTimeoutError(
+                f"no answer from the active controller within the time allowed ({error.problem})"
+            ) from None
+        return response
 
     def _topic_results(
         self, method: str, request: Any, timeout_ms: int | None
@@ -706,34 +697,6 @@ class Admin:
     def _coordinator_stub(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
         return group_pb2_grpc.GroupCoordinatorServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
 
-    def _find_coordinator(self, group_id: str, deadline: float) -> tuple[int, str] | str:
-        """The (node id, address) owning ``group_id``, asking any coordinator; or what went
-        wrong, when none could say. Raises for an error no retry would fix (INVALID_GROUP_ID)."""
-        problem = "no group coordinator is registered"
-        request = group_pb2.FindCoordinatorRequest(
-            key_type=group_pb2.COORDINATOR_TYPE_GROUP, keys=[group_id]
-        )
-        for address in self._node_addresses("group_coordinator", deadline).values():
-            try:
-                answer = self._coordinator_stub(address).FindCoordinator(
-                    request, timeout=self._rpc_timeout(deadline)
-                )
-            except grpc.RpcError as error:
-                problem = f"{address}: {error.code().name}"
-                continue
-            if not answer.coordinators:
-                problem = f"{address} answered FindCoordinator without a coordinator"
-                continue
-            found = answer.coordinators[0]
-            code = error_code(found.error_code)
-            owner = listener_address(found.endpoints)
-            if code is ErrorCode.NONE and owner is not None:
-                return found.node_id, owner
-            if code is not ErrorCode.NONE and code not in _COORDINATOR_RETRY_CODES:
-                raise api_error(code, found.error_message or f"group id {group_id!r}")
-            problem = f"{address}: {code.name} {found.error_message}".strip()
-        return problem
-
     def _group_call(
         self,
         group_id: str,
@@ -741,27 +704,47 @@ class Admin:
         codes_of: Callable[[_T], Iterable[int]],
         deadline: float,
     ) -> tuple[int, _T]:
-        """(coordinator node id, answer) of ``rpc`` sent to the group's coordinator, finding
-        it again while the answer says it moved, is loading or is not there yet."""
-        problem = ""
+        """(coordinator node id, answer) of ``rpc`` sent to the group's coordinator
+        (``brook.rpc.coordinators``), finding it again while the answer says it moved, is
+        loading or is not there yet. A NOT_COORDINATOR hint is followed at once, but not twice
+        in a row (the ownership is moving: waiting is better than ping-pong)."""
+        redirected = False
         while True:
-            found = self._coordinators.get(group_id) or self._find_coordinator(group_id, deadline)
-            if isinstance(found, str):
-                problem = found
-            else:
-                node_id, address = found
+            found = self._coordinators.get(group_id)
+            if found is None:
                 try:
-                    answer = rpc(self._coordinator_stub(address), self._rpc_timeout(deadline))
-                except grpc.RpcError as error:
-                    problem = _unreachable(error, address)
-                    self._coordinators.pop(group_id, None)
-                else:
-                    retry = {error_code(c) for c in codes_of(answer)} & _COORDINATOR_RETRY_CODES
-                    if not retry:
-                        self._coordinators[group_id] = found
-                        return node_id, answer
-                    problem = f"{address}: {', '.join(sorted(c.name for c in retry))}"
-                    self._coordinators.pop(group_id, None)
+                    found = find_coordinator_sync(
+                        group_id,
+                        self._node_addresses("group_coordinator", deadline).values(),
+                        lambda address, request: self._coordinator_stub(address).FindCoordinator(
+                            request, timeout=self._rpc_timeout(deadline)
+                        ),
+                        deadline,
+                    )
+                except CoordinatorNotFoundError as error:
+                    self._backoff(deadline, f"finding the coordinator of {group_id!r}", str(error))
+                    continue
+                except CoordinatorRefusedError as error:
+                    raise api_error(error.code, str(error)) from None
+            try:
+                answer = rpc(self._coordinator_stub(found.address), self._rpc_timeout(deadline))
+            except grpc.RpcError as error:
+                problem = _unreachable(error, found.address)
+                self._coordinators.pop(group_id, None)
+            else:
+                codes = {error_code(c) for c in codes_of(answer)}
+                retry = codes & COORDINATOR_ERRORS
+                if not retry:
+                    self._coordinators[group_id] = found
+                    return found.node_id, answer
+                problem = f"{found.address}: {', '.join(sorted(c.name for c in retry))}"
+                hinted = hinted_coordinator(codes, getattr(answer, "coordinator", None))
+                if hinted is not None and hinted != found and not redirected:
+                    self._coordinators[group_id] = hinted
+                    redirected = True
+                    continue
+                self._coordinators.pop(group_id, None)
+            redirected = False
             self._backoff(deadline, f"a request to the coordinator of group {group_id!r}", problem)
 
     def list_consumer_groups(

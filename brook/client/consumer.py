@@ -77,7 +77,7 @@ from brook.client.runtime import (
     drive_async,
 )
 from brook.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from brook.rpc.channels import Network
+from brook.rpc.channels import ChannelPool, channel_options
 from brook.v1 import storage_pb2
 
 __all__ = ["AsyncConsumer", "Consumer", "PartitionsCallback"]
@@ -145,13 +145,15 @@ class _ConsumerCore:
     def __init__(self, config: ConsumerConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self.notifier = Notifier()
-        self.network = Network(
-            client_id=config.client_id,
-            send_bytes_max=_FETCH_REQUEST_BYTES_MAX,
-            receive_bytes_max=max(config.fetch_max_bytes, config.max_partition_fetch_bytes)
-            + _OVERSIZED_FIRST_BATCH_BYTES_MAX,
-            reconnect_backoff_ms=config.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+        self.network = ChannelPool(
+            channel_options(
+                client_id=config.client_id,
+                send_bytes_max=_FETCH_REQUEST_BYTES_MAX,
+                receive_bytes_max=max(config.fetch_max_bytes, config.max_partition_fetch_bytes)
+                + _OVERSIZED_FIRST_BATCH_BYTES_MAX,
+                reconnect_backoff_ms=config.reconnect_backoff_ms,
+                reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+            )
         )
         self.metadata = Metadata(
             bootstrap_servers=config.bootstrap_servers,

@@ -41,7 +41,7 @@ from brook.record import (
     read_header,
 )
 from brook.rpc.backoff import backoff_s
-from brook.rpc.channels import Network
+from brook.rpc.channels import ChannelPool
 from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2
 
@@ -256,7 +256,7 @@ class Fetcher:
         config: ConsumerConfig,
         subscriptions: SubscriptionState,
         metadata: Metadata,
-        network: Network,
+        network: ChannelPool,
         wakeup: Wakeup,
         notifier: Notifier,
     ) -> None:

@@ -24,7 +24,7 @@ from brook.client.runtime import Notifier, Wakeup
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import listener_address
 from brook.rpc.backoff import RetryBackoff, backoff_s
-from brook.rpc.channels import Network
+from brook.rpc.channels import ChannelPool
 from brook.rpc.errors import rpc_error
 from brook.v1 import common_pb2, storage_pb2
 
@@ -146,7 +146,7 @@ class Metadata:
         self,
         *,
         bootstrap_servers: tuple[str, ...],
-        network: Network,
+        network: ChannelPool,
         notifier: Notifier,
         wakeup: Wakeup,
         backoff: RetryBackoff,

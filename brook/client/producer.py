@@ -54,7 +54,7 @@ from brook.client.runtime import (
 )
 from brook.client.sender import Sender
 from brook.client.types import Header, RecordMetadata
-from brook.rpc.channels import Network
+from brook.rpc.channels import ChannelPool, channel_options
 
 __all__ = ["AsyncProducer", "Producer"]
 
@@ -71,12 +71,14 @@ class _ProducerCore:
     def __init__(self, config: ProducerConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self.notifier = Notifier()
-        self.network = Network(
-            client_id=config.client_id,
-            send_bytes_max=config.max_request_size,
-            receive_bytes_max=_PRODUCE_RESPONSE_BYTES_MAX,
-            reconnect_backoff_ms=config.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+        self.network = ChannelPool(
+            channel_options(
+                client_id=config.client_id,
+                send_bytes_max=config.max_request_size,
+                receive_bytes_max=_PRODUCE_RESPONSE_BYTES_MAX,
+                reconnect_backoff_ms=config.reconnect_backoff_ms,
+                reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+            )
         )
         self.metadata = Metadata(
             bootstrap_servers=config.bootstrap_servers,

@@ -38,7 +38,7 @@ from brook.client.metadata import Metadata
 from brook.client.runtime import Wakeup
 from brook.errors import ErrorCode, error_code
 from brook.rpc.backoff import backoff_s
-from brook.rpc.channels import Network
+from brook.rpc.channels import ChannelPool
 from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2
 
@@ -73,7 +73,7 @@ class Sender:
         config: ProducerConfig,
         accumulator: RecordAccumulator,
         metadata: Metadata,
-        network: Network,
+        network: ChannelPool,
         wakeup: Wakeup,
     ) -> None:
         self._config = config

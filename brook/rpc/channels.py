@@ -1,29 +1,63 @@
-"""gRPC channels to storage nodes and group coordinators: one per address, reused, and closed
-with the client (the SDK's producers and consumers, and the group coordinator's offsets log).
+"""gRPC channels: the one options builder and the one pool every Brook process opens them with.
 
-A channel multiplexes every request of a client to that node over one HTTP/2 connection, so
-the producer's concurrent produce requests and the consumer's long-polls share it. The
-keepalive settings are every Brook process's, whoever opens the channel.
+``channel_options`` is the only list of channel settings: keepalive pings during calls (a peer
+that died without closing its connection is noticed during a long request, an idle process
+costs nothing), message size limits, gRPC's reconnect back-off (bounded by the caller's, not
+gRPC's default of up to two minutes, so a restarted process is reachable again at once), a
+private subchannel pool (no back-off state inherited from another client's connection to a
+process that has since restarted) and the user agent.
+
+``ChannelPool`` keeps one asyncio channel per address, reused by every call of its owner (the
+SDK's producers and consumers, the controller client, the gateway, the group coordinator's
+offsets log): one HTTP/2 connection multiplexes them all. ``SyncChannelPool`` is the same for
+blocking callers (Admin). ``sync_channel`` opens one blocking channel for a one-off call
+(health checks, probes, tools). Nothing else in Brook opens a channel
+(``tests/static/test_import_graph.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from importlib import metadata as importlib_metadata
-from typing import Any
+from types import TracebackType
+from typing import Any, Final, Self, TypeAlias, TypeVar
 
 import grpc
 
-from brook.v1 import group_pb2_grpc, storage_pb2_grpc
+from brook.v1 import (
+    admin_pb2_grpc,
+    controller_pb2_grpc,
+    group_pb2_grpc,
+    replica_pb2_grpc,
+    storage_pb2_grpc,
+)
 
-__all__ = ["ENVELOPE_BYTES_MAX", "KEEPALIVE_TIMEOUT_MS", "KEEPALIVE_TIME_MS", "Network"]
+__all__ = [
+    "ENVELOPE_BYTES_MAX",
+    "KEEPALIVE_TIMEOUT_MS",
+    "KEEPALIVE_TIME_MS",
+    "RECONNECT_BACKOFF_MAX_MS_DEFAULT",
+    "RECONNECT_BACKOFF_MS_DEFAULT",
+    "ChannelOptions",
+    "ChannelPool",
+    "ChannelPoolClosedError",
+    "SyncChannelPool",
+    "channel_options",
+    "sync_channel",
+]
 
-# Pings only while calls are active (a dead node is noticed during a long request, an idle
-# client costs nothing). 60 s stays far above the servers' default minimum ping interval, so
-# a node never answers our pings with GOAWAY (too_many_pings).
-KEEPALIVE_TIME_MS = 60_000
-KEEPALIVE_TIMEOUT_MS = 20_000
+# Pings only while calls are active. 60 s stays far above the servers' default minimum ping
+# interval, so a server never answers our pings with GOAWAY (too_many_pings).
+KEEPALIVE_TIME_MS: Final = 60_000
+KEEPALIVE_TIMEOUT_MS: Final = 20_000
 # Room for the protobuf envelope around the record bytes of a request or response.
-ENVELOPE_BYTES_MAX = 64 * 1024
+ENVELOPE_BYTES_MAX: Final = 64 * 1024
+# gRPC's reconnect back-off for callers that name none (Admin, health checks, tools).
+RECONNECT_BACKOFF_MS_DEFAULT: Final = 100
+RECONNECT_BACKOFF_MAX_MS_DEFAULT: Final = 1000
+
+ChannelOptions: TypeAlias = Sequence[tuple[str, Any]]
+_Stub = TypeVar("_Stub")
 
 try:
     _VERSION = importlib_metadata.version("brook")
@@ -31,68 +65,154 @@ except importlib_metadata.PackageNotFoundError:  # running from a source tree
     _VERSION = "0"
 
 
-class Network:
-    """The channels of one client. Create and use it on the client's event loop."""
+def channel_options(
+    *,
+    client_id: str = "",
+    send_bytes_max: int | None = None,
+    receive_bytes_max: int | None = None,
+    reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,
+    reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
+) -> list[tuple[str, Any]]:
+    """The settings of a channel. ``send_bytes_max`` / ``receive_bytes_max``: the largest
+    payload (records) of one message, to which the envelope is added; None keeps gRPC's
+    default (4 MiB received, unlimited sent), -1 removes the limit. ``client_id`` is shown in
+    the user agent the server sees."""
+    if reconnect_backoff_ms < 0 or reconnect_backoff_max_ms < 0:
+        raise ValueError(
+            f"reconnect back-off must not be negative: {reconnect_backoff_ms}, "
+            f"{reconnect_backoff_max_ms}"
+        )
+    agent = f"brook-python/{_VERSION}" + (f" ({client_id})" if client_id else "")
+    options: list[tuple[str, Any]] = [
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.initial_reconnect_backoff_ms", max(reconnect_backoff_ms, 1)),
+        ("grpc.min_reconnect_backoff_ms", max(reconnect_backoff_ms, 1)),
+        ("grpc.max_reconnect_backoff_ms", max(reconnect_backoff_max_ms, reconnect_backoff_ms, 1)),
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.primary_user_agent", agent),
+    ]
+    for name, limit in (
+        ("grpc.max_send_message_length", send_bytes_max),
+        ("grpc.max_receive_message_length", receive_bytes_max),
+    ):
+        if limit is not None:
+            options.append((name, -1 if limit < 0 else limit + ENVELOPE_BYTES_MAX))
+    return options
 
-    def __init__(
-        self,
-        *,
-        client_id: str,
-        send_bytes_max: int,
-        receive_bytes_max: int,
-        reconnect_backoff_ms: int,
-        reconnect_backoff_max_ms: int,
-    ) -> None:
-        agent = f"brook-python/{_VERSION}" + (f" ({client_id})" if client_id else "")
-        self._options: list[tuple[str, Any]] = [
-            ("grpc.max_send_message_length", send_bytes_max + ENVELOPE_BYTES_MAX),
-            ("grpc.max_receive_message_length", receive_bytes_max + ENVELOPE_BYTES_MAX),
-            ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-            ("grpc.keepalive_permit_without_calls", 0),
-            ("grpc.initial_reconnect_backoff_ms", max(reconnect_backoff_ms, 1)),
-            ("grpc.min_reconnect_backoff_ms", max(reconnect_backoff_ms, 1)),
-            ("grpc.max_reconnect_backoff_ms", max(reconnect_backoff_max_ms, 1)),
-            # A private subchannel pool: no back-off state inherited from other clients'
-            # connections to a node that has since restarted.
-            ("grpc.use_local_subchannel_pool", 1),
-            ("grpc.primary_user_agent", agent),
-        ]
+
+def sync_channel(address: str, options: ChannelOptions | None = None) -> grpc.Channel:
+    """A blocking channel to ``address`` (host:port) for a one-off call; the caller closes it
+    (``with sync_channel(...) as channel:``)."""
+    return grpc.insecure_channel(address, options=list(options or channel_options()))
+
+
+class ChannelPoolClosedError(RuntimeError):
+    """A channel was asked of a pool that is closed (its owner is stopping)."""
+
+
+class ChannelPool:
+    """One asyncio channel per address, and the stubs over it. Create, use and close it on
+    the owner's event loop."""
+
+    def __init__(self, options: ChannelOptions) -> None:
+        self._options = list(options)
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, storage_pb2_grpc.StorageServiceStub] = {}
-        self._group_stubs: dict[str, group_pb2_grpc.GroupCoordinatorServiceStub] = {}
+        self._stubs: dict[tuple[Callable[[Any], Any], str], Any] = {}
         self._closed = False
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """The channel to ``address`` (host:port), opened on first use."""
         channel = self._channels.get(address)
         if channel is None:
             if self._closed:
-                raise RuntimeError("the client's network is closed")
-            channel = grpc.aio.insecure_channel(address, options=self._options)
+                raise ChannelPoolClosedError(f"the channels are closed (asked for {address})")
+            channel = self.dedicated(address, self._options)
             self._channels[address] = channel
         return channel
 
-    def storage(self, address: str) -> storage_pb2_grpc.StorageServiceStub:
-        """The StorageService stub for the node at ``address`` (host:port)."""
-        stub = self._stubs.get(address)
+    @staticmethod
+    def dedicated(address: str, options: ChannelOptions) -> grpc.aio.Channel:
+        """A channel of its own to ``address``, outside any pool, for traffic that must not
+        share a connection (the replica fetcher's streams); the caller closes it."""
+        return grpc.aio.insecure_channel(address, options=list(options))
+
+    def _stub(self, factory: Callable[[grpc.aio.Channel], _Stub], address: str) -> _Stub:
+        stub: _Stub | None = self._stubs.get((factory, address))
         if stub is None:
-            stub = storage_pb2_grpc.StorageServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
-            self._stubs[address] = stub
+            stub = factory(self.channel(address))
+            self._stubs[(factory, address)] = stub
         return stub
+
+    def storage(self, address: str) -> storage_pb2_grpc.StorageServiceStub:
+        return self._stub(storage_pb2_grpc.StorageServiceStub, address)
+
+    def replica(self, address: str) -> replica_pb2_grpc.ReplicaServiceStub:
+        return self._stub(replica_pb2_grpc.ReplicaServiceStub, address)
 
     def groups(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
-        """The GroupCoordinatorService stub for the coordinator at ``address`` (host:port)."""
-        stub = self._group_stubs.get(address)
-        if stub is None:
-            stub = group_pb2_grpc.GroupCoordinatorServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
-            self._group_stubs[address] = stub
-        return stub
+        return self._stub(group_pb2_grpc.GroupCoordinatorServiceStub, address)
+
+    def controller(self, address: str) -> controller_pb2_grpc.ControllerServiceStub:
+        return self._stub(controller_pb2_grpc.ControllerServiceStub, address)
+
+    def admin(self, address: str) -> admin_pb2_grpc.AdminServiceStub:
+        return self._stub(admin_pb2_grpc.AdminServiceStub, address)
 
     async def close(self) -> None:
+        """Closes every channel, cancelling calls in flight; later requests for a channel
+        raise ChannelPoolClosedError."""
         self._closed = True
         channels = list(self._channels.values())
         self._channels.clear()
         self._stubs.clear()
-        self._group_stubs.clear()
         for channel in channels:
             await channel.close(grace=None)
+
+
+class SyncChannelPool:
+    """``ChannelPool`` for blocking callers: one channel per address; not thread-safe."""
+
+    def __init__(self, options: ChannelOptions | None = None) -> None:
+        self._options = list(options or channel_options())
+        self._channels: dict[str, grpc.Channel] = {}
+        self._closed = False
+
+    def channel(self, address: str) -> grpc.Channel:
+        if self._closed:
+            raise ChannelPoolClosedError(f"the channels are closed (asked for {address})")
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = sync_channel(address, self._options)
+            self._channels[address] = channel
+        return channel
+
+    def storage(self, address: str) -> storage_pb2_grpc.StorageServiceStub:
+        return storage_pb2_grpc.StorageServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def groups(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
+        return group_pb2_grpc.GroupCoordinatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def controller(self, address: str) -> controller_pb2_grpc.ControllerServiceStub:
+        return controller_pb2_grpc.ControllerServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def admin(self, address: str) -> admin_pb2_grpc.AdminServiceStub:
+        return admin_pb2_grpc.AdminServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        self._closed = True
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

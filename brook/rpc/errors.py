@@ -11,7 +11,7 @@ from brook.errors import ErrorCode
 __all__ = ["rpc_error"]
 
 
-def rpc_error(error: grpc.aio.AioRpcError) -> tuple[ErrorCode, str]:
+def rpc_error(error: grpc.aio.AioRpcError | grpc.Call) -> tuple[ErrorCode, str]:
     """The Kafka error code standing for a failed call, and a message naming the cause."""
     status = error.code()
     details = error.details() or ""

@@ -225,6 +225,7 @@ def topic_partition_count(bootstrap_servers: Sequence[str], topic: str, timeout_
     import grpc
 
     from brook.client.metadata import EMPTY_CLUSTER, parse_metadata
+    from brook.rpc.channels import sync_channel
     from brook.v1 import storage_pb2, storage_pb2_grpc
 
     deadline = time.monotonic() + timeout_ms / 1000
@@ -234,7 +235,7 @@ def topic_partition_count(bootstrap_servers: Sequence[str], topic: str, timeout_
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
                 break
-            with grpc.insecure_channel(address) as channel:
+            with sync_channel(address) as channel:
                 stub = storage_pb2_grpc.StorageServiceStub(channel)  # type: ignore[no-untyped-call]
                 try:
                     response = stub.GetMetadata(

@@ -21,12 +21,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import GRPC_LISTENER, Endpoint, listener_address
+from brook.rpc.coordinators import (
+    Coordinator,
+    CoordinatorNotFoundError,
+    CoordinatorRefusedError,
+    find_coordinator,
+    hinted_coordinator,
+)
 from brook.v1 import common_pb2, group_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
@@ -84,21 +90,14 @@ class GroupRouteError(Exception):
         self.code = code
 
 
-@dataclass(frozen=True, slots=True)
-class Owner:
-    node_id: int
-    address: str
-    """The coordinator's GRPC address."""
-
-
 class GroupRouter:
     """Finds the coordinator owning each group and forwards group calls to it."""
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
-        self._owners: dict[str, Owner] = {}
+        self._owners: dict[str, Coordinator] = {}
 
-    def _remember(self, group_id: str, owner: Owner) -> None:
+    def _remember(self, group_id: str, owner: Coordinator) -> None:
         self._owners.pop(group_id, None)
         while len(self._owners) >= OWNER_CACHE_ENTRIES_MAX:
             del self._owners[next(iter(self._owners))]
@@ -111,8 +110,9 @@ class GroupRouter:
             address = None if node is None else node.address(GRPC_LISTENER)
         return address
 
-    async def owner(self, group_id: str, *, refresh: bool = False) -> Owner:
-        """The coordinator owning ``group_id``: cached, or asked of any live coordinator."""
+    async def owner(self, group_id: str, *, refresh: bool = False) -> Coordinator:
+        """The coordinator owning ``group_id``: cached, or asked of any live coordinator
+        (``brook.rpc.coordinators``)."""
         cached = None if refresh else self._owners.get(group_id)
         if cached is not None:
             return cached
@@ -122,36 +122,25 @@ class GroupRouter:
             raise GroupRouteError(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator is registered"
             )
-        problem = ""
-        for _, address in coordinators:
-            try:
-                response = await upstreams.call(
-                    upstreams.groups(address).FindCoordinator,
-                    group_pb2.FindCoordinatorRequest(
-                        key_type=group_pb2.COORDINATOR_TYPE_GROUP, keys=[group_id]
-                    ),
-                )
-            except UpstreamError as e:
-                problem = f"{address}: {e}"
-                continue
-            if not response.coordinators:
-                problem = f"{address}: no answer for the group"
-                continue
-            found = response.coordinators[0]
-            if found.error_code != ErrorCode.NONE:
-                raise GroupRouteError(error_code(found.error_code), found.error_message)
-            owner_address = self._address_of(found.node_id, found.endpoints)
-            if owner_address is None:
-                raise GroupRouteError(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    f"coordinator {found.node_id} has no {GRPC_LISTENER} listener",
-                )
-            owner = Owner(found.node_id, owner_address)
-            self._remember(group_id, owner)
-            return owner
-        raise GroupRouteError(
-            ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no group coordinator answered ({problem})"
-        )
+
+        async def ask(
+            address: str, request: group_pb2.FindCoordinatorRequest
+        ) -> group_pb2.FindCoordinatorResponse:
+            response: group_pb2.FindCoordinatorResponse = await upstreams.traced_call(
+                upstreams.groups(address).FindCoordinator, request, upstreams.request_timeout_s
+            )
+            return response
+
+        try:
+            owner = await find_coordinator(
+                group_id, [address for _, address in coordinators], ask, self._address_of
+            )
+        except (CoordinatorNotFoundError, CoordinatorRefusedError) as e:
+            raise GroupRouteError(e.code, str(e)) from None
+        except UpstreamError as e:  # the gateway is stopping
+            raise GroupRouteError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from None
+        self._remember(group_id, owner)
+        return owner
 
     async def forward(
         self,
@@ -181,16 +170,17 @@ class GroupRouter:
                 # the next request looks the owner up again rather than wait on it again.
                 self._owners.pop(group_id, None)
                 raise
-            if error_of(response) != ErrorCode.NOT_COORDINATOR:
+            code = error_code(error_of(response))
+            if code != ErrorCode.NOT_COORDINATOR:
                 return response
             self._owners.pop(group_id, None)
             problem = f"coordinator {owner.node_id} no longer owns the group"
-            hint = getattr(response, "coordinator", None)
-            if hint is not None and hint.node_id >= 0:
-                address = self._address_of(hint.node_id, hint.endpoints)
-                if address is not None:
-                    self._remember(group_id, Owner(hint.node_id, address))
-                    refresh = False
+            hinted = hinted_coordinator(
+                (code,), getattr(response, "coordinator", None), self._address_of
+            )
+            if hinted is not None:
+                self._remember(group_id, hinted)
+                refresh = False
         raise GroupRouteError(ErrorCode.NOT_COORDINATOR, problem)
 
 

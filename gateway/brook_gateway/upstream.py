@@ -1,5 +1,6 @@
-"""The gateway's gRPC side: one channel per node address, reused by every Kafka connection,
-and the calls that reach the active controller and the group coordinators.
+"""The gateway's gRPC side: one channel per node address (``brook.rpc.channels.ChannelPool``),
+reused by every Kafka connection, and the calls that reach the active controller
+(``brook.rpc.quorum``) and the group coordinators.
 
 A failed call becomes a Kafka error code (brook.rpc.errors.rpc_error), so handlers answer
 clients in one vocabulary whether a node answered with a code or did not answer at all.
@@ -12,23 +13,30 @@ unsampled trace context would make a node that does record (its own exporter on)
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import grpc
 from opentelemetry import propagate, trace
 
-from brook.errors import ErrorCode, error_code
-from brook.rpc.channels import ENVELOPE_BYTES_MAX, KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
+from brook.errors import ErrorCode
+from brook.rpc.backoff import RetryBackoff
+from brook.rpc.channels import ChannelPool, ChannelPoolClosedError, channel_options
 from brook.rpc.errors import rpc_error
+from brook.rpc.quorum import (
+    ControllerCallFailedError,
+    ControllerQuorum,
+    ControllerUnavailableError,
+    attempts_within,
+    call_active_controller,
+)
 from brook.telemetry import tracer
-from brook.v1 import admin_pb2_grpc, group_pb2_grpc, replica_pb2_grpc, storage_pb2_grpc
+from brook.v1 import group_pb2_grpc, replica_pb2_grpc, storage_pb2_grpc
 
 __all__ = ["UpstreamError", "Upstreams"]
 
-# Codes after which another controller may succeed (the answering one is not the leader).
-_CONTROLLER_RETRY_CODES: Final = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
+# The wait between two attempts to reach the active controller (an election is under way).
+CONTROLLER_BACKOFF: Final = RetryBackoff(base_ms=100, max_ms=100)
 _T = TypeVar("_T")
 # Span name of a call whose method path is not known (a stub type grpc did not make).
 _UNKNOWN_RPC: Final = "grpc/unknown"
@@ -54,49 +62,49 @@ class Upstreams:
         self._tracer = (
             tracer(__name__) if tracer_provider is None else tracer_provider.get_tracer(__name__)
         )
-        self._options: list[tuple[str, Any]] = [
-            ("grpc.max_send_message_length", message_bytes_max + ENVELOPE_BYTES_MAX),
-            ("grpc.max_receive_message_length", message_bytes_max + ENVELOPE_BYTES_MAX),
-            ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-            ("grpc.keepalive_permit_without_calls", 0),
-        ]
+        self._channels = ChannelPool(
+            channel_options(
+                client_id="gateway",
+                send_bytes_max=message_bytes_max,
+                receive_bytes_max=message_bytes_max,
+            )
+        )
         self.message_bytes_max = message_bytes_max
         """The largest request the gateway accepts (socket.request.max.bytes)."""
         self.request_timeout_s = request_timeout_ms / 1000
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._controller: str | None = None
-        self._closed = False
+        self._quorum: ControllerQuorum | None = None
 
-    def channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            if self._closed:
-                raise UpstreamError(ErrorCode.NETWORK_EXCEPTION, "the gateway is stopping")
-            channel = grpc.aio.insecure_channel(address, options=self._options)
-            self._channels[address] = channel
-        return channel
+    def _stub(self, stub: Callable[[str], _T], address: str) -> _T:
+        try:
+            return stub(address)
+        except ChannelPoolClosedError:
+            raise UpstreamError(ErrorCode.NETWORK_EXCEPTION, "the gateway is stopping") from None
 
     def storage(self, address: str) -> storage_pb2_grpc.StorageServiceStub:
-        return storage_pb2_grpc.StorageServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+        return self._stub(self._channels.storage, address)
 
     def replica(self, address: str) -> replica_pb2_grpc.ReplicaServiceStub:
         """A storage node's replication service (the gateway asks it only for end offsets of
         leader epochs, on behalf of consumers validating their positions)."""
-        return replica_pb2_grpc.ReplicaServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+        return self._stub(self._channels.replica, address)
 
     def groups(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
-        return group_pb2_grpc.GroupCoordinatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+        return self._stub(self._channels.groups, address)
 
     async def call(self, method: Any, request: Any, timeout_s: float | None = None) -> Any:
         """One unary call; UpstreamError if it gets no answer."""
-        timeout_s = timeout_s or self.request_timeout_s
+        try:
+            return await self.traced_call(method, request, timeout_s or self.request_timeout_s)
+        except grpc.aio.AioRpcError as error:
+            code, message = rpc_error(error)
+            raise UpstreamError(code, message) from None
+
+    async def traced_call(self, method: Any, request: Any, timeout_s: float) -> Any:
+        """One unary call in a CLIENT span when the request's span is recorded (see the
+        module doc); a failure is raised as gRPC's (grpc.aio.AioRpcError), for the look-ups of
+        ``brook.rpc`` that decide what is worth another attempt."""
         if not trace.get_current_span().is_recording():
-            try:
-                return await method(request, timeout=timeout_s)
-            except grpc.aio.AioRpcError as error:
-                code, message = rpc_error(error)
-                raise UpstreamError(code, message) from None
+            return await method(request, timeout=timeout_s)
         name = _rpc_name(method)
         service, _, rpc = name.rpartition("/")
         with self._tracer.start_as_current_span(
@@ -113,7 +121,7 @@ class Upstreams:
                 span.set_attribute("rpc.grpc.status_code", error.code().value[0])
                 span.set_attribute("kafka.error_code", int(code))
                 span.set_status(trace.StatusCode.ERROR, message)
-                raise UpstreamError(code, message) from None
+                raise
 
     async def admin(
         self,
@@ -122,41 +130,39 @@ class Upstreams:
         request: Any,
         codes: Callable[[Any], list[int]],
     ) -> Any:
-        """Sends an AdminService call to the active controller: the last one that answered
-        first, then each controller in turn while the answer says NOT_CONTROLLER (or none
-        comes), within request.timeout.ms."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.request_timeout_s
-        problem = "no controller is known"
-        candidates = list(dict.fromkeys([*filter(None, [self._controller]), *controllers]))
-        attempt = 0
-        while candidates and loop.time() < deadline:
-            address = candidates[attempt % len(candidates)]
-            attempt += 1
-            stub = admin_pb2_grpc.AdminServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
-            try:
-                response = await self.call(
-                    getattr(stub, method), request, max(deadline - loop.time(), 0.001)
-                )
-            except UpstreamError as e:
-                problem = f"{address}: {e}"
-            else:
-                if not {error_code(c) for c in codes(response)} & _CONTROLLER_RETRY_CODES:
-                    self._controller = address
-                    return response
-                problem = f"{address}: not the active controller"
-            self._controller = None
-            if attempt % len(candidates) == 0:
-                # Every controller said no: an election is under way.
-                await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0)))
-        raise UpstreamError(ErrorCode.NOT_CONTROLLER, f"no active controller answered ({problem})")
+        """Sends an AdminService call to the active controller (``brook.rpc.quorum``: the last
+        one that answered first, then each controller in turn while the answer says
+        NOT_CONTROLLER or none comes), within request.timeout.ms; UpstreamError NOT_CONTROLLER
+        when none answers, or the code standing for a gRPC failure no retry fixes."""
+        if self._quorum is None or self._quorum.bootstrap_servers != tuple(controllers):
+            if not controllers:
+                raise UpstreamError(ErrorCode.NOT_CONTROLLER, "no controller is known")
+            self._quorum = ControllerQuorum(controllers)
+
+        async def send(address: str, timeout_s: float) -> Any:
+            return await self.traced_call(
+                getattr(self._stub(self._channels.admin, address), method), request, timeout_s
+            )
+
+        try:
+            response, _ = await call_active_controller(
+                self._quorum,
+                method,
+                send,
+                codes,
+                lambda _: None,
+                timeout_s=self.request_timeout_s,
+                backoff=CONTROLLER_BACKOFF,
+                attempts_max=attempts_within(self.request_timeout_s, CONTROLLER_BACKOFF),
+            )
+        except ControllerCallFailedError as e:
+            raise UpstreamError(e.code, str(e)) from None
+        except ControllerUnavailableError as e:
+            raise UpstreamError(ErrorCode.NOT_CONTROLLER, str(e)) from None
+        return response
 
     async def close(self) -> None:
-        self._closed = True
-        channels = list(self._channels.values())
-        self._channels.clear()
-        for channel in channels:
-            await channel.close(grace=None)
+        await self._channels.close()
 
 
 def _rpc_name(method: Any) -> str:

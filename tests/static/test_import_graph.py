@@ -1,6 +1,6 @@
 """The import graph of Brook's packages, read from the source (ast, nothing imported).
 
-Four rules (docs/decisions.md, "Layout and packaging" and "RPC plumbing"):
+Five rules (docs/decisions.md, "Layout and packaging" and "RPC plumbing"):
 - no import cycle between modules, counting imports inside functions too (a function-local
   import hides a cycle, it does not remove it); only ``if TYPE_CHECKING:`` imports are left out,
   since they never run;
@@ -8,7 +8,9 @@ Four rules (docs/decisions.md, "Layout and packaging" and "RPC plumbing"):
   ``brook_storage_node``;
 - ``brook`` is what the services share, so it imports no service package;
 - a service imports nothing of the client SDK but the consumer protocol it reads
-  (``brook.client.group.protocol``): backoff, error mapping and channels are ``brook.rpc``'s.
+  (``brook.client.group.protocol``): backoff, error mapping and channels are ``brook.rpc``'s;
+- only ``brook.rpc.channels`` opens gRPC channels (``insecure_channel``), so every channel gets
+  the one set of options.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ SERVICE_PACKAGES = (
     "brook_gateway",
 )
 LOG_PACKAGE = "brook_storage_node.log"
+CHANNELS_MODULE = "brook.rpc.channels"
 # The SDK module a service may import: the group coordinator decodes consumer subscriptions.
 CLIENT_MODULES_SERVICES_USE = ("brook.client.group.protocol",)
 
@@ -222,3 +225,14 @@ def test_the_graph_sees_function_local_and_relative_imports() -> None:
     assert "brook_storage_node.log.files" in targets
     assert "brook.errors" not in targets
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_only_the_channel_module_opens_grpc_channels() -> None:
+    found = [
+        f"{name}:{node.lineno}"
+        for name, path in sorted(_modules().items())
+        if name != CHANNELS_MODULE
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute) and node.attr in ("insecure_channel", "secure_channel")
+    ]
+    assert not found, "channels opened outside brook.rpc.channels: " + ", ".join(found)

@@ -67,12 +67,19 @@ from brook.client.types import TopicPartition
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import listener_address
 from brook.rpc.backoff import backoff_s
-from brook.rpc.channels import Network
+from brook.rpc.channels import ChannelPool
+from brook.rpc.coordinators import (
+    COORDINATOR_ERRORS,
+    Coordinator,
+    CoordinatorNotFoundError,
+    CoordinatorRefusedError,
+    find_coordinator,
+    hinted_coordinator,
+)
 from brook.rpc.errors import rpc_error
 from brook.v1 import common_pb2, group_pb2, storage_pb2
 
 __all__ = [
-    "COORDINATOR_ERRORS",
     "ConsumerCoordinator",
     "ConsumerGroupMetadata",
     "CoordinatorLocator",
@@ -83,14 +90,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _OFFSETS_TOPIC = "__consumer_offsets"
-# Answers that mean "this is not (or not yet) the coordinator to ask".
-COORDINATOR_ERRORS = frozenset(
-    {
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    }
-)
 # Commit answers after which the partitions may already be someone else's.
 _COMMIT_FAILED = frozenset(
     {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
@@ -122,7 +121,7 @@ class MemberState(enum.Enum):
 
 
 def storage_node_locator(
-    metadata: Metadata, network: Network, bootstrap_servers: Sequence[str], timeout_s: float
+    metadata: Metadata, network: ChannelPool, bootstrap_servers: Sequence[str], timeout_s: float
 ) -> CoordinatorLocator:
     """Coordinators as any storage node's GetMetadata lists them (role GROUP_COORDINATOR)."""
 
@@ -171,7 +170,7 @@ class ConsumerCoordinator:
         group_instance_id: str | None,
         config: ConsumerConfig,
         metadata: Metadata,
-        network: Network,
+        network: ChannelPool,
         notifier: Notifier,
         wakeup: Wakeup,
         locator: CoordinatorLocator,
@@ -194,7 +193,7 @@ class ConsumerCoordinator:
         self._max_poll_interval_ms = max_poll_interval_ms
         self._request_timeout_s = config.request_timeout_ms / 1000
         self._network = network
-        self._coordinator: tuple[int, str] | None = None
+        self._coordinator: Coordinator | None = None
         self._coordinator_failures = 0
 
         self.member_id = ""
@@ -251,48 +250,32 @@ class ConsumerCoordinator:
 
     # -- finding the coordinator ------------------------------------------------------------
 
-    def _forget_coordinator(self, hint: common_pb2.NodeHint | None = None) -> None:
-        self._coordinator = None
-        if hint is not None and hint.node_id >= 0:
-            address = listener_address(hint.endpoints)
-            if address is not None:
-                self._coordinator = (hint.node_id, address)
+    def _forget_coordinator(self, hinted: Coordinator | None = None) -> None:
+        """Drops the coordinator, for the one a NOT_COORDINATOR hint names if any."""
+        self._coordinator = hinted
 
     async def _coordinator_address(self) -> str:
         if self._coordinator is not None:
-            return self._coordinator[1]
+            return self._coordinator.address
         addresses = await self._locator()
         if not addresses:
             raise _Retry("no group coordinator is registered with the cluster yet")
         random.shuffle(addresses)
-        problems: list[str] = []
-        for address in addresses:
-            try:
-                response = await self._network.groups(address).FindCoordinator(
-                    group_pb2.FindCoordinatorRequest(
-                        key_type=group_pb2.COORDINATOR_TYPE_GROUP, keys=[self.group_id]
-                    ),
-                    timeout=self._request_timeout_s,
-                )
-            except grpc.aio.AioRpcError as error:
-                problems.append(f"{address}: {rpc_error(error)[1]}")
-                continue
-            found = next((c for c in response.coordinators if c.key == self.group_id), None)
-            if found is None:
-                problems.append(f"{address} answered without the group")
-                continue
-            code = error_code(found.error_code)
-            if code is ErrorCode.NONE:
-                target = listener_address(found.endpoints)
-                if target is not None:
-                    self._coordinator = (found.node_id, target)
-                    return target
-                problems.append(f"{address} named node {found.node_id} without an endpoint")
-            elif code in COORDINATOR_ERRORS or code.retriable:
-                problems.append(f"{address}: {code.name} {found.error_message}")
-            else:
-                raise api_error(code, f"FindCoordinator({self.group_id}): {found.error_message}")
-        raise _Retry("no coordinator found: " + "; ".join(problems))
+
+        def ask(
+            address: str, request: group_pb2.FindCoordinatorRequest
+        ) -> Awaitable[group_pb2.FindCoordinatorResponse]:
+            return self._network.groups(address).FindCoordinator(  # type: ignore[no-any-return]
+                request, timeout=self._request_timeout_s
+            )
+
+        try:
+            self._coordinator = await find_coordinator(self.group_id, addresses, ask)
+        except CoordinatorNotFoundError as error:
+            raise _Retry(str(error)) from None
+        except CoordinatorRefusedError as error:
+            raise api_error(error.code, str(error)) from None
+        return self._coordinator.address
 
     async def _call(self, method: str, request: Any, timeout_s: float) -> Any:
         """``method`` on the group's coordinator; transport failures become _Retry."""
@@ -329,7 +312,7 @@ class ConsumerCoordinator:
 
     def _check_coordinator_error(self, code: ErrorCode, hint: common_pb2.NodeHint | None) -> None:
         if code in COORDINATOR_ERRORS:
-            self._forget_coordinator(hint if code is ErrorCode.NOT_COORDINATOR else None)
+            self._forget_coordinator(hinted_coordinator((code,), hint))
             raise _Retry(f"coordinator answered {code.name}")
 
     # -- joining ----------------------------------------------------------------------------
@@ -585,9 +568,7 @@ class ConsumerCoordinator:
         if code is ErrorCode.NONE:
             self._coordinator_failures = 0
         elif code in COORDINATOR_ERRORS:
-            self._forget_coordinator(
-                response.coordinator if code is ErrorCode.NOT_COORDINATOR else None
-            )
+            self._forget_coordinator(hinted_coordinator((code,), response.coordinator))
             self._coordinator_backoff()
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             if not self.rejoin_needed:
@@ -699,9 +680,7 @@ class ConsumerCoordinator:
             response = await self._call("CommitOffsets", request, self._request_timeout_s)
             codes = {error_code(p.error_code) for p in response.partitions}
             if codes & COORDINATOR_ERRORS:
-                self._forget_coordinator(
-                    response.coordinator if ErrorCode.NOT_COORDINATOR in codes else None
-                )
+                self._forget_coordinator(hinted_coordinator(codes, response.coordinator))
                 raise _Retry("coordinator moved: " + ", ".join(c.name for c in codes))
             self._raise_commit_errors(response, generation)
 

@@ -40,6 +40,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
 
 from brook.errors import BrookError, ErrorCode
+from brook.rpc.addresses import parse_address
 from brook_controller.snapshot import SnapshotError
 from brook_controller.state_machine import ApplyOutcome, MetadataStateMachine
 
@@ -139,6 +140,13 @@ class EngineSettings:
     snapshot_interval_ms: int
 
 
+def _syncobj_address(address: str) -> str:
+    """pysyncobj's name for a node: host:port with the host never bracketed (it splits at the
+    last colon and resolves the rest, so ``[::1]:9300`` must be given as ``::1:9300``)."""
+    host, port = parse_address(address)
+    return f"{host}:{port}"
+
+
 class _Replica(SyncObj):  # type: ignore[misc]
     """pysyncobj's SyncObj with one replicated method: apply a command."""
 
@@ -179,7 +187,9 @@ class PySyncObjEngine:
         self._settings = settings
         self._machine = machine
         self._loop = loop
-        self._address_to_id = {address: node_id for node_id, address in settings.voters.items()}
+        self._address_to_id = {
+            _syncobj_address(address): node_id for node_id, address in settings.voters.items()
+        }
         self._progress: collections.deque[tuple[int, int]] = collections.deque(
             maxlen=_PROGRESS_POINTS_MAX
         )
@@ -237,14 +247,18 @@ class PySyncObjEngine:
             # Commands are proposed only on the leader; one sent during an election fails
             # at once instead of waiting for whoever wins.
             commandsWaitLeader=False,
-            bindAddress=settings.bind_address,
+            bindAddress=_syncobj_address(settings.bind_address),
             bindRetryTime=BIND_RETRY_S,
             maxBindRetries=BIND_ATTEMPTS_MAX,
             autoTickPeriod=_TICK_S,
             onStateChanged=self._on_state_changed,
         )
-        own = settings.voters[settings.node_id]
-        others = [address for node_id, address in settings.voters.items() if address != own]
+        own = _syncobj_address(settings.voters[settings.node_id])
+        others = [
+            _syncobj_address(address)
+            for address in settings.voters.values()
+            if _syncobj_address(address) != own
+        ]
         self._syncobj = _Replica(own, others, conf, self._apply)
         self._syncobj.addOnTickCallback(self._on_tick)
 
@@ -428,9 +442,10 @@ class PySyncObjEngine:
             if address == own_address:
                 offset, contact_ms = self._machine.offset, 0
             elif leader == self._settings.node_id:
-                match_index = status.get(f"match_idx_server_{address}")
+                node = _syncobj_address(address)
+                match_index = status.get(f"match_idx_server_{node}")
                 offset = self._offset_at(match_index) if match_index is not None else -1
-                contact = next((t for n, t in responses.items() if str(n) == address), None)
+                contact = next((t for n, t in responses.items() if str(n) == node), None)
                 contact_ms = int((now - contact) * 1000) if contact is not None else -1
             else:
                 offset, contact_ms = -1, -1

@@ -45,7 +45,7 @@ from brook.record import BatchHeader, CorruptRecordError, iter_records, scan_bat
 from brook.record import build_batch as build_record_batch
 from brook.record.varint import INT32_MAX
 from brook.rpc.backoff import RetryBackoff, backoff_s
-from brook.rpc.channels import Network
+from brook.rpc.channels import ChannelPool, channel_options
 from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2, storage_pb2_grpc
 from brook_group_coordinator.cluster_metadata import ClusterMetadata
@@ -120,12 +120,14 @@ class StorageOffsetsLog:
     def __init__(self, metadata: ClusterMetadata, settings: OffsetsLogSettings) -> None:
         self._metadata = metadata
         self._settings = settings
-        self._network = Network(
-            client_id=CLIENT_ID,
-            send_bytes_max=settings.load_buffer_bytes,
-            receive_bytes_max=settings.load_buffer_bytes,
-            reconnect_backoff_ms=settings.retry_backoff.base_ms,
-            reconnect_backoff_max_ms=settings.retry_backoff.max_ms,
+        self._network = ChannelPool(
+            channel_options(
+                client_id=CLIENT_ID,
+                send_bytes_max=settings.load_buffer_bytes,
+                receive_bytes_max=settings.load_buffer_bytes,
+                reconnect_backoff_ms=settings.retry_backoff.base_ms,
+                reconnect_backoff_max_ms=settings.retry_backoff.max_ms,
+            )
         )
         self._writers: dict[int, _Writer] = {}
 

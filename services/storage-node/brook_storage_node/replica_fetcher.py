@@ -48,6 +48,7 @@ from brook.errors import ErrorCode, error_code
 from brook.logs import RepeatLimiter
 from brook.metadata.info import NO_LEADER
 from brook.rpc.addresses import listener_address
+from brook.rpc.channels import ChannelPool, channel_options
 from brook.telemetry import meter
 from brook.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from brook_storage_node.log import TopicPartition
@@ -275,16 +276,18 @@ class ReplicaFetchers:
         address = listener_address(broker.endpoints) if broker is not None else None
         if address is None:
             raise ConnectionError(f"the metadata gives no address for node {leader_id}")
-        channel = grpc.aio.insecure_channel(
+        # A dedicated connection per leader, not a pooled one: replication must not queue
+        # behind client traffic on a shared HTTP/2 connection, and a stream is torn down with
+        # its channel when the fetcher restarts. A restarted leader is reachable again within
+        # the back-off; a fetch response has no size limit (the leader bounds it).
+        channel = ChannelPool.dedicated(
             address,
-            options=[
-                # A restarted leader must be reachable again within the back-off, not after
-                # gRPC's default reconnect back-off of up to two minutes.
-                ("grpc.initial_reconnect_backoff_ms", max(self._settings.backoff_ms, 1)),
-                ("grpc.min_reconnect_backoff_ms", max(self._settings.backoff_ms, 1)),
-                ("grpc.max_reconnect_backoff_ms", max(self._settings.backoff_ms, 1) * 10),
-                ("grpc.max_receive_message_length", -1),
-            ],
+            channel_options(
+                client_id=f"replica-{self._settings.node_id}",
+                receive_bytes_max=-1,
+                reconnect_backoff_ms=self._settings.backoff_ms,
+                reconnect_backoff_max_ms=max(self._settings.backoff_ms, 1) * 10,
+            ),
         )
         stub = replica_pb2_grpc.ReplicaServiceStub(channel)  # type: ignore[no-untyped-call]
         return _Stream(stub.ReplicaFetch(), channel, address)

@@ -29,7 +29,7 @@ from brook.client.group.coordinator import ConsumerCoordinator
 from brook.client.metadata import Metadata
 from brook.client.runtime import Notifier, Wakeup
 from brook.client.types import TopicPartition
-from brook.rpc.channels import Network
+from brook.rpc.channels import ChannelPool, channel_options
 from brook.v1 import common_pb2, group_pb2_grpc
 
 OFFSETS_PARTITIONS = 4
@@ -45,7 +45,7 @@ class Served:
     address: str
     manager: GroupManager
     storage: RunningDouble
-    network: Network
+    network: ChannelPool
 
 
 @asynccontextmanager
@@ -71,12 +71,14 @@ async def serving(storage: RunningDouble, *, load: bool = True) -> AsyncIterator
     if load:
         await manager.load_partition(offsets_partition_for(GROUP, OFFSETS_PARTITIONS), 1)
     await server.start()
-    network = Network(
-        client_id="unit",
-        send_bytes_max=1 << 20,
-        receive_bytes_max=1 << 20,
-        reconnect_backoff_ms=50,
-        reconnect_backoff_max_ms=200,
+    network = ChannelPool(
+        channel_options(
+            client_id="unit",
+            send_bytes_max=1 << 20,
+            receive_bytes_max=1 << 20,
+            reconnect_backoff_ms=50,
+            reconnect_backoff_max_ms=200,
+        )
     )
     try:
         yield Served(f"127.0.0.1:{port}", manager, storage, network)
