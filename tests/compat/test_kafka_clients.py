@@ -133,10 +133,19 @@ def confluent_produce(
 ) -> list[int]:
     """Produces the expected records of ``topic`` with a confluent-kafka Producer configured
     with ``config`` (and ``client_args``, such as ``logger``); the offsets it was told
-    (meaningless with acks=0)."""
+    (meaningless with acks=0).
+
+    Kafka keeps a partition's records in the order sent across retries only for an idempotent
+    producer or one with a single request in flight; librdkafka's non-idempotent default is a
+    million in flight, and a batch refused while a just-created partition's leader takes up
+    leadership is retried behind the next one (seen: key-0 stored after key-2). The callers
+    check order, so a producer that is not idempotent gets one request in flight."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, **config}, **client_args)
+    settings = {"bootstrap.servers": bootstrap, **config}
+    if not settings.get("enable.idempotence"):
+        settings.setdefault("max.in.flight.requests.per.connection", 1)
+    producer = Producer(settings, **client_args)
     errors: list[Any] = []
     offsets: list[int] = []
 
