@@ -201,14 +201,13 @@ class MetadataImage:
         self, partition: metadata_pb2.PartitionRecord, delta: MetadataDelta | None
     ) -> None:
         topic_id = partition.topic_id
-        topic = self.topics.get(topic_id)
-        if topic is None:
-            return
-        if topic.name != partition.topic:
-            _refuse(
-                metadata_pb2.MetadataRecord(partition=partition),
-                f"topic id {topic_id.hex()} is {topic.name!r}",
-            )
+        if self.topic_ids.get(partition.topic) != topic_id:
+            topic = self.topics.get(topic_id)
+            if topic is not None:
+                _refuse(
+                    metadata_pb2.MetadataRecord(partition=partition),
+                    f"topic id {topic_id.hex()} is {topic.name!r}",
+                )
             return
         partitions = self.partitions[topic_id]
         index = partition.partition

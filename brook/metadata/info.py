@@ -97,12 +97,13 @@ class PartitionInfo(NamedTuple):
     @classmethod
     def from_record(cls, record: metadata_pb2.PartitionRecord, topic: str) -> PartitionInfo:
         """``record``, a partition of topic ``topic`` (its TopicRecord's name)."""
+        # tuple(list) is faster than tuple() over a protobuf repeated field.
         return cls(
             topic,
             record.partition,
             record.topic_id,
-            tuple(record.replicas),
-            tuple(record.isr),
+            tuple(record.replicas[:]),
+            tuple(record.isr[:]),
             record.leader,
             record.leader_epoch,
             record.partition_epoch,
