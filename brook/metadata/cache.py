@@ -4,7 +4,9 @@
 The storage node's metadata view and the gateway's Kafka view are this cache plus what each
 adds; the group coordinator reads one too. ``replay`` costs in proportion to the records of a
 delta (only the objects the delta names are rebuilt); a snapshot rebuilds everything. Reads are
-dictionary look-ups of immutable objects.
+dictionary look-ups of immutable objects (see info.py for the one read-only view,
+``TopicInfo.partitions``); ``topic_configs`` is read-only and never changes once read (the
+image replaces a resource's configs on a change, see image.py).
 
 Mutated only from one event loop, and never across an ``await``, so readers on the loop always
 see one consistent image.
@@ -13,6 +15,7 @@ see one consistent image.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 
 from brook.metadata.delta import MetadataDelta, MetadataUpdate
 from brook.metadata.image import TOPIC, MetadataImage
@@ -21,7 +24,7 @@ from brook.v1 import metadata_pb2
 
 __all__ = ["MetadataCache"]
 
-_NO_CONFIGS: Mapping[str, str] = {}
+_NO_CONFIGS: Mapping[str, str] = MappingProxyType({})
 
 
 class MetadataCache:
@@ -30,6 +33,8 @@ class MetadataCache:
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._topics_by_id: dict[bytes, TopicInfo] = {}
+        # Topic id -> the dict behind its TopicInfo.partitions.
+        self._partitions: dict[bytes, dict[int, PartitionInfo]] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -70,14 +75,16 @@ class MetadataCache:
 
     def topic_configs(self, topic: str) -> Mapping[str, str]:
         """The topic's configuration overrides (topic-level names), empty if none."""
-        return self.image.configs.get((TOPIC, topic), _NO_CONFIGS)
+        configs = self.image.configs.get((TOPIC, topic))
+        return _NO_CONFIGS if configs is None else MappingProxyType(configs)
 
     # -- applying ---------------------------------------------------------------------------
 
-    def replay(self, update: MetadataUpdate) -> MetadataDelta:
+    def replay(self, update: MetadataUpdate, *, compare: bool = True) -> MetadataDelta:
         """Applies a snapshot or a delta to the image, refreshes what it touched and returns
-        what changed."""
-        delta = self.image.replay(update)
+        what changed (``compare``: see ``MetadataImage.replay``; a consumer that does not
+        act on what a snapshot changed passes False)."""
+        delta = self.image.replay(update, compare=compare)
         if delta.snapshot:
             self._rebuild()
         else:
@@ -89,12 +96,14 @@ class MetadataCache:
         self._brokers = {n: BrokerInfo.from_record(b) for n, b in image.brokers.items()}
         self._topics = {}
         self._topics_by_id = {}
+        self._partitions = {}
         for topic_id, topic in image.topics.items():
-            partitions = {
-                index: PartitionInfo.from_record(partition)
+            name = topic.name
+            self._partitions[topic_id] = {
+                index: PartitionInfo.from_record(partition, name)
                 for index, partition in image.topic_partitions(topic_id).items()
             }
-            self._put_topic(TopicInfo(topic.name, topic_id, topic.internal, partitions))
+            self._put_topic(topic_id, topic)
 
     def _refresh(self, delta: MetadataDelta) -> None:
         for node_id in delta.removed_brokers:
@@ -103,26 +112,27 @@ class MetadataCache:
             self._brokers[node_id] = BrokerInfo.from_record(broker)
         for topic_id in delta.removed_topics:
             removed = self._topics_by_id.pop(topic_id, None)
+            self._partitions.pop(topic_id, None)
             if removed is not None and self._topics.get(removed.name) is removed:
                 del self._topics[removed.name]
         for topic_id, topic in delta.changed_topics.items():
-            self._refresh_topic(topic_id, topic)
-        for (topic_id, index), _ in delta.removed_partitions.items():
-            info = self._topics_by_id.get(topic_id)
-            if info is not None:
-                info.partitions.pop(index, None)
+            existing = self._topics_by_id.get(topic_id)
+            if existing is not None and self._topics.get(existing.name) is existing:
+                del self._topics[existing.name]
+            self._partitions.setdefault(topic_id, {})
+            self._put_topic(topic_id, topic)
+        for topic_id, index in delta.removed_partitions:
+            partitions = self._partitions.get(topic_id)
+            if partitions is not None:
+                partitions.pop(index, None)
         for (topic_id, index), partition in delta.changed_partitions.items():
-            info = self._topics_by_id.get(topic_id)
-            if info is not None:
-                info.partitions[index] = PartitionInfo.from_record(partition)
+            partitions = self._partitions.get(topic_id)
+            if partitions is not None:
+                name = self._topics_by_id[topic_id].name
+                partitions[index] = PartitionInfo.from_record(partition, name)
 
-    def _refresh_topic(self, topic_id: bytes, topic: metadata_pb2.TopicRecord) -> None:
-        existing = self._topics_by_id.get(topic_id)
-        partitions = existing.partitions if existing is not None else {}
-        if existing is not None and self._topics.get(existing.name) is existing:
-            del self._topics[existing.name]
-        self._put_topic(TopicInfo(topic.name, topic_id, topic.internal, partitions))
-
-    def _put_topic(self, info: TopicInfo) -> None:
+    def _put_topic(self, topic_id: bytes, topic: metadata_pb2.TopicRecord) -> None:
+        partitions = MappingProxyType(self._partitions[topic_id])
+        info = TopicInfo(topic.name, topic_id, topic.internal, partitions)
         self._topics[info.name] = info
-        self._topics_by_id[info.topic_id] = info
+        self._topics_by_id[topic_id] = info

@@ -7,6 +7,11 @@ objects it removed (their last records), so a consumer acts on what was touched 
 comparing images. A delta is net: a partition changed and then removed in the same update is
 only removed; a record equal to the one the image holds changes nothing and is not reported.
 
+The records a delta holds are the image's own (see image.py): read them, never mutate them.
+The ``previous_*`` maps keep what the image held before the update (Kafka's delta keeps the
+image it started from), so a consumer can tell what a change changed without a copy of its
+own.
+
 A partition is removed when its topic is deleted, when its topic is re-created under the same
 name with a new id (the new topic's partitions are then changed, under the new id), or when a
 snapshot lacks it.
@@ -56,9 +61,19 @@ class MetadataDelta:
     removed_partitions: dict[PartitionKey, metadata_pb2.PartitionRecord] = field(
         default_factory=dict
     )
+    previous_brokers: dict[int, metadata_pb2.BrokerRecord | None] = field(default_factory=dict)
+    """For each broker changed or removed: its record before the update (None: it was not
+    registered)."""
+    previous_partitions: dict[PartitionKey, metadata_pb2.PartitionRecord | None] = field(
+        default_factory=dict
+    )
+    """For each partition changed or removed: its record before the update (None: it did not
+    exist)."""
     changed_configs: set[ConfigKey] = field(default_factory=set)
     """Resources whose configuration changed (a value set, replaced or removed)."""
     changed_coordinators: dict[int, metadata_pb2.CoordinatorRecord] = field(default_factory=dict)
+    removed_coordinators: dict[int, metadata_pb2.CoordinatorRecord] = field(default_factory=dict)
+    """Assignments that no longer exist (no record removes one: only a snapshot lacking it)."""
 
     @property
     def empty(self) -> bool:
@@ -74,6 +89,7 @@ class MetadataDelta:
             or self.removed_partitions
             or self.changed_configs
             or self.changed_coordinators
+            or self.removed_coordinators
         )
 
     def changed_topic_configs(self) -> frozenset[str]:
@@ -86,11 +102,15 @@ class MetadataDelta:
 
     # -- filled in by the image ---------------------------------------------------------------
 
-    def broker_changed(self, broker: metadata_pb2.BrokerRecord) -> None:
+    def broker_changed(
+        self, broker: metadata_pb2.BrokerRecord, previous: metadata_pb2.BrokerRecord | None
+    ) -> None:
+        self.previous_brokers.setdefault(broker.node_id, previous)
         self.removed_brokers.pop(broker.node_id, None)
         self.changed_brokers[broker.node_id] = broker
 
     def broker_removed(self, broker: metadata_pb2.BrokerRecord) -> None:
+        self.previous_brokers.setdefault(broker.node_id, broker)
         self.changed_brokers.pop(broker.node_id, None)
         self.removed_brokers[broker.node_id] = broker
 
@@ -102,12 +122,26 @@ class MetadataDelta:
         self.changed_topics.pop(topic.topic_id, None)
         self.removed_topics[topic.topic_id] = topic
 
-    def partition_changed(self, partition: metadata_pb2.PartitionRecord) -> None:
+    def partition_changed(
+        self,
+        partition: metadata_pb2.PartitionRecord,
+        previous: metadata_pb2.PartitionRecord | None,
+    ) -> None:
         key = (partition.topic_id, partition.partition)
+        self.previous_partitions.setdefault(key, previous)
         self.removed_partitions.pop(key, None)
         self.changed_partitions[key] = partition
 
     def partition_removed(self, partition: metadata_pb2.PartitionRecord) -> None:
         key = (partition.topic_id, partition.partition)
+        self.previous_partitions.setdefault(key, partition)
         self.changed_partitions.pop(key, None)
         self.removed_partitions[key] = partition
+
+    def coordinator_changed(self, coordinator: metadata_pb2.CoordinatorRecord) -> None:
+        self.removed_coordinators.pop(coordinator.offsets_partition, None)
+        self.changed_coordinators[coordinator.offsets_partition] = coordinator
+
+    def coordinator_removed(self, coordinator: metadata_pb2.CoordinatorRecord) -> None:
+        self.changed_coordinators.pop(coordinator.offsets_partition, None)
+        self.removed_coordinators[coordinator.offsets_partition] = coordinator

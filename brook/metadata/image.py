@@ -15,7 +15,11 @@ it through a view of its own. The rules:
 - A topic record under the name of a topic with another id replaces that topic: the old topic,
   its partitions and its configs go first.
 - Configs are kept by (resource type, resource name), whether or not the resource exists yet;
-  a topic's configs go with the topic.
+  a topic's configs go with the topic, including when a topic record replaces it under its
+  name: configs for a topic must follow its topic record (the controllers write the topic,
+  then its configs, then its partitions, and create a topic only under a free name).
+- A partition record must name its topic id's topic (``topic``), and a topic removal its
+  topic's name; one that does not is refused (see ``apply``).
 
 ``records()`` is the image as records again, in one canonical order: what a snapshot stores,
 what WatchMetadata sends first, and what ``digest()`` is computed over, so two images that are
@@ -26,6 +30,7 @@ Not thread-safe: each owner mutates its image from one thread (or the event loop
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Self, TypeVar
@@ -38,6 +43,8 @@ from brook.v1 import common_pb2, metadata_pb2
 
 __all__ = ["BROKER", "TOPIC", "MetadataImage"]
 
+_log = logging.getLogger(__name__)
+
 TOPIC: int = metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC
 BROKER: int = metadata_pb2.CONFIG_RESOURCE_TYPE_BROKER
 
@@ -45,8 +52,18 @@ BROKER: int = metadata_pb2.CONFIG_RESOURCE_TYPE_BROKER
 @dataclass
 class MetadataImage:
     """Brokers, topics, partitions, configs, producer ids and coordinators, plus the metadata
-    log offset: the number of records applied to reach this image (-1 before the first), or
-    the offset the last replayed update named."""
+    log offset: the offset of the last record applied (-1 before the first; ``apply`` adds one
+    per record), or the offset the last replayed update named.
+
+    The records it holds and hands out (attributes, ``partition()``, ``topic_by_name()``, a
+    delta's records) are the image's own: callers read them and must not mutate them (the
+    controllers' digest is computed over them). Copying each one out would cost on every read;
+    this is a contract, not a guarantee. Each resource's config dict is replaced, never
+    mutated, when a ConfigRecord changes it, so one that was read stays as it was read.
+
+    A subclass (the controller's) keeps everything a snapshot must reset in dataclass fields:
+    ``replay`` of a snapshot swaps every field for a fresh image's.
+    """
 
     offset: int = -1
     cluster: metadata_pb2.ClusterRecord | None = None
@@ -68,13 +85,15 @@ class MetadataImage:
 
     # ------------------------------------------------------------------ replay
 
-    def replay(self, update: MetadataUpdate) -> MetadataDelta:
+    def replay(self, update: MetadataUpdate, *, compare: bool = True) -> MetadataDelta:
         """Applies a snapshot (the image becomes exactly its records) or a delta, sets the
         offset to the update's, and returns what changed. A delta costs in proportion to its
-        records; a snapshot is compared with the image it replaces."""
+        records. A snapshot is compared with the image it replaces, unless ``compare`` is
+        False: then the delta only says ``snapshot`` (everything may have changed, nothing is
+        listed), for a consumer that rebuilds everything after a snapshot anyway."""
         if update.snapshot:
             fresh = type(self).from_records(update.records, update.offset)
-            delta = self._compare(fresh)
+            delta = self._compare(fresh) if compare else MetadataDelta(snapshot=True)
             for f in fields(self):
                 setattr(self, f.name, getattr(fresh, f.name))
             return delta
@@ -87,50 +106,72 @@ class MetadataImage:
     def apply(
         self, record: metadata_pb2.MetadataRecord, delta: MetadataDelta | None = None
     ) -> None:
-        """Applies one record, advances the offset by one and notes the change in ``delta``.
-        Records that refer to an object that does not exist (a partition of a deleted topic)
-        change nothing but the offset, so every replica stays identical whatever arrives."""
-        if delta is None:
-            delta = MetadataDelta()
+        """Applies one record, advances the offset by one and, given a ``delta``, notes the
+        change in it (without one, nothing is compared or noted: the cheap path for loading
+        and for the state machine). Records that refer to an object that does not exist (a
+        partition of a deleted topic) change nothing but the offset, so every replica stays
+        identical whatever arrives.
+
+        Records that contradict the image (a partition record whose topic name is not its
+        topic id's, a topic removal whose name is not the id's) are refused: logged as an
+        invariant error and otherwise ignored, identically on every consumer. The controllers
+        always write both fields, so such a record means a bug; raising instead would stop
+        the Raft state machine or a watcher on every replica at once."""
         kind = record.WhichOneof("record")
-        if kind == "cluster":
-            if self.cluster != record.cluster:
-                self.cluster = _copy(record.cluster)
-                delta.cluster_changed = True
+        if kind == "partition":
+            self._apply_partition(record.partition, delta)
         elif kind == "broker":
-            if self.brokers.get(record.broker.node_id) != record.broker:
-                broker = self.brokers[record.broker.node_id] = _copy(record.broker)
-                delta.broker_changed(broker)
+            broker = record.broker
+            previous = self.brokers.get(broker.node_id)
+            if delta is None:
+                self.brokers[broker.node_id] = _copy(broker)
+            elif previous != broker:
+                copied = self.brokers[broker.node_id] = _copy(broker)
+                delta.broker_changed(copied, previous)
         elif kind == "remove_broker":
             existing = self.brokers.get(record.remove_broker.node_id)
             if existing is not None and existing.broker_epoch == record.remove_broker.broker_epoch:
                 del self.brokers[record.remove_broker.node_id]
-                delta.broker_removed(existing)
+                if delta is not None:
+                    delta.broker_removed(existing)
         elif kind == "topic":
             self._apply_topic(record.topic, delta)
         elif kind == "remove_topic":
-            self._remove_topic(record.remove_topic.topic_id, delta)
-        elif kind == "partition":
-            self._apply_partition(record.partition, delta)
+            removal = record.remove_topic
+            existing_topic = self.topics.get(removal.topic_id)
+            if existing_topic is not None and existing_topic.name != removal.name:
+                _refuse(record, f"topic id {removal.topic_id.hex()} is {existing_topic.name!r}")
+            else:
+                self._remove_topic(removal.topic_id, delta)
         elif kind == "config":
             self._apply_config(record.config, delta)
+        elif kind == "cluster":
+            if delta is None:
+                self.cluster = _copy(record.cluster)
+            elif self.cluster != record.cluster:
+                self.cluster = _copy(record.cluster)
+                delta.cluster_changed = True
         elif kind == "producer_ids":
-            if self.producer_ids != record.producer_ids:
+            if delta is None:
+                self.producer_ids = _copy(record.producer_ids)
+            elif self.producer_ids != record.producer_ids:
                 self.producer_ids = _copy(record.producer_ids)
                 delta.producer_ids_changed = True
         elif kind == "coordinator":
             index = record.coordinator.offsets_partition
-            if self.coordinators.get(index) != record.coordinator:
+            if delta is None:
+                self.coordinators[index] = _copy(record.coordinator)
+            elif self.coordinators.get(index) != record.coordinator:
                 coordinator = self.coordinators[index] = _copy(record.coordinator)
-                delta.changed_coordinators[index] = coordinator
+                delta.coordinator_changed(coordinator)
         self.offset += 1
 
-    def _apply_topic(self, topic: metadata_pb2.TopicRecord, delta: MetadataDelta) -> None:
+    def _apply_topic(self, topic: metadata_pb2.TopicRecord, delta: MetadataDelta | None) -> None:
         previous_id = self.topic_ids.get(topic.name)
         if previous_id is not None and previous_id != topic.topic_id:
             self._remove_topic(previous_id, delta)
         existing = self.topics.get(topic.topic_id)
-        if existing == topic:
+        if delta is not None and existing == topic:
             return
         if existing is not None and existing.name != topic.name:
             del self.topic_ids[existing.name]
@@ -138,47 +179,64 @@ class MetadataImage:
         self.topic_ids[topic.name] = topic.topic_id
         self.partitions.setdefault(topic.topic_id, {})
         self._topic_replaced(existing, copied)
-        delta.topic_changed(copied)
+        if delta is not None:
+            delta.topic_changed(copied)
 
-    def _remove_topic(self, topic_id: bytes, delta: MetadataDelta) -> None:
+    def _remove_topic(self, topic_id: bytes, delta: MetadataDelta | None) -> None:
         topic = self.topics.pop(topic_id, None)
         if topic is None:
             return
         self.topic_ids.pop(topic.name, None)
         for partition in self.partitions.pop(topic_id, {}).values():
             self._partition_replaced(partition, None)
-            delta.partition_removed(partition)
-        if self.configs.pop((TOPIC, topic.name), None) is not None:
+            if delta is not None:
+                delta.partition_removed(partition)
+        if self.configs.pop((TOPIC, topic.name), None) is not None and delta is not None:
             delta.changed_configs.add((TOPIC, topic.name))
         self._topic_replaced(topic, None)
-        delta.topic_removed(topic)
+        if delta is not None:
+            delta.topic_removed(topic)
 
     def _apply_partition(
-        self, partition: metadata_pb2.PartitionRecord, delta: MetadataDelta
+        self, partition: metadata_pb2.PartitionRecord, delta: MetadataDelta | None
     ) -> None:
-        partitions = self.partitions.get(partition.topic_id)
-        if partition.topic_id not in self.topics or partitions is None:
+        topic_id = partition.topic_id
+        if self.topic_ids.get(partition.topic) != topic_id:
+            topic = self.topics.get(topic_id)
+            if topic is not None:
+                _refuse(
+                    metadata_pb2.MetadataRecord(partition=partition),
+                    f"topic id {topic_id.hex()} is {topic.name!r}",
+                )
             return
-        previous = partitions.get(partition.partition)
-        if previous == partition:
+        partitions = self.partitions[topic_id]
+        index = partition.partition
+        previous = partitions.get(index)
+        if delta is not None and previous == partition:
             return
-        copied = partitions[partition.partition] = _copy(partition)
+        copied = partitions[index] = _copy(partition)
         self._partition_replaced(previous, copied)
-        delta.partition_changed(copied)
+        if delta is not None:
+            delta.partition_changed(copied, previous)
 
-    def _apply_config(self, config: metadata_pb2.ConfigRecord, delta: MetadataDelta) -> None:
+    def _apply_config(self, config: metadata_pb2.ConfigRecord, delta: MetadataDelta | None) -> None:
+        # Copy on write: a dict handed out (MetadataCache.topic_configs) never changes.
         key = (int(config.resource_type), config.resource_name)
-        if config.HasField("value"):
-            current = self.configs.setdefault(key, {})
-            if current.get(config.name) != config.value:
-                current[config.name] = config.value
-                delta.changed_configs.add(key)
-            return
         values = self.configs.get(key)
-        if values is not None and values.pop(config.name, None) is not None:
-            delta.changed_configs.add(key)
-            if not values:
+        if config.HasField("value"):
+            if values is None or values.get(config.name) != config.value:
+                self.configs[key] = {**(values or {}), config.name: config.value}
+                if delta is not None:
+                    delta.changed_configs.add(key)
+            return
+        if values is not None and config.name in values:
+            kept = {name: value for name, value in values.items() if name != config.name}
+            if kept:
+                self.configs[key] = kept
+            else:
                 del self.configs[key]
+            if delta is not None:
+                delta.changed_configs.add(key)
 
     # Hooks for a subclass that keeps figures derived from the image up to date as it changes
     # (the controller's placement load), instead of walking the image.
@@ -206,8 +264,9 @@ class MetadataImage:
             if node_id not in other.brokers:
                 delta.broker_removed(broker)
         for node_id, broker in other.brokers.items():
-            if self.brokers.get(node_id) != broker:
-                delta.broker_changed(broker)
+            previous = self.brokers.get(node_id)
+            if previous != broker:
+                delta.broker_changed(broker, previous)
         for topic_id, topic in self.topics.items():
             if topic_id not in other.topics:
                 delta.topic_removed(topic)
@@ -222,14 +281,18 @@ class MetadataImage:
         for topic_id, partitions in other.partitions.items():
             before = self.partitions.get(topic_id, {})
             for index, partition in partitions.items():
-                if before.get(index) != partition:
-                    delta.partition_changed(partition)
+                was = before.get(index)
+                if was != partition:
+                    delta.partition_changed(partition, was)
         for key in self.configs.keys() | other.configs.keys():
             if self.configs.get(key) != other.configs.get(key):
                 delta.changed_configs.add(key)
+        for index, coordinator in self.coordinators.items():
+            if index not in other.coordinators:
+                delta.coordinator_removed(coordinator)
         for index, coordinator in other.coordinators.items():
             if self.coordinators.get(index) != coordinator:
-                delta.changed_coordinators[index] = coordinator
+                delta.coordinator_changed(coordinator)
         return delta
 
     # ------------------------------------------------------------------ queries
@@ -307,6 +370,10 @@ class MetadataImage:
 
 
 _M = TypeVar("_M", bound=Message)
+
+
+def _refuse(record: metadata_pb2.MetadataRecord, reason: str) -> None:
+    _log.error("metadata invariant violated, record ignored: %s (%s)", reason, record)
 
 
 def _copy(message: _M) -> _M:

@@ -1,12 +1,17 @@
-"""Typed, immutable reads of the image's records, for the views that serve requests from them
-(the storage node's and the gateway's): ``BrokerInfo`` (with its ``EndpointInfo``s),
-``PartitionInfo`` and ``TopicInfo``. Built once per change by ``MetadataCache``, so a request
-reads plain tuples and ints instead of protobuf containers.
+"""Typed reads of the image's records, for the views that serve requests from them (the
+storage node's, the gateway's and the coordinator's): ``BrokerInfo`` (with its
+``EndpointInfo``s), ``PartitionInfo`` and ``TopicInfo``. Built once per change by
+``MetadataCache``, so a request reads plain tuples and ints instead of protobuf containers.
+
+All are immutable except in one respect: a ``TopicInfo``'s ``partitions`` is a read-only view
+that follows the partition records (the cache replaces the ``PartitionInfo``s behind it); the
+``TopicInfo`` itself is replaced when its TopicRecord changes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from brook.rpc.addresses import GRPC_LISTENER, listener_address
@@ -72,9 +77,13 @@ class BrokerInfo:
         return listener_address(self.endpoints, listener)
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    """The whole state of one partition, as the last PartitionRecord for it said."""
+class PartitionInfo(NamedTuple):
+    """The state of one partition the services act on, as the last PartitionRecord for it said
+    (reassignment's adding/removing replicas are not read yet). ``topic`` is the name of the
+    topic its id names (the image refuses a record whose ``topic`` field says otherwise).
+
+    A named tuple rather than a frozen dataclass: a snapshot builds one per partition on the
+    event loop, and a tuple is built several times faster."""
 
     topic: str
     partition: int
@@ -86,16 +95,18 @@ class PartitionInfo:
     partition_epoch: int
 
     @classmethod
-    def from_record(cls, record: metadata_pb2.PartitionRecord) -> PartitionInfo:
+    def from_record(cls, record: metadata_pb2.PartitionRecord, topic: str) -> PartitionInfo:
+        """``record``, a partition of topic ``topic`` (its TopicRecord's name)."""
+        # tuple(list) is faster than tuple() over a protobuf repeated field.
         return cls(
-            topic=record.topic,
-            partition=record.partition,
-            topic_id=record.topic_id,
-            replicas=tuple(record.replicas),
-            isr=tuple(record.isr),
-            leader=record.leader,
-            leader_epoch=record.leader_epoch,
-            partition_epoch=record.partition_epoch,
+            topic,
+            record.partition,
+            record.topic_id,
+            tuple(record.replicas[:]),
+            tuple(record.isr[:]),
+            record.leader,
+            record.leader_epoch,
+            record.partition_epoch,
         )
 
     @property
@@ -103,15 +114,15 @@ class PartitionInfo:
         return (self.topic, self.partition)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A topic and its partitions by index. Replaced, never mutated, when its TopicRecord
-    changes; its ``partitions`` follow the partition records."""
+    """A topic and its partitions by index. Replaced when its TopicRecord changes;
+    ``partitions`` is a read-only view that follows the partition records."""
 
     name: str
     topic_id: bytes
     internal: bool
-    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    partitions: Mapping[int, PartitionInfo]
 
 
 def endpoint_protos(endpoints: tuple[EndpointInfo, ...]) -> list[common_pb2.Endpoint]:

@@ -80,7 +80,8 @@ class ClusterImage(MetadataCache):
     def apply(
         self, snapshot: bool, offset: int, records: Iterable[metadata_pb2.MetadataRecord]
     ) -> None:
-        self.replay(MetadataUpdate(snapshot, offset, tuple(records)))
+        # Nothing here acts on what a snapshot changed: the reads are rebuilt.
+        self.replay(MetadataUpdate(snapshot, offset, tuple(records)), compare=False)
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 

@@ -62,8 +62,6 @@ class MetadataView:
         # Node id -> the offset of its current registration (Kafka's rule: a node has caught
         # up once it has applied the record that registered it).
         self._registration_offsets: dict[int, int] = {}
-        # Node id -> the broker epoch of its current registration.
-        self._broker_epochs: dict[int, int] = {}
         # Offset of the image as first loaded, for nodes registered before it.
         self._loaded_offset = -1
 
@@ -87,11 +85,9 @@ class MetadataView:
         for record in records:
             delta = MetadataDelta()
             self.image.apply(record, delta)
-            for node_id in delta.removed_brokers:
-                del self._broker_epochs[node_id]
             for node_id, broker in delta.changed_brokers.items():
-                if self._broker_epochs.get(node_id) != broker.broker_epoch:
-                    self._broker_epochs[node_id] = broker.broker_epoch
+                previous = delta.previous_brokers[node_id]
+                if previous is None or previous.broker_epoch != broker.broker_epoch:
                     self._registration_offsets[node_id] = self.image.offset
             self._retained.append((self.image.offset, record))
         self._wake()
@@ -101,7 +97,6 @@ class MetadataView:
         self._retained.clear()
         self._loaded_offset = image.offset
         self._registration_offsets = {}
-        self._broker_epochs = {n: broker.broker_epoch for n, broker in image.brokers.items()}
         self._wake()
 
     def _wake(self) -> None:

@@ -12,6 +12,7 @@ wait for the next update instead of polling.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 
 from brook.metadata.cache import MetadataCache
 from brook.metadata.delta import MetadataDelta, MetadataUpdate
@@ -36,22 +37,27 @@ class ClusterMetadata(MetadataCache):
         return 0 if topic is None else len(topic.partitions)
 
     def apply(self, message: controller_pb2.WatchMetadataResponse) -> None:
+        # A snapshot resets the directory and hands on everything: no comparison needed.
         delta = self.replay(
-            MetadataUpdate(message.snapshot, message.offset, tuple(message.records))
+            MetadataUpdate(message.snapshot, message.offset, tuple(message.records)),
+            compare=False,
         )
         self._feed_directory(delta)
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
     def _feed_directory(self, delta: MetadataDelta) -> None:
-        brokers: dict[int, metadata_pb2.BrokerRecord] = delta.changed_brokers
-        coordinators: dict[int, metadata_pb2.CoordinatorRecord] = delta.changed_coordinators
+        brokers: Iterable[int] = delta.changed_brokers
+        coordinators: Mapping[int, metadata_pb2.CoordinatorRecord] = delta.changed_coordinators
         if delta.snapshot:
             self.directory.reset()
-            brokers, coordinators = self.image.brokers, self.image.coordinators
-        for node_id, broker in brokers.items():
+            brokers, coordinators = self.brokers, self.image.coordinators
+        for node_id in delta.removed_brokers:
+            self.directory.remove_endpoints(node_id)
+        for node_id in brokers:
+            broker = self.brokers[node_id]
             if broker.role == common_pb2.NODE_ROLE_GROUP_COORDINATOR:
-                self.directory.set_endpoints(node_id, tuple(broker.endpoints))
+                self.directory.set_endpoints(node_id, broker.endpoints)
         for index, coordinator in coordinators.items():
             self.directory.assign(index, coordinator.coordinator_id, coordinator.coordinator_epoch)
 

@@ -3,14 +3,16 @@
 NOT_COORDINATOR answer hints at.
 
 ``CoordinatorDirectory`` is the one place the coordinator depends on the metadata feed; the
-feed (``ClusterMetadata``, applying WatchMetadata) calls ``set_endpoints``/``assign`` for what
-each update changed and ``reset`` when a snapshot replaces the image.
+feed (``ClusterMetadata``, applying WatchMetadata) calls ``set_endpoints``/
+``remove_endpoints``/``assign`` for what each update changed and ``reset`` when a snapshot
+replaces the image.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from brook.metadata.info import EndpointInfo, endpoint_protos
 from brook.v1 import common_pb2
 
 __all__ = ["CoordinatorDirectory", "Owner"]
@@ -25,14 +27,18 @@ class Owner:
 class CoordinatorDirectory:
     def __init__(self) -> None:
         self._owners: dict[int, Owner] = {}
-        self._endpoints: dict[int, tuple[common_pb2.Endpoint, ...]] = {}
+        self._endpoints: dict[int, tuple[EndpointInfo, ...]] = {}
 
     def reset(self) -> None:
         self._owners.clear()
         self._endpoints.clear()
 
-    def set_endpoints(self, node_id: int, endpoints: tuple[common_pb2.Endpoint, ...]) -> None:
+    def set_endpoints(self, node_id: int, endpoints: tuple[EndpointInfo, ...]) -> None:
         self._endpoints[node_id] = endpoints
+
+    def remove_endpoints(self, node_id: int) -> None:
+        """``node_id`` is no longer registered: hints name it without endpoints."""
+        self._endpoints.pop(node_id, None)
 
     def assign(self, partition: int, node_id: int, coordinator_epoch: int) -> None:
         current = self._owners.get(partition)
@@ -52,5 +58,5 @@ class CoordinatorDirectory:
         if owner is None:
             return common_pb2.NodeHint(node_id=-1)
         return common_pb2.NodeHint(
-            node_id=owner.node_id, endpoints=self._endpoints.get(owner.node_id, ())
+            node_id=owner.node_id, endpoints=endpoint_protos(self._endpoints.get(owner.node_id, ()))
         )

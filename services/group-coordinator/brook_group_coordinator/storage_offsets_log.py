@@ -154,16 +154,16 @@ class StorageOffsetsLog:
                     f"{OFFSETS_TOPIC}-{partition} has no leader in this coordinator's metadata",
                 )
             else:
-                leader, address = route
+                info, address = route
                 try:
-                    return await attempt(self._network.storage(address), leader, remaining_s)
+                    return await attempt(self._network.storage(address), info, remaining_s)
                 except _Retry as retry:
-                    problem = (retry.code, f"node {leader.leader}: {retry.message}")
+                    problem = (retry.code, f"node {info.leader}: {retry.message}")
                 except grpc.aio.AioRpcError as error:
                     code, message = rpc_error(error)
                     if not code.retriable:
                         raise BrookError(code, message) from None
-                    problem = (code, f"node {leader.leader}: {message}")
+                    problem = (code, f"node {info.leader}: {message}")
             if self._metadata.offset == seen:
                 wait_s = min(
                     backoff_s(self._settings.retry_backoff, failures + 1),
@@ -273,7 +273,7 @@ class StorageOffsetsLog:
         appended_maybe = False
 
         async def produce(
-            stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionInfo, remaining_s: float
+            stub: storage_pb2_grpc.StorageServiceStub, info: PartitionInfo, remaining_s: float
         ) -> int:
             nonlocal appended_maybe
             request = storage_pb2.ProduceRequest(
@@ -360,7 +360,7 @@ class StorageOffsetsLog:
         """(log start offset, high watermark) of the partition now."""
 
         async def list_offsets(
-            stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionInfo, remaining_s: float
+            stub: storage_pb2_grpc.StorageServiceStub, info: PartitionInfo, remaining_s: float
         ) -> tuple[int, int]:
             # One spec per request: a request names each partition once.
             found: list[int] = []
@@ -464,7 +464,7 @@ class StorageOffsetsLog:
         buffer_bytes = self._settings.load_buffer_bytes
 
         async def fetch(
-            stub: storage_pb2_grpc.StorageServiceStub, leader: PartitionInfo, remaining_s: float
+            stub: storage_pb2_grpc.StorageServiceStub, info: PartitionInfo, remaining_s: float
         ) -> storage_pb2.FetchPartitionResponse:
             request = storage_pb2.FetchRequest(
                 max_wait_ms=0,

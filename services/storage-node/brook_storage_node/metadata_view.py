@@ -61,12 +61,21 @@ class MetadataView(MetadataCache):
         return self.apply(MetadataUpdate(False, offset, tuple(records)))
 
     def replica_changes(self, delta: MetadataDelta) -> ReplicaChanges:
-        """The partitions (as they are now) and topic configs ``delta`` touched."""
+        """The partitions (as they are now) and topic configs ``delta`` touched. A partition
+        whose ``PartitionInfo`` is what it was before the update (only fields the node does
+        not read changed, such as reassignment's adding/removing replicas) is left out, so
+        the replica manager does not make a leader or follower again for nothing."""
         changed = []
-        for partition in delta.changed_partitions.values():
-            info = self.partition(partition.topic, partition.partition)
-            if info is not None and info.topic_id == partition.topic_id:
+        for key, partition in delta.changed_partitions.items():
+            topic = self.topic_by_id(partition.topic_id)
+            info = None if topic is None else topic.partitions.get(partition.partition)
+            if info is None:
+                continue
+            previous = delta.previous_partitions.get(key)
+            if previous is None or PartitionInfo.from_record(previous, info.topic) != info:
                 changed.append(info)
+        # The image only holds (and so only removes) partition records whose ``topic`` is
+        # their topic id's name: it refuses the others.
         removed = tuple((p.topic, p.partition) for p in delta.removed_partitions.values())
         return ReplicaChanges(tuple(changed), removed, delta.changed_topic_configs())
 

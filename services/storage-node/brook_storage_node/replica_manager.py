@@ -150,7 +150,8 @@ class ReplicaManager:
                 self._failed[tp] = f"{type(exc).__name__}: {exc}"
                 _log.exception("cannot take up %s", tp)
             finally:
-                # Requests waiting for this partition go now, not after the whole changes.
+                # Requests waiting for this partition go now, not once every partition of
+                # the update has been taken up.
                 self.gates.settle()
         self.gates.settle()
 

@@ -49,6 +49,8 @@ def test_the_load_follows_partitions_as_they_change_and_go_with_their_topic() ->
     assert image.load.replicas[2] == 1 and image.load.replicas[3] == 2
 
     image.apply(
-        metadata_pb2.MetadataRecord(remove_topic=metadata_pb2.RemoveTopicRecord(topic_id=TOPIC_ID))
+        metadata_pb2.MetadataRecord(
+            remove_topic=metadata_pb2.RemoveTopicRecord(topic_id=TOPIC_ID, name="t")
+        )
     )
     assert image.load == ControllerImage().load

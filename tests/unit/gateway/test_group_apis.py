@@ -44,6 +44,7 @@ from kafka.protocol.producer import transaction as kafka_transaction
 from memory_offsets_log import MemoryOffsetsLog
 
 from brook.errors import ErrorCode
+from brook.metadata.info import EndpointInfo
 from brook.v1 import common_pb2, group_pb2_grpc, metadata_pb2
 
 TIMEOUT_S = 30.0
@@ -445,7 +446,7 @@ async def gateway(
         coordinators[node_id] = Coordinator(node_id, manager, directory, server, port)
     for c in coordinators.values():
         for other in coordinators.values():
-            endpoint = common_pb2.Endpoint(listener="GRPC", host="127.0.0.1", port=other.port)
+            endpoint = EndpointInfo("GRPC", "127.0.0.1", other.port)
             c.directory.set_endpoints(other.node_id, (endpoint,))
         for partition in range(OFFSETS_PARTITIONS):
             c.directory.assign(partition, OWNER if partition == OWNED_PARTITION else OTHER, 1)

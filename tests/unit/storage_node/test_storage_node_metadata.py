@@ -278,3 +278,31 @@ def test_in_flight_produce_bytes_must_hold_the_largest_request() -> None:
         }
     )
     assert config.get_int("queued.max.request.bytes") == 2000
+
+
+def test_a_change_to_fields_the_node_does_not_read_takes_no_partition_up_again() -> None:
+    view = MetadataView()
+    view.apply(snapshot(topic_record("t"), partition_record("t", 0), offset=1))
+    reassigning = partition_record("t", 0)
+    reassigning.partition.adding_replicas.append(OTHER_NODE_ID)
+
+    changes = _apply(view, delta(reassigning, offset=2))
+
+    assert changes.empty  # make_leader would reset the pending ISR for nothing
+    assert view.image.partition(b"t".ljust(16, b"-"), 0) == reassigning.partition
+    assert _apply(
+        view, delta(partition_record("t", 0, leader_epoch=1), offset=3)
+    ).changed_partitions
+
+
+def test_a_partition_record_whose_topic_name_is_not_its_ids_is_refused() -> None:
+    view = MetadataView()
+    view.apply(snapshot(topic_record("t"), offset=1))
+    unnamed = partition_record("t", 0)
+    unnamed.partition.topic = ""
+
+    changes = _apply(view, delta(unnamed, offset=2))
+
+    assert changes.empty
+    assert view.partition("", 0) is None and view.partition("t", 0) is None
+    assert view.image.partition(b"t".ljust(16, b"-"), 0) is None
