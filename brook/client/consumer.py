@@ -67,8 +67,6 @@ from brook.client.group.coordinator import (
 )
 from brook.client.metadata import Metadata
 from brook.client.runtime import (
-    AsyncClosing,
-    Closing,
     LoopThread,
     Notifier,
     Steps,
@@ -77,6 +75,7 @@ from brook.client.runtime import (
     drive_async,
 )
 from brook.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from brook.closing import AsyncClosing, Closing
 from brook.rpc.channels import ChannelPool, channel_options
 from brook.v1 import storage_pb2
 

@@ -43,8 +43,6 @@ from brook.client.errors import (
 from brook.client.idempotence import IdempotenceState
 from brook.client.metadata import Metadata
 from brook.client.runtime import (
-    AsyncClosing,
-    Closing,
     LoopThread,
     Notifier,
     Steps,
@@ -54,6 +52,7 @@ from brook.client.runtime import (
 )
 from brook.client.sender import Sender
 from brook.client.types import Header, RecordMetadata
+from brook.closing import AsyncClosing, Closing
 from brook.rpc.channels import ChannelPool, channel_options
 
 __all__ = ["AsyncProducer", "Producer"]
