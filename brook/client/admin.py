@@ -35,14 +35,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Final, Literal, Self, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import grpc
 
 from brook.client.errors import ApiError, ClientClosedError, ClientTimeoutError, api_error
 from brook.client.group.protocol import CONSUMER_PROTOCOL_TYPE, decode_assignment
 from brook.client.types import TopicPartition
+from brook.closing import Closing
 from brook.config import ConfigError, parse_host_port
 from brook.errors import ErrorCode, error_code
 from brook.rpc.addresses import format_address, listener_address
@@ -328,7 +328,7 @@ def _describe_topic(topic: storage_pb2.TopicMetadata) -> TopicDescription:
     )
 
 
-class Admin:
+class Admin(Closing):
     """A synchronous admin client; not thread-safe (use one per thread)."""
 
     def __init__(
@@ -378,17 +378,6 @@ class Admin:
     def close(self) -> None:
         self._closed = True
         self._channels.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _channel(self, address: str) -> grpc.Channel:
         try:

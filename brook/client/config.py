@@ -42,6 +42,7 @@ from brook.v1 import common_pb2, storage_pb2
 __all__ = [
     "CONSUMER_CONFIG_DEF",
     "PRODUCER_CONFIG_DEF",
+    "ClientCommon",
     "ConsumerConfig",
     "OffsetResetStrategy",
     "ProducerConfig",
@@ -503,7 +504,9 @@ class OffsetResetStrategy(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class _ClientCommon:
+class ClientCommon:
+    """The settings every client has: where the cluster is, and how to talk to it."""
+
     bootstrap_servers: tuple[str, ...]
     client_id: str
     request_timeout_ms: int
@@ -514,7 +517,7 @@ class _ClientCommon:
 
 
 @dataclass(frozen=True, slots=True)
-class ProducerConfig(_ClientCommon):
+class ProducerConfig(ClientCommon):
     acks: int  # storage_pb2.Acks value
     linger_ms: int
     batch_size: int
@@ -533,7 +536,7 @@ class ProducerConfig(_ClientCommon):
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerConfig(_ClientCommon):
+class ConsumerConfig(ClientCommon):
     fetch_min_bytes: int
     fetch_max_wait_ms: int
     fetch_max_bytes: int
@@ -612,7 +615,7 @@ def consumer_config(settings: ClientSettings | None = None, **kwargs: object) ->
 def _common_fields(
     config: Config,
 ) -> tuple[tuple[str, ...], str, int, RetryBackoff, int, int, int]:
-    """The _ClientCommon fields, in their order."""
+    """The ClientCommon fields, in their order."""
     backoff_ms = config.get_int("retry.backoff.ms")
     backoff_max_ms = config.get_int("retry.backoff.max.ms")
     return (

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import itertools
 import logging
 import time
@@ -51,6 +50,7 @@ from typing import Any, TypeVar
 
 from brook.client.admin import OffsetAndMetadata
 from brook.client.config import ClientSettings, ConsumerConfig, OffsetResetStrategy, consumer_config
+from brook.client.core import CLOSE_MARGIN_S, ClientCore, start_on_thread
 from brook.client.errors import (
     BrookClientError,
     ClientClosedError,
@@ -65,19 +65,14 @@ from brook.client.group.coordinator import (
     ConsumerGroupMetadata,
     storage_node_locator,
 )
-from brook.client.metadata import Metadata
 from brook.client.runtime import (
-    AsyncClosing,
-    Closing,
-    LoopThread,
-    Notifier,
     Steps,
     Wakeup,
     drive,
     drive_async,
 )
 from brook.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from brook.rpc.channels import ChannelPool, channel_options
+from brook.closing import AsyncClosing, Closing
 from brook.v1 import storage_pb2
 
 __all__ = ["AsyncConsumer", "Consumer", "PartitionsCallback"]
@@ -94,7 +89,6 @@ _FETCH_REQUEST_BYTES_MAX = 4 * 1024 * 1024
 # consumer always progresses); this much on top of the limits leaves room for such a batch
 # (Kafka's default max.message.bytes is 1 MiB).
 _OVERSIZED_FIRST_BATCH_BYTES_MAX = 16 * 1024 * 1024
-_CLOSE_MARGIN_S = 5.0
 _instances = itertools.count(1)
 
 
@@ -139,31 +133,18 @@ def _commit_offsets(
     return result
 
 
-class _ConsumerCore:
+class _ConsumerCore(ClientCore):
     """Everything both flavours share; its I/O lives on one event loop."""
 
     def __init__(self, config: ConsumerConfig, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(
+            config,
+            loop,
+            send_bytes_max=_FETCH_REQUEST_BYTES_MAX,
+            receive_bytes_max=max(config.fetch_max_bytes, config.max_partition_fetch_bytes)
+            + _OVERSIZED_FIRST_BATCH_BYTES_MAX,
+        )
         self.config = config
-        self.notifier = Notifier()
-        self.network = ChannelPool(
-            channel_options(
-                client_id=config.client_id,
-                send_bytes_max=_FETCH_REQUEST_BYTES_MAX,
-                receive_bytes_max=max(config.fetch_max_bytes, config.max_partition_fetch_bytes)
-                + _OVERSIZED_FIRST_BATCH_BYTES_MAX,
-                reconnect_backoff_ms=config.reconnect_backoff_ms,
-                reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
-            )
-        )
-        self.metadata = Metadata(
-            bootstrap_servers=config.bootstrap_servers,
-            network=self.network,
-            notifier=self.notifier,
-            wakeup=Wakeup(loop),
-            backoff=config.retry_backoff,
-            request_timeout_ms=config.request_timeout_ms,
-            max_age_ms=config.metadata_max_age_ms,
-        )
         self.subscriptions = SubscriptionState(config.auto_offset_reset)
         self._fetcher_wakeup = Wakeup(loop)
         self.fetcher = Fetcher(
@@ -175,9 +156,7 @@ class _ConsumerCore:
             self.notifier,
         )
         self.metadata.add_listener(self._fetcher_wakeup)
-        self._tasks: list[asyncio.Task[None]] = []
         self.closed = False
-        self.loop = loop
         self.group: ConsumerCoordinator | None = None
         if config.group_id is not None:
             group_wakeup = Wakeup(loop)
@@ -226,12 +205,10 @@ class _ConsumerCore:
         return self.config.default_api_timeout_ms / 1000
 
     async def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self.metadata.run(), name="brook-consumer-metadata"),
-            asyncio.create_task(self.fetcher.run(), name="brook-consumer-fetcher"),
-        ]
+        self.run_in_background(self.metadata.run(), "brook-consumer-metadata")
+        self.run_in_background(self.fetcher.run(), "brook-consumer-fetcher")
         if self.group is not None:
-            self._tasks.append(asyncio.create_task(self.group.run(), name="brook-consumer-group"))
+            self.run_in_background(self.group.run(), "brook-consumer-group")
 
     def _check_open(self) -> None:
         if self.closed:
@@ -486,7 +463,7 @@ class _ConsumerCore:
             if offsets:
                 deadline = time.monotonic() + timeout_s
                 future = self._submit(group.commit(offsets, deadline, group_managed=True))
-                if (yield from self._wait_steps(future, deadline + _CLOSE_MARGIN_S)):
+                if (yield from self._wait_steps(future, deadline + CLOSE_MARGIN_S)):
                     error = future.exception()
                     if error is not None:
                         _log.warning("auto-commit before revoking partitions failed: %s", error)
@@ -663,7 +640,7 @@ class _ConsumerCore:
         self.subscribed = False
         self.subscriptions.assign([])
         future = self._submit(group.leave("the consumer unsubscribed or closed"))
-        yield from self._wait_steps(future, time.monotonic() + timeout_s + _CLOSE_MARGIN_S)
+        yield from self._wait_steps(future, time.monotonic() + timeout_s + CLOSE_MARGIN_S)
         self._changed()
 
     # -- offset look-ups --------------------------------------------------------------------
@@ -714,12 +691,7 @@ class _ConsumerCore:
         self.closed = True
         for future in list(self._pending):
             future.cancel()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self.network.close()
+        await self.stop()
 
 
 class Consumer(Closing):
@@ -734,13 +706,9 @@ class Consumer(Closing):
     def __init__(self, settings: ClientSettings | None = None, **kwargs: object) -> None:
         self.config = consumer_config(settings, **kwargs)
         name = self.config.client_id or f"consumer-{next(_instances)}"
-        self._thread = LoopThread(f"brook-{name}")
-        try:
-            self._core = _ConsumerCore(self.config, self._thread.loop)
-            self._thread.run(self._core.start(), _CLOSE_MARGIN_S)
-        except BaseException:
-            self._thread.stop()
-            raise
+        self._thread, self._core = start_on_thread(
+            f"brook-{name}", lambda loop: _ConsumerCore(self.config, loop)
+        )
 
     def _timeout_s(self, timeout: float | None) -> float:
         return self._core.default_timeout_s if timeout is None else max(timeout, 0.0)
@@ -776,26 +744,26 @@ class Consumer(Closing):
         (ms since the epoch), or None when every record is older."""
         timeout_s = self._timeout_s(timeout)
         return self._thread.run(
-            self._core.offsets_for_times(timestamps, timeout_s), timeout_s + _CLOSE_MARGIN_S
+            self._core.offsets_for_times(timestamps, timeout_s), timeout_s + CLOSE_MARGIN_S
         )
 
     def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, int]:
-        timeout_s = self._timeout_s(timeout)
-        return self._thread.run(
-            self._core.edge_offsets(partitions, storage_pb2.OFFSET_SPEC_EARLIEST, timeout_s),
-            timeout_s + _CLOSE_MARGIN_S,
-        )
+        return self._edge_offsets(partitions, storage_pb2.OFFSET_SPEC_EARLIEST, timeout)
 
     def end_offsets(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, int]:
         """The high watermark (the offset the next record will get) of each partition."""
+        return self._edge_offsets(partitions, storage_pb2.OFFSET_SPEC_LATEST, timeout)
+
+    def _edge_offsets(
+        self, partitions: Iterable[TopicPartition], spec: int, timeout: float | None
+    ) -> dict[TopicPartition, int]:
         timeout_s = self._timeout_s(timeout)
         return self._thread.run(
-            self._core.edge_offsets(partitions, storage_pb2.OFFSET_SPEC_LATEST, timeout_s),
-            timeout_s + _CLOSE_MARGIN_S,
+            self._core.edge_offsets(partitions, spec, timeout_s), timeout_s + CLOSE_MARGIN_S
         )
 
     def poll(self, timeout: float) -> list[ConsumerRecord]:
@@ -886,14 +854,14 @@ class Consumer(Closing):
             _log.warning("leaving the group on close failed: %s", error)
         core.closed = True
         try:
-            self._thread.run(core.close(), _CLOSE_MARGIN_S)
+            self._thread.run(core.close(), CLOSE_MARGIN_S)
         finally:
             self._thread.stop()
 
 
 def _result(future: concurrent.futures.Future[_T], timeout_s: float) -> _T:
     try:
-        return future.result(timeout_s + _CLOSE_MARGIN_S)
+        return future.result(timeout_s + CLOSE_MARGIN_S)
     except concurrent.futures.TimeoutError:
         future.cancel()
         raise ClientTimeoutError(f"operation did not finish within {timeout_s} s") from None

@@ -22,7 +22,6 @@ written twice. A producer that another instance fenced fails every pending and l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 from collections.abc import Sequence
@@ -35,18 +34,14 @@ from brook.client.accumulator import (
     RecordFuture,
 )
 from brook.client.config import ClientSettings, ProducerConfig, producer_config
+from brook.client.core import CLOSE_MARGIN_S, ClientCore, start_on_thread
 from brook.client.errors import (
     ClientClosedError,
     ClientTimeoutError,
     UnknownTopicOrPartitionError,
 )
 from brook.client.idempotence import IdempotenceState
-from brook.client.metadata import Metadata
 from brook.client.runtime import (
-    AsyncClosing,
-    Closing,
-    LoopThread,
-    Notifier,
     Steps,
     Wakeup,
     drive,
@@ -54,41 +49,26 @@ from brook.client.runtime import (
 )
 from brook.client.sender import Sender
 from brook.client.types import Header, RecordMetadata
-from brook.rpc.channels import ChannelPool, channel_options
+from brook.closing import AsyncClosing, Closing
 
 __all__ = ["AsyncProducer", "Producer"]
 
 # Produce answers carry no records: a small bound suffices.
 _PRODUCE_RESPONSE_BYTES_MAX = 4 * 1024 * 1024
-# Extra time the blocking API gives the loop to finish a close that itself is bounded.
-_CLOSE_MARGIN_S = 5.0
 _instances = itertools.count(1)
 
 
-class _ProducerCore:
+class _ProducerCore(ClientCore):
     """Everything both flavours share; lives on one event loop."""
 
     def __init__(self, config: ProducerConfig, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(
+            config,
+            loop,
+            send_bytes_max=config.max_request_size,
+            receive_bytes_max=_PRODUCE_RESPONSE_BYTES_MAX,
+        )
         self.config = config
-        self.notifier = Notifier()
-        self.network = ChannelPool(
-            channel_options(
-                client_id=config.client_id,
-                send_bytes_max=config.max_request_size,
-                receive_bytes_max=_PRODUCE_RESPONSE_BYTES_MAX,
-                reconnect_backoff_ms=config.reconnect_backoff_ms,
-                reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
-            )
-        )
-        self.metadata = Metadata(
-            bootstrap_servers=config.bootstrap_servers,
-            network=self.network,
-            notifier=self.notifier,
-            wakeup=Wakeup(loop),
-            backoff=config.retry_backoff,
-            request_timeout_ms=config.request_timeout_ms,
-            max_age_ms=config.metadata_max_age_ms,
-        )
         sender_wakeup = Wakeup(loop)
         self.accumulator = RecordAccumulator(
             metadata=self.metadata,
@@ -106,7 +86,6 @@ class _ProducerCore:
         )
         self.sender = Sender(config, self.accumulator, self.metadata, self.network, sender_wakeup)
         self.metadata.add_listener(sender_wakeup)
-        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def default_wait_s(self) -> float:
@@ -115,10 +94,8 @@ class _ProducerCore:
         return (self.config.delivery_timeout_ms + self.config.request_timeout_ms) / 1000
 
     async def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self.metadata.run(), name="brook-producer-metadata"),
-            asyncio.create_task(self.sender.run(), name="brook-producer-sender"),
-        ]
+        self.run_in_background(self.metadata.run(), "brook-producer-metadata")
+        self.run_in_background(self.sender.run(), "brook-producer-sender")
 
     def blocked_send(
         self,
@@ -220,12 +197,7 @@ class _ProducerCore:
                 self.accumulator.abort_queued(error)
                 await self.sender.abort()
         finally:
-            for task in self._tasks:
-                task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await self.network.close()
+            await self.stop()
 
 
 def _flush_timeout(batches: list[ProducerBatch], timeout_s: float) -> str:
@@ -243,13 +215,9 @@ class Producer(Closing):
     def __init__(self, settings: ClientSettings | None = None, **kwargs: object) -> None:
         self.config = producer_config(settings, **kwargs)
         name = self.config.client_id or f"producer-{next(_instances)}"
-        self._thread = LoopThread(f"brook-{name}")
-        try:
-            self._core = _ProducerCore(self.config, self._thread.loop)
-            self._thread.run(self._core.start(), _CLOSE_MARGIN_S)
-        except BaseException:
-            self._thread.stop()
-            raise
+        self._thread, self._core = start_on_thread(
+            f"brook-{name}", lambda loop: _ProducerCore(self.config, loop)
+        )
         self._accumulator = self._core.accumulator
         self._closed = False
 
@@ -286,7 +254,7 @@ class Producer(Closing):
         self._accumulator.begin_close()
         timeout_s = self._core.default_wait_s if timeout is None else max(timeout, 0.0)
         try:
-            self._thread.run(self._core.close(timeout_s), timeout_s + _CLOSE_MARGIN_S)
+            self._thread.run(self._core.close(timeout_s), timeout_s + CLOSE_MARGIN_S)
         finally:
             self._thread.stop()
 

@@ -15,20 +15,16 @@ through two small primitives:
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Coroutine, Generator
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from brook.client.errors import ClientClosedError, ClientTimeoutError
 
 __all__ = [
-    "AsyncClosing",
-    "Closing",
     "LoopThread",
     "Notifier",
     "Steps",
@@ -171,46 +167,6 @@ async def drive_async(steps: Steps[T], notifier: Notifier) -> T:
         return result
     finally:
         steps.close()
-
-
-class Closing(abc.ABC):
-    """``with client:`` closes the client on the way out."""
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class AsyncClosing(abc.ABC):
-    """``async with client:`` starts the client, and closes it on the way out."""
-
-    @abc.abstractmethod
-    async def start(self) -> None: ...
-
-    @abc.abstractmethod
-    async def close(self) -> None: ...
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 class LoopThread:

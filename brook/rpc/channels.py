@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from importlib import metadata as importlib_metadata
-from types import TracebackType
-from typing import Any, Final, Self, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 import grpc
 
+from brook.closing import Closing
 from brook.v1 import (
     admin_pb2_grpc,
     controller_pb2_grpc,
@@ -171,7 +171,7 @@ class ChannelPool:
             await channel.close(grace=None)
 
 
-class SyncChannelPool:
+class SyncChannelPool(Closing):
     """``ChannelPool`` for blocking callers: one channel per address; not thread-safe."""
 
     def __init__(self, options: ChannelOptions | None = None) -> None:
@@ -205,14 +205,3 @@ class SyncChannelPool:
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

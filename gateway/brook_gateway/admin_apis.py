@@ -41,6 +41,22 @@ def _per_topic_error(list_field: str) -> Any:
     return error
 
 
+def _every_topic_failed(list_field: str, topics: list[Message], error: UpstreamError) -> Message:
+    """The answer when the controller could not be asked: every topic of the request fails
+    with ``error``'s code and text."""
+    return {
+        list_field: [
+            {"name": t["name"], "error_code": int(error.code), "error_message": str(error)}
+            for t in topics
+        ]
+    }
+
+
+def _topic_error_codes(response: Any) -> list[int]:
+    """The per-topic error codes of a controller answer that lists ``topics``."""
+    return [t.error_code for t in response.topics]
+
+
 # DescribeConfigs v3's ConfigType numbers, by the type names the controller gives.
 _CONFIG_TYPES: Final = {
     "boolean": 1,
@@ -93,15 +109,10 @@ def _create_topics(backend: Backend) -> ApiHandler:
                     timeout_ms=request["timeout_ms"],
                     validate_only=request["validate_only"],
                 ),
-                lambda r: [t.error_code for t in r.topics],
+                _topic_error_codes,
             )
         except UpstreamError as e:
-            return {
-                "topics": [
-                    {"name": t["name"], "error_code": int(e.code), "error_message": str(e)}
-                    for t in request["topics"]
-                ]
-            }
+            return _every_topic_failed("topics", request["topics"], e)
         created = [t.name for t in response.topics if t.error_code == 0]
         if created and not request["validate_only"]:
             image = backend.image
@@ -194,7 +205,7 @@ def _delete_topics(backend: Backend) -> ApiHandler:
                         topic_ids=[targets[i][1] for i in by_id],
                         timeout_ms=request["timeout_ms"],
                     ),
-                    lambda r: [t.error_code for t in r.topics],
+                    _topic_error_codes,
                 )
             except UpstreamError as e:
                 return _delete_topics_error(request, context, int(e.code))
@@ -246,15 +257,10 @@ def _create_partitions(backend: Backend) -> ApiHandler:
                     timeout_ms=request["timeout_ms"],
                     validate_only=request["validate_only"],
                 ),
-                lambda r: [t.error_code for t in r.topics],
+                _topic_error_codes,
             )
         except UpstreamError as e:
-            return {
-                "results": [
-                    {"name": t["name"], "error_code": int(e.code), "error_message": str(e)}
-                    for t in request["topics"]
-                ]
-            }
+            return _every_topic_failed("results", request["topics"], e)
         return {
             "throttle_time_ms": 0,
             "results": [

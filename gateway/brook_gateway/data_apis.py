@@ -196,15 +196,19 @@ def _fetch_error(request: Message, context: RequestContext, code: int) -> Messag
     }
 
 
+def _isolation_level(kafka_value: int) -> common_pb2.IsolationLevel:
+    """A Fetch or ListOffsets request's isolation_level (Kafka's 1: read_committed, 0:
+    read_uncommitted) as Brook's."""
+    if kafka_value == 1:
+        return common_pb2.ISOLATION_LEVEL_READ_COMMITTED
+    return common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
+
+
 def _fetch(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         del context
         results: dict[tuple[str, int], Message] = {}
-        isolation = (
-            common_pb2.ISOLATION_LEVEL_READ_COMMITTED
-            if request["isolation_level"] == 1
-            else common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
-        )
+        isolation = _isolation_level(request["isolation_level"])
 
         def fail(part: Part, code: ErrorCode, message: str) -> None:
             del message
@@ -368,11 +372,7 @@ def _list_offsets(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         del context
         results: dict[tuple[str, int], Message] = {}
-        isolation = (
-            common_pb2.ISOLATION_LEVEL_READ_COMMITTED
-            if request["isolation_level"] == 1
-            else common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
-        )
+        isolation = _isolation_level(request["isolation_level"])
 
         def fail(part: Part, code: ErrorCode, message: str) -> None:
             del message
