@@ -355,9 +355,8 @@ class Partition:
         """A follower's HW: the leader's, as far as this log reaches."""
         if self.is_leader:
             return
-        # A legitimate clamp, Kafka's min(leaderHW, LEO): the leader's HW counts records this
-        # follower has not fetched yet. The log refuses a HW past its end (a bug, not a state).
-        self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+        # The log bounds it by its end, under its lock (a legitimate clamp, with its reason).
+        self.log.update_follower_high_watermark(leader_high_watermark)
 
     # -- high watermark ---------------------------------------------------------------------
 

@@ -11,8 +11,12 @@ order. What it guarantees, in the order it works:
 2. Per-partition order across concurrent requests: a request takes its place at the
    leadership gates (leadership_gate.py) on arrival, before its first await, and appends to
    a partition the node is becoming the leader of only when its turn comes, within its
-   timeout (else NOT_LEADER_OR_FOLLOWER). Appends to one partition are serialised in arrival
-   order by the partition's append lock.
+   timeout (else NOT_LEADER_OR_FOLLOWER). Past the gates, every entry's append starts at
+   once, as a task, in request order and before the request awaits anything, so each takes
+   its place in its partition's append lock (FIFO) in arrival order: a request whose first
+   entry runs on a thread cannot be overtaken at its second partition by a later request
+   (Kafka serves a connection's requests in order; a client without idempotence that
+   pipelines them relies on it).
 3. Checks per entry: a malformed or repeated address is INVALID_REQUEST; the node must lead
    the partition (NOT_LEADER_OR_FOLLOWER with a hint, as ``ReplicaManager.leader_partition``
    says); unless a coordinator writes, no internal topic (INVALID_TOPIC_EXCEPTION) and no
@@ -22,8 +26,8 @@ order. What it guarantees, in the order it works:
    (log/producer_state.py); a batch that arrived ahead of its producer's next sequence waits,
    out of the gates, up to SEQUENCE_GAP_WAIT_MS for the ones in between, unless the batch it
    waits for was refused here a moment ago (refusals.py): then it is refused alike.
-5. Acknowledgement: acks=0 answers once the appends are queued in a task of their own (errors
-   are logged, never reported); acks=1 once appended here; acks=all (and unspecified) once the
+5. Acknowledgement: acks=0 answers once the appends are started (errors are logged, never
+   reported); acks=1 once appended here; acks=all (and unspecified) once the
    high watermark passes each batch (delayed_produce.py), the gate and gap waits coming out of
    the request's timeout (bounded by request.timeout.ms).
 
@@ -166,18 +170,19 @@ class ProducePath:
         self._bytes = InFlightBytes(limits.produce_bytes_in_flight_max)
         self._refusals = RecentRefusals()
         # acks=0 appends still running after their request was answered.
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Future[list[_Outcome]]] = set()
 
     @property
     def bytes_in_flight(self) -> int:
         return self._bytes.in_use_bytes
 
     async def close(self) -> None:
-        """Cancel and await the acks=0 appends still queued (the server has stopped)."""
-        tasks = list(self._background)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Cancel and await the acks=0 appends still running (the server has stopped); their
+        bytes and gate places are released, started or not."""
+        running = list(self._background)
+        for appending in running:
+            appending.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     async def append_records(
         self,
@@ -220,21 +225,21 @@ class ProducePath:
                 wait_ms = max(0, int(wait_ms - waited_ms))
             refusals, appends = self._resolve(entries, coordinator=coordinator)
             if late:
-                refusals, appends = _still_becoming(entries, refusals, appends, late)
-            self._remember_refusals(entries, refusals)
+                refusals = _still_becoming(entries, refusals, late)
+            self._remember_refusals(entries, refusals, appends)
+            appends = [append for append in appends if append.index not in refusals]
+            acks_all = acks not in (storage_pb2.ACKS_NONE, storage_pb2.ACKS_LEADER)
+            # No await between here and the gates (or the arrival): see point 2 above.
+            appending = asyncio.gather(*(self._append(a, acks_all=acks_all) for a in appends))
             if acks == storage_pb2.ACKS_NONE:
-                # The appends run in a task: the gates are left when it has made them.
-                self._queue_unacknowledged(appends, size_bytes, turns)
+                # Answered now: the gates are left, and the bytes released, when the appends
+                # are done (or cancelled, even before they started).
+                self._queue_unacknowledged(appends, appending, size_bytes, turns)
                 released = True
                 turns = None
                 return _answers(entries, refusals, {})
             return await self._append_acknowledged(
-                entries,
-                refusals,
-                appends,
-                turns,
-                wait_ms,
-                acks_all=acks != storage_pb2.ACKS_LEADER,
+                entries, refusals, appends, appending, turns, wait_ms, acks_all=acks_all
             )
         finally:
             if turns is not None:
@@ -247,15 +252,17 @@ class ProducePath:
         entries: Sequence[ProduceEntry],
         refusals: dict[int, ProducePartitionResult],
         appends: list[_Append],
+        appending: asyncio.Future[list[_Outcome]],
         turns: AppendTurns | None,
         wait_ms: int,
         *,
         acks_all: bool,
     ) -> list[ProducePartitionResult]:
-        """acks=1 and acks=all: append in request order, then answer."""
-        outcomes: dict[int, _Outcome] = {}
-        for append in appends:
-            outcomes[append.index] = await self._append(append, acks_all=acks_all)
+        """acks=1 and acks=all: wait for the request's ``appending`` (one outcome per append),
+        then answer."""
+        outcomes: dict[int, _Outcome] = {
+            append.index: outcome for append, outcome in zip(appends, await appending, strict=True)
+        }
         if turns is not None:
             # Appended: the next request at these partitions' gates may append.
             turns.release()
@@ -354,17 +361,23 @@ class ProducePath:
         )
 
     def _remember_refusals(
-        self, entries: Sequence[ProduceEntry], refusals: dict[int, ProducePartitionResult]
+        self,
+        entries: Sequence[ProduceEntry],
+        refusals: dict[int, ProducePartitionResult],
+        appends: Sequence[_Append],
     ) -> None:
         """Entries refused before appending (not the leader, still becoming it): a batch of the
-        same producer that follows them and reaches the node later is refused alike."""
+        same producer that follows them and reaches the node later is refused alike. The
+        batch remembered is the one that would have been appended (``appends``, built for
+        plain records) where there is one, else the entry's records as sent."""
+        built = {append.index: append.records for append in appends}
         for index in sorted(refusals):
             error = refusals[index].error
             if error is not None:
                 entry = entries[index]
                 self._refusals.refused(
                     TopicPartition(entry.topic, entry.partition_index),
-                    entry.records,
+                    built.get(index, entry.records),
                     error.code,
                     error.message,
                 )
@@ -403,34 +416,38 @@ class ProducePath:
             )
 
     def _queue_unacknowledged(
-        self, appends: list[_Append], size_bytes: int, turns: AppendTurns | None
+        self,
+        appends: list[_Append],
+        appending: asyncio.Future[list[_Outcome]],
+        size_bytes: int,
+        turns: AppendTurns | None,
     ) -> None:
-        """acks=0: append in a task of our own; its bytes stay counted, and its places at
-        gates held, until it is done."""
+        """acks=0: the request is answered while ``appending`` runs on; its bytes stay
+        counted, and its places at gates held, until it is done — released in its done
+        callback, which runs even if ``close`` cancels it before any append started."""
 
-        async def append_all() -> None:
-            try:
-                appended = []
-                for append in appends:
-                    outcome = await self._append(append, acks_all=False)
-                    if isinstance(outcome, LogAppendInfo):
-                        appended.append((append.entry.topic, outcome))
-                    elif outcome is not None and outcome.error is not None:
-                        _log.debug(
-                            "acks=0 append to %s-%d failed: %s",
-                            outcome.topic,
-                            outcome.partition_index,
-                            outcome.error.message,
-                        )
-                self._on_appended(appended)
-            finally:
-                if turns is not None:
-                    turns.release()
-                self._bytes.release(size_bytes)
+        def done(appending: asyncio.Future[list[_Outcome]]) -> None:
+            self._background.discard(appending)
+            if turns is not None:
+                turns.release()
+            self._bytes.release(size_bytes)
+            if appending.cancelled():
+                return
+            appended = []
+            for append, outcome in zip(appends, appending.result(), strict=True):
+                if isinstance(outcome, LogAppendInfo):
+                    appended.append((append.entry.topic, outcome))
+                elif outcome is not None and outcome.error is not None:
+                    _log.debug(
+                        "acks=0 append to %s-%d failed: %s",
+                        outcome.topic,
+                        outcome.partition_index,
+                        outcome.error.message,
+                    )
+            self._on_appended(appended)
 
-        task = asyncio.get_running_loop().create_task(append_all(), name="produce-acks-0")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background.add(appending)
+        appending.add_done_callback(done)
 
 
 def address_errors(addresses: Sequence[tuple[str, int]]) -> list[ErrorResult | None]:
@@ -500,11 +517,10 @@ def _answers(
 def _still_becoming(
     entries: Sequence[ProduceEntry],
     refusals: dict[int, ProducePartitionResult],
-    appends: list[_Append],
     late: set[TopicPartition],
-) -> tuple[dict[int, ProducePartitionResult], list[_Append]]:
-    """The entries whose partition's gate did not open within the request's timeout: not
-    appended, NOT_LEADER_OR_FOLLOWER (the client retries)."""
+) -> dict[int, ProducePartitionResult]:
+    """``refusals`` and the entries whose partition's gate did not open within the request's
+    timeout: not appended, NOT_LEADER_OR_FOLLOWER (the client retries)."""
     refusals = dict(refusals)
     for index, entry in enumerate(entries):
         if TopicPartition(entry.topic, entry.partition_index) in late:
@@ -516,7 +532,7 @@ def _still_becoming(
                     f"{entry.topic}-{entry.partition_index}; retry",
                 ),
             )
-    return refusals, [append for append in appends if append.index not in refusals]
+    return refusals
 
 
 def _reserved_producer_batch(records: bytes) -> tuple[int, int] | None:

@@ -8,7 +8,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from brook_storage_node.log import EpochEntry, InvariantViolationError, LogConfig, PartitionLog
+from brook_storage_node.log import (
+    EpochEntry,
+    InvariantViolationError,
+    LogConfig,
+    PartitionLog,
+    StaleLeaderEpochError,
+)
 from brook_storage_node.log.leader_epoch import LeaderEpochCheckpointFile, LeaderEpochFileCache
 from brook_storage_node.log.log_validator import (
     AppendOrigin,
@@ -18,6 +24,7 @@ from brook_storage_node.log.log_validator import (
 )
 from log_test_support import TOPIC_DIR, batch, iter_record_offsets, open_log, read_batches
 
+from brook.errors import ErrorCode
 from brook.record import build_batch
 
 NOW_MS = 1_700_000_000_000
@@ -36,6 +43,20 @@ def test_a_follower_high_watermark_past_its_log_end_is_refused(tmp_path: Path) -
         log.update_high_watermark(6)
         with pytest.raises(InvariantViolationError, match="past the log end offset 10"):
             log.update_high_watermark(11)
+        assert log.high_watermark == 6
+    finally:
+        log.close()
+
+
+def test_a_leaders_high_watermark_past_the_follower_log_end_is_clamped_to_it(
+    tmp_path: Path,
+) -> None:
+    """The leader's HW counts records the follower has not fetched yet: the follower takes
+    the smaller of it and its own end, read under the log's lock."""
+    log = _log_of(tmp_path, 10)
+    try:
+        assert log.update_follower_high_watermark(25) == 10
+        assert log.update_follower_high_watermark(6) == 6
         assert log.high_watermark == 6
     finally:
         log.close()
@@ -73,13 +94,17 @@ def test_a_leader_high_watermark_never_goes_back_nor_past_the_log_end(tmp_path: 
 
 
 def test_a_leader_append_in_an_epoch_older_than_the_history_is_refused(tmp_path: Path) -> None:
+    """An older epoch is a race the client retries (leadership moved while the append was on
+    its way); a negative one is a bug. Neither writes anything."""
     log = open_log(tmp_path)
     try:
         log.append(batch(3), leader_epoch=5)
         before = read_batches(log)
-        for stale in (4, -1):
-            with pytest.raises(InvariantViolationError, match=f"epoch {stale}"):
-                log.append(batch(2), leader_epoch=stale)
+        with pytest.raises(StaleLeaderEpochError, match="epoch 4") as stale:
+            log.append(batch(2), leader_epoch=4)
+        assert stale.value.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        with pytest.raises(InvariantViolationError, match="epoch -1"):
+            log.append(batch(2), leader_epoch=-1)
         assert log.log_end_offset == 3
         assert read_batches(log) == before
         assert log.leader_epoch_cache.entries == (EpochEntry(5, 0),)

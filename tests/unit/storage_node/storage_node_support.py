@@ -20,6 +20,10 @@ from typing import Any, TypeVar
 import grpc
 from brook_storage_node.app import SPEC, StorageNode
 from brook_storage_node.config import CONFIG_DEF
+from brook_storage_node.log import LogManager, LogManagerConfig
+from brook_storage_node.metadata_view import MetadataView
+from brook_storage_node.replica_manager import ReplicaManager
+from brook_storage_node.topic_settings import TopicDefaults, TopicSettings
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brook.config import Config, RawSetting
@@ -133,6 +137,19 @@ def snapshot(*records: metadata_pb2.MetadataRecord, offset: int = 0) -> Metadata
 
 def delta(*records: metadata_pb2.MetadataRecord, offset: int) -> MetadataUpdate:
     return MetadataUpdate(snapshot=False, offset=offset, records=records)
+
+
+async def open_replica_manager(
+    data_dir: Path, settings: TopicSettings, *records: metadata_pb2.MetadataRecord
+) -> tuple[ReplicaManager, LogManager]:
+    """A ReplicaManager over real logs in ``data_dir``, its partitions made from ``records``
+    (a metadata snapshot) with ``settings`` as every topic's defaults; close the LogManager."""
+    view = MetadataView()
+    view.apply(snapshot(*records))
+    logs = await LogManager.open(LogManagerConfig(log_dirs=(data_dir,)))
+    replicas = ReplicaManager(NODE_ID, logs, TopicDefaults(settings), view)
+    await replicas.initialize()
+    return replicas, logs
 
 
 class QueueMetadataSource:

@@ -14,13 +14,11 @@ from brook_storage_node.log import (
     InvariantViolationError,
     LogConfig,
     LogManager,
-    LogManagerConfig,
     PartitionLog,
 )
-from brook_storage_node.metadata_view import MetadataView
 from brook_storage_node.partition import INLINE_BYTES_MAX, SEQUENCE_GAP_WAIT_MS, Partition
 from brook_storage_node.replica_manager import ReplicaManager
-from brook_storage_node.topic_settings import TopicDefaults, TopicSettings
+from brook_storage_node.topic_settings import TopicSettings
 from storage_node_support import (
     NODE_ID,
     OTHER_NODE_ID,
@@ -28,15 +26,16 @@ from storage_node_support import (
     broker_record,
     config_record,
     delta,
+    open_replica_manager,
     partition_record,
     run,
-    snapshot,
     topic_record,
 )
 
 from brook.errors import ErrorCode
 from brook.metadata.info import PartitionInfo
 from brook.record import Compression, build_batch, scan_batches
+from brook.v1 import metadata_pb2
 
 SETTINGS = TopicSettings(LogConfig(max_message_bytes=4 * INLINE_BYTES_MAX), 1, Compression.NONE)
 SHORT_WAIT_S = 0.2
@@ -312,14 +311,10 @@ def test_leadership_change_wakes_a_waiter_at_once(tmp_path: Path) -> None:
 # -- the replica manager ----------------------------------------------------------------------
 
 
-async def _manager(tmp_path: Path, *records: object) -> tuple[ReplicaManager, LogManager]:
-    view = MetadataView()
-    view.apply(snapshot(*records))  # type: ignore[arg-type]
-    defaults = TopicDefaults(SETTINGS)
-    logs = await LogManager.open(LogManagerConfig(log_dirs=(tmp_path,)))
-    replicas = ReplicaManager(NODE_ID, logs, defaults, view)
-    await replicas.initialize()
-    return replicas, logs
+async def _manager(
+    tmp_path: Path, *records: metadata_pb2.MetadataRecord
+) -> tuple[ReplicaManager, LogManager]:
+    return await open_replica_manager(tmp_path, SETTINGS, *records)
 
 
 def test_replica_manager_leads_follows_and_explains_every_miss(tmp_path: Path) -> None:

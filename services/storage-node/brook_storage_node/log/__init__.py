@@ -15,6 +15,7 @@ from brook_storage_node.log.errors import (
     LogStorageError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
+    StaleLeaderEpochError,
     UnexpectedAppendOffsetError,
 )
 from brook_storage_node.log.leader_epoch import (
@@ -51,6 +52,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionLog",
     "RecordListTooLargeError",
+    "StaleLeaderEpochError",
     "TimestampOffset",
     "TopicPartition",
     "UnexpectedAppendOffsetError",

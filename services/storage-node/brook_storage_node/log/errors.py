@@ -16,6 +16,7 @@ OFFSET_OUT_OF_RANGE = int(ErrorCode.OFFSET_OUT_OF_RANGE)
 RECORD_LIST_TOO_LARGE = int(ErrorCode.RECORD_LIST_TOO_LARGE)
 INVALID_TIMESTAMP = int(ErrorCode.INVALID_TIMESTAMP)
 KAFKA_STORAGE_ERROR = int(ErrorCode.KAFKA_STORAGE_ERROR)
+NOT_LEADER_OR_FOLLOWER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
 
 class LogError(Exception):
@@ -53,6 +54,18 @@ class UnexpectedAppendOffsetError(LogError):
     """
 
 
+class StaleLeaderEpochError(LogError):
+    """A leader append in an epoch older than the latest in the log's epoch history.
+
+    A race, not a bug: the append read its epoch, then leadership moved away and back (a
+    newer epoch recorded) before it reached the log. Writing it would corrupt the history
+    followers truncate by, so it is refused with nothing written, NOT_LEADER_OR_FOLLOWER: the
+    client refreshes its metadata and sends the batch again.
+    """
+
+    error_code = NOT_LEADER_OR_FOLLOWER
+
+
 class LogStorageError(LogError):
     """The disk failed under the log (I/O error, disk full, unreadable checkpoint).
 
@@ -71,8 +84,15 @@ class InvariantViolationError(Exception):
     watermark past the log end offset, a leader epoch going backwards, offsets that are not
     dense where a leader assigns them. Always a bug in Brook, never a client's, a peer's or
     the disk's fault, so it is no ``LogError`` and has no error code: it fails the operation
-    loudly (the request handlers log it with its traceback and answer UNKNOWN_SERVER_ERROR)
-    instead of being clamped into a silent corruption. Raised before anything is changed.
+    loudly instead of being clamped into a silent corruption. Raised before anything is
+    changed. Where it surfaces: a client request's partition is answered UNKNOWN_SERVER_ERROR
+    and the error logged with its traceback (``brook_storage_node.errors.error_result``); a
+    metadata change the replica manager cannot take up leaves the partition failed, logged
+    with its traceback; a follower's replica fetch logs it (rate-limited, no traceback) and
+    pauses that partition for replica.fetch.backoff.ms before fetching it again.
+
+    A leader epoch gone stale while a leader append was on its way is a race, not a bug:
+    ``StaleLeaderEpochError``.
 
     The storage node's one exception for invariant violations, the log's and the replicas'
     (partition.py) alike; legitimate clamps (a follower's high watermark bounded by its own

@@ -31,6 +31,7 @@ from brook_storage_node.log.errors import (
     LogClosedError,
     LogStorageError,
     OffsetOutOfRangeError,
+    StaleLeaderEpochError,
 )
 from brook_storage_node.log.files import Buffer, fsync_dir
 from brook_storage_node.log.leader_epoch import LeaderEpochFileCache
@@ -259,8 +260,9 @@ class PartitionLog:
         Validates them (log_validator), assigns offsets from the log end offset, stamps the
         leader epoch (and the append time on LogAppendTime topics) and writes them; O(1) in
         the size of the log. A rejected append raises RecordError or LogError and changes
-        nothing. A leader epoch below 0 or below the latest in the epoch history is an
-        InvariantViolationError (a stale leader writing would corrupt the history).
+        nothing. A leader epoch below the latest in the epoch history is a
+        StaleLeaderEpochError (leadership moved on while the append was on its way: the
+        client retries); a negative one is an InvariantViolationError (no leader has one).
         """
         with self._lock:
             self._check_open()
@@ -339,11 +341,14 @@ class PartitionLog:
                 if latest is None or epoch > latest:
                     self.leader_epoch_cache.assign(epoch, start_offset)
                 elif dense and epoch < latest:
-                    # A leader's one epoch, checked before anything is written: a stale
-                    # leader writing would corrupt the history followers truncate by.
-                    raise InvariantViolationError(
+                    # A leader's one epoch, checked before anything is written: the append
+                    # read its epoch, then leadership moved away and back (make_leader
+                    # recorded the newer epoch) before it reached this lock. Written, it
+                    # would corrupt the history followers truncate by.
+                    raise StaleLeaderEpochError(
                         f"{self.topic_partition}: a leader append in epoch {epoch}, but the "
-                        f"epoch history already reaches epoch {latest}"
+                        f"epoch history already reaches epoch {latest}; leadership moved "
+                        "meanwhile, retry"
                     )
             active = self._segments.active
             reason = active.should_roll(
@@ -481,22 +486,34 @@ class PartitionLog:
 
     # -- high watermark -------------------------------------------------------------------
 
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> int:
+        """Set a follower's high watermark from its leader's (Kafka's
+        ``maybeUpdateHighWatermark``); returns the value set.
+
+        A legitimate clamp, Kafka's min(leaderHW, LEO), made under the lock so that an append
+        or truncation on a thread cannot move the end between the read and the write: the
+        leader's HW counts records this follower has not fetched yet. It may move back (a new
+        leader's HW can trail the one its predecessor announced) and is raised to the log
+        start (the leader's HW may be older than the log start this replica has taken)."""
+        with self._lock:
+            return self._set_high_watermark_locked(min(leader_high_watermark, self._log_end_offset))
+
     def update_high_watermark(self, offset: int) -> int:
         """Set a follower's high watermark (Kafka's updateHighWatermark); returns the value set.
 
-        It may move back: a new leader's HW can trail the one its predecessor announced. It is
-        raised to the log start (the leader's HW may be older than the log start this replica
-        has taken from it). Past the log end offset it is an InvariantViolationError: the
-        caller bounds the leader's HW by this log's end (``Partition.
-        update_follower_high_watermark``), so a higher value is a bug, not a state."""
+        As ``update_follower_high_watermark``, without the clamp: past the log end offset it
+        is an InvariantViolationError, a bug, not a state."""
         with self._lock:
-            if offset > self._log_end_offset:
-                raise InvariantViolationError(
-                    f"{self.topic_partition}: high watermark {offset} past the log end offset "
-                    f"{self._log_end_offset}"
-                )
-            self._high_watermark = max(offset, self._log_start_offset)
-            return self._high_watermark
+            return self._set_high_watermark_locked(offset)
+
+    def _set_high_watermark_locked(self, offset: int) -> int:
+        if offset > self._log_end_offset:
+            raise InvariantViolationError(
+                f"{self.topic_partition}: high watermark {offset} past the log end offset "
+                f"{self._log_end_offset}"
+            )
+        self._high_watermark = max(offset, self._log_start_offset)
+        return self._high_watermark
 
     def maybe_increment_high_watermark(self, replicas_end_offset: int | None = None) -> bool:
         """Move a leader's high watermark up to the smallest log end offset in its ISR; True
