@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
+from scripted_servers import LOOPBACK, ScriptedServicer, hang, serving
 
 from brook.errors import ErrorCode
 from brook.ports import allocate_free_ports
@@ -30,7 +31,7 @@ from brook.rpc.coordinators import (
 )
 from brook.v1 import common_pb2, group_pb2, group_pb2_grpc
 
-HOST = "127.0.0.1"
+HOST = LOOPBACK
 GROUP = "billing"
 OWNER_ID = 2002
 OWNER_PORT = 9300
@@ -51,19 +52,17 @@ def _error(code: ErrorCode) -> Answer:
     return lambda key: group_pb2.Coordinator(key=key, error_code=int(code), node_id=-1)  # type: ignore[arg-type]
 
 
-class _Coordinator(group_pb2_grpc.GroupCoordinatorServiceServicer):
+class _Coordinator(ScriptedServicer, group_pb2_grpc.GroupCoordinatorServiceServicer):
     def __init__(self, answer: Answer | None, calls: list[int], index: int) -> None:
+        super().__init__(index, calls)
         self._answer = answer
-        self._calls = calls
-        self._index = index
 
     async def FindCoordinator(
         self, request: group_pb2.FindCoordinatorRequest, context: Any
     ) -> group_pb2.FindCoordinatorResponse:
-        self._calls.append(self._index)
+        self.called()
         if self._answer is None:
-            await asyncio.Event().wait()
-            raise AssertionError("unreachable: the event is never set")
+            await hang()
         return group_pb2.FindCoordinatorResponse(coordinators=[self._answer(request.keys[0])])
 
 
@@ -71,20 +70,14 @@ class _Coordinator(group_pb2_grpc.GroupCoordinatorServiceServicer):
 async def _running(*answers: Answer | None) -> AsyncIterator[tuple[list[str], list[int]]]:
     """Addresses of coordinators answering in order, and the indexes of those asked."""
     calls: list[int] = []
-    servers, addresses = [], []
-    try:
-        for index, answer in enumerate(answers):
-            server = grpc.aio.server()
-            group_pb2_grpc.add_GroupCoordinatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
-                _Coordinator(answer, calls, index), server
-            )
-            addresses.append(format_address(HOST, server.add_insecure_port(f"{HOST}:0")))
-            await server.start()
-            servers.append(server)
-        yield addresses, calls
-    finally:
-        for server in servers:
-            await server.stop(None)
+
+    def add(server: grpc.aio.Server, index: int) -> None:
+        group_pb2_grpc.add_GroupCoordinatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _Coordinator(answers[index], calls, index), server
+        )
+
+    async with serving(len(answers), add) as ports:
+        yield [format_address(HOST, port) for port in ports], calls
 
 
 def _free_address() -> str:
