@@ -705,9 +705,9 @@ class Admin(Closing):
                     found = find_coordinator_sync(
                         group_id,
                         self._node_addresses("group_coordinator", deadline).values(),
-                        lambda address, request: self._coordinator_stub(address).FindCoordinator(
-                            request, timeout=self._rpc_timeout(deadline)
-                        ),
+                        lambda address, request, timeout_s: self._coordinator_stub(
+                            address
+                        ).FindCoordinator(request, timeout=min(timeout_s, self._request_timeout_s)),
                         deadline,
                     )
                 except CoordinatorNotFoundError as error:

@@ -104,8 +104,11 @@ def channel_options(
 
 def sync_channel(address: str, options: ChannelOptions | None = None) -> grpc.Channel:
     """A blocking channel to ``address`` (host:port) for a one-off call; the caller closes it
-    (``with sync_channel(...) as channel:``)."""
-    return grpc.insecure_channel(address, options=list(options or channel_options()))
+    (``with sync_channel(...) as channel:``). ``options`` None: ``channel_options()``; an
+    empty list: gRPC's own defaults."""
+    return grpc.insecure_channel(
+        address, options=list(channel_options() if options is None else options)
+    )
 
 
 class ChannelPoolClosedError(RuntimeError):
@@ -172,10 +175,11 @@ class ChannelPool:
 
 
 class SyncChannelPool(Closing):
-    """``ChannelPool`` for blocking callers: one channel per address; not thread-safe."""
+    """``ChannelPool`` for blocking callers: one channel per address; not thread-safe.
+    ``options`` None: ``channel_options()``; an empty list: gRPC's own defaults."""
 
     def __init__(self, options: ChannelOptions | None = None) -> None:
-        self._options = list(options or channel_options())
+        self._options = list(channel_options() if options is None else options)
         self._channels: dict[str, grpc.Channel] = {}
         self._closed = False
 

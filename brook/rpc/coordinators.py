@@ -5,8 +5,10 @@ Any group coordinator answers FindCoordinator for any group from its directory o
 look-up asks the known coordinators in turn until one names the owner (``find_coordinator``,
 ``find_coordinator_sync``). An answer of NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or
 COORDINATOR_LOAD_IN_PROGRESS (``COORDINATOR_ERRORS``), or any other retriable code, or no
-answer, moves on to the next; when none names the owner the look-up raises
-``CoordinatorNotFoundError``, which the caller retries after its back-off. A code no retry fixes
+answer, moves on to the next; when none names the owner by the caller's deadline the look-up
+raises ``CoordinatorNotFoundError``, which the caller retries after its back-off. Each ask may
+take only the time left before that deadline, so N coordinators that hang cost the caller its
+deadline, not N request timeouts. A code no retry fixes
 (INVALID_GROUP_ID, say) raises ``CoordinatorRefusedError`` at once.
 
 A group call answered NOT_COORDINATOR carries a NodeHint naming the new owner when the
@@ -52,9 +54,9 @@ COORDINATOR_ERRORS: Final = frozenset(
 AddressOf = Callable[[int, Iterable[Endpoint]], str | None]
 _Request = group_pb2.FindCoordinatorRequest
 _Response = group_pb2.FindCoordinatorResponse
-# FindCoordinator sent to the coordinator at an address.
-Ask = Callable[[str, _Request], Awaitable[_Response]]
-AskSync = Callable[[str, _Request], _Response]
+# FindCoordinator sent to the coordinator at an address, to be answered within the seconds given.
+Ask = Callable[[str, _Request, float], Awaitable[_Response]]
+AskSync = Callable[[str, _Request, float], _Response]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,20 +150,26 @@ async def find_coordinator(
     group_id: str,
     candidates: Iterable[str],
     ask: Ask,
+    deadline_s: float,
     address_of: AddressOf = _endpoint_address,
 ) -> Coordinator:
     """The coordinator owning ``group_id``, asking the coordinators at ``candidates`` in
-    order with ``ask(address, request)`` (a grpc.aio call, its deadline the caller's)."""
+    order with ``ask(address, request, timeout_s)`` (a grpc.aio call). The look-up ends by
+    ``deadline_s`` (time.monotonic), the caller's: each ask may take only the time that
+    remains, so coordinators that hang cannot hold the caller past it (a
+    ``CoordinatorNotFoundError`` then, which is retriable)."""
     search = _Search(group_id, address_of)
 
-    async def asked(address: str) -> _Response | grpc.RpcError:
+    async def asked(address: str, timeout_s: float) -> _Response | grpc.RpcError:
         try:
-            return await ask(address, search.request)
+            return await ask(address, search.request, timeout_s)
         except grpc.aio.AioRpcError as error:
             return error
 
     for address in candidates:
-        if (found := search.answered(address, await asked(address))) is not None:
+        if (timeout_s := deadline_s - time.monotonic()) <= 0:
+            break
+        if (found := search.answered(address, await asked(address, timeout_s))) is not None:
             return found
     raise search.exhausted()
 
@@ -172,19 +180,18 @@ def find_coordinator_sync(
     ask: AskSync,
     deadline_s: float,
 ) -> Coordinator:
-    """``find_coordinator`` for blocking callers (Admin); stops asking at ``deadline_s``
-    (time.monotonic)."""
+    """``find_coordinator`` for blocking callers (Admin), with the same deadline rule."""
     search = _Search(group_id, _endpoint_address)
 
-    def asked(address: str) -> _Response | grpc.RpcError:
+    def asked(address: str, timeout_s: float) -> _Response | grpc.RpcError:
         try:
-            return ask(address, search.request)
+            return ask(address, search.request, timeout_s)
         except grpc.RpcError as error:
             return error
 
     for address in candidates:
-        if time.monotonic() >= deadline_s:
+        if (timeout_s := deadline_s - time.monotonic()) <= 0:
             break
-        if (found := search.answered(address, asked(address))) is not None:
+        if (found := search.answered(address, asked(address, timeout_s))) is not None:
             return found
     raise search.exhausted()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any, Final
@@ -112,11 +113,12 @@ class GroupRouter:
 
     async def owner(self, group_id: str, *, refresh: bool = False) -> Coordinator:
         """The coordinator owning ``group_id``: cached, or asked of any live coordinator
-        (``brook.rpc.coordinators``)."""
+        (``brook.rpc.coordinators``) within the gateway's request timeout."""
         cached = None if refresh else self._owners.get(group_id)
         if cached is not None:
             return cached
         upstreams = self._backend.upstreams
+        deadline = time.monotonic() + upstreams.request_timeout_s
         coordinators = self._backend.group_coordinator_nodes()
         if not coordinators:
             raise GroupRouteError(
@@ -124,16 +126,20 @@ class GroupRouter:
             )
 
         async def ask(
-            address: str, request: group_pb2.FindCoordinatorRequest
+            address: str, request: group_pb2.FindCoordinatorRequest, timeout_s: float
         ) -> group_pb2.FindCoordinatorResponse:
             response: group_pb2.FindCoordinatorResponse = await upstreams.traced_call(
-                upstreams.groups(address).FindCoordinator, request, upstreams.request_timeout_s
+                upstreams.groups(address).FindCoordinator, request, timeout_s
             )
             return response
 
         try:
             owner = await find_coordinator(
-                group_id, [address for _, address in coordinators], ask, self._address_of
+                group_id,
+                [address for _, address in coordinators],
+                ask,
+                deadline,
+                self._address_of,
             )
         except (CoordinatorNotFoundError, CoordinatorRefusedError) as e:
             raise GroupRouteError(e.code, str(e)) from None

@@ -24,7 +24,6 @@ from brook.rpc.backoff import RetryBackoff
 from brook.rpc.channels import ChannelPool, ChannelPoolClosedError, channel_options
 from brook.rpc.errors import rpc_error
 from brook.rpc.quorum import (
-    ControllerCallFailedError,
     ControllerQuorum,
     ControllerUnavailableError,
     attempts_within,
@@ -132,8 +131,9 @@ class Upstreams:
     ) -> Any:
         """Sends an AdminService call to the active controller (``brook.rpc.quorum``: the last
         one that answered first, then each controller in turn while the answer says
-        NOT_CONTROLLER or none comes), within request.timeout.ms; UpstreamError NOT_CONTROLLER
-        when none answers, or the code standing for a gRPC failure no retry fixes."""
+        NOT_CONTROLLER, none comes or one fails unexpectedly), within request.timeout.ms;
+        UpstreamError with the retriable NOT_CONTROLLER or REQUEST_TIMED_OUT when none answers,
+        or the code standing for a gRPC failure every controller would repeat."""
         if self._quorum is None or self._quorum.bootstrap_servers != tuple(controllers):
             if not controllers:
                 raise UpstreamError(ErrorCode.NOT_CONTROLLER, "no controller is known")
@@ -155,10 +155,8 @@ class Upstreams:
                 backoff=CONTROLLER_BACKOFF,
                 attempts_max=attempts_within(self.request_timeout_s, CONTROLLER_BACKOFF),
             )
-        except ControllerCallFailedError as e:
-            raise UpstreamError(e.code, str(e)) from None
         except ControllerUnavailableError as e:
-            raise UpstreamError(ErrorCode.NOT_CONTROLLER, str(e)) from None
+            raise UpstreamError(e.code, str(e)) from None
         return response
 
     async def close(self) -> None:

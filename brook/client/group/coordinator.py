@@ -255,22 +255,24 @@ class ConsumerCoordinator:
         self._coordinator = hinted
 
     async def _coordinator_address(self) -> str:
+        """The coordinator's address, looked up (within request.timeout.ms) when unknown."""
         if self._coordinator is not None:
             return self._coordinator.address
+        deadline = time.monotonic() + self._request_timeout_s
         addresses = await self._locator()
         if not addresses:
             raise _Retry("no group coordinator is registered with the cluster yet")
         random.shuffle(addresses)
 
         def ask(
-            address: str, request: group_pb2.FindCoordinatorRequest
+            address: str, request: group_pb2.FindCoordinatorRequest, timeout_s: float
         ) -> Awaitable[group_pb2.FindCoordinatorResponse]:
             return self._network.groups(address).FindCoordinator(  # type: ignore[no-any-return]
-                request, timeout=self._request_timeout_s
+                request, timeout=timeout_s
             )
 
         try:
-            self._coordinator = await find_coordinator(self.group_id, addresses, ask)
+            self._coordinator = await find_coordinator(self.group_id, addresses, ask, deadline)
         except CoordinatorNotFoundError as error:
             raise _Retry(str(error)) from None
         except CoordinatorRefusedError as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent import futures
 from typing import Any
 
 import grpc
@@ -15,6 +16,7 @@ from brook.rpc.channels import (
     ChannelPoolClosedError,
     SyncChannelPool,
     channel_options,
+    sync_channel,
 )
 
 SCENARIO_TIMEOUT_S = 30.0
@@ -75,3 +77,34 @@ def test_a_blocking_pool_refuses_after_close() -> None:
         assert pool.channel("127.0.0.1:1") is pool.channel("127.0.0.1:1")
     with pytest.raises(ChannelPoolClosedError):
         pool.channel("127.0.0.1:1")
+
+
+def test_an_empty_option_list_is_used_as_given_not_replaced_by_the_defaults() -> None:
+    agents: list[str] = []
+
+    def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
+        agents.append(dict(context.invocation_metadata()).get("user-agent", ""))
+        return request
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "test.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+            ),
+        )
+    )
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    try:
+        no_options: list[tuple[str, Any]] = []
+        for options in (None, no_options):
+            with SyncChannelPool(options) as pool:
+                pool.channel(address).unary_unary("/test.Echo/Echo")(b"", timeout=5)
+            with sync_channel(address, options) as channel:
+                channel.unary_unary("/test.Echo/Echo")(b"", timeout=5)
+    finally:
+        server.stop(None)
+
+    # channel_options() names Brook in the user agent; gRPC's own defaults do not.
+    assert ["brook-python/" in agent for agent in agents] == [True, True, False, False]

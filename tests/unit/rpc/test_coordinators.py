@@ -2,7 +2,7 @@
 NOT_COORDINATOR hint names the next one, and a refusal no retry fixes ends the look-up.
 
 The coordinators are real grpc.aio servers on the loopback, each answering FindCoordinator as
-a test scripts it.
+a test scripts it, or never (``HANG``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
+from scripted_servers import LOOPBACK, ScriptedServicer, hang, serving
 
 from brook.errors import ErrorCode
 from brook.ports import allocate_free_ports
@@ -30,7 +31,7 @@ from brook.rpc.coordinators import (
 )
 from brook.v1 import common_pb2, group_pb2, group_pb2_grpc
 
-HOST = "127.0.0.1"
+HOST = LOOPBACK
 GROUP = "billing"
 OWNER_ID = 2002
 OWNER_PORT = 9300
@@ -38,6 +39,8 @@ SCENARIO_TIMEOUT_S = 30.0
 RPC_TIMEOUT_S = 5.0
 
 Answer = Callable[[str], group_pb2.Coordinator]
+# A coordinator that accepts the call and never answers (stopped, not dead).
+HANG = None
 
 
 def _owner(key: str) -> group_pb2.Coordinator:
@@ -49,51 +52,46 @@ def _error(code: ErrorCode) -> Answer:
     return lambda key: group_pb2.Coordinator(key=key, error_code=int(code), node_id=-1)  # type: ignore[arg-type]
 
 
-class _Coordinator(group_pb2_grpc.GroupCoordinatorServiceServicer):
-    def __init__(self, answer: Answer, calls: list[int], index: int) -> None:
+class _Coordinator(ScriptedServicer, group_pb2_grpc.GroupCoordinatorServiceServicer):
+    def __init__(self, answer: Answer | None, calls: list[int], index: int) -> None:
+        super().__init__(index, calls)
         self._answer = answer
-        self._calls = calls
-        self._index = index
 
     async def FindCoordinator(
         self, request: group_pb2.FindCoordinatorRequest, context: Any
     ) -> group_pb2.FindCoordinatorResponse:
-        self._calls.append(self._index)
+        self.called()
+        if self._answer is None:
+            await hang()
         return group_pb2.FindCoordinatorResponse(coordinators=[self._answer(request.keys[0])])
 
 
 @asynccontextmanager
-async def _running(*answers: Answer) -> AsyncIterator[tuple[list[str], list[int]]]:
+async def _running(*answers: Answer | None) -> AsyncIterator[tuple[list[str], list[int]]]:
     """Addresses of coordinators answering in order, and the indexes of those asked."""
     calls: list[int] = []
-    servers, addresses = [], []
-    try:
-        for index, answer in enumerate(answers):
-            server = grpc.aio.server()
-            group_pb2_grpc.add_GroupCoordinatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
-                _Coordinator(answer, calls, index), server
-            )
-            addresses.append(format_address(HOST, server.add_insecure_port(f"{HOST}:0")))
-            await server.start()
-            servers.append(server)
-        yield addresses, calls
-    finally:
-        for server in servers:
-            await server.stop(None)
+
+    def add(server: grpc.aio.Server, index: int) -> None:
+        group_pb2_grpc.add_GroupCoordinatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _Coordinator(answers[index], calls, index), server
+        )
+
+    async with serving(len(answers), add) as ports:
+        yield [format_address(HOST, port) for port in ports], calls
 
 
 def _free_address() -> str:
     return format_address(HOST, allocate_free_ports(1, HOST)[0])
 
 
-async def _find(addresses: list[str]) -> Coordinator:
+async def _find(addresses: list[str], timeout_s: float = RPC_TIMEOUT_S) -> Coordinator:
     pool = ChannelPool(channel_options())
 
-    def ask(address: str, request: group_pb2.FindCoordinatorRequest) -> Any:
-        return pool.groups(address).FindCoordinator(request, timeout=RPC_TIMEOUT_S)
+    def ask(address: str, request: group_pb2.FindCoordinatorRequest, timeout_s: float) -> Any:
+        return pool.groups(address).FindCoordinator(request, timeout=timeout_s)
 
     try:
-        return await find_coordinator(GROUP, addresses, ask)
+        return await find_coordinator(GROUP, addresses, ask, time.monotonic() + timeout_s)
     finally:
         await pool.close()
 
@@ -140,13 +138,54 @@ def test_an_answer_no_retry_fixes_ends_the_look_up_at_once() -> None:
     _run(scenario)
 
 
+def test_coordinators_that_hang_cost_the_look_up_its_deadline_not_one_timeout_each() -> None:
+    async def scenario() -> None:
+        async with _running(HANG, HANG, HANG) as (addresses, calls):
+            started = time.monotonic()
+            with pytest.raises(CoordinatorNotFoundError) as raised:
+                await _find(addresses, timeout_s=0.5)
+            elapsed_s = time.monotonic() - started
+
+        # Three asks of a full request timeout each would take 3 * 0.5 s.
+        assert elapsed_s < 0.5 + 0.4
+        assert raised.value.code.retriable
+        assert calls == [0]
+
+    _run(scenario)
+
+
+def test_a_hung_coordinator_leaves_the_next_one_the_time_that_remains() -> None:
+    async def scenario() -> None:
+        async with _running(HANG, _owner) as (addresses, calls):
+            pool = ChannelPool(channel_options())
+            given: list[float] = []
+
+            def ask(address: str, request: group_pb2.FindCoordinatorRequest, t: float) -> Any:
+                given.append(t)
+                # The caller caps each ask as the SDK and the gateway may.
+                return pool.groups(address).FindCoordinator(request, timeout=min(t, 0.3))
+
+            try:
+                found = await find_coordinator(GROUP, addresses, ask, time.monotonic() + 2.0)
+            finally:
+                await pool.close()
+
+        assert found.node_id == OWNER_ID
+        assert calls == [0, 1]
+        assert given[0] <= 2.0 and given[1] <= 2.0 - 0.3
+
+    _run(scenario)
+
+
 def test_the_blocking_look_up_asks_nothing_after_its_deadline() -> None:
     with SyncChannelPool() as pool:
         with pytest.raises(CoordinatorNotFoundError, match="no group coordinator"):
             find_coordinator_sync(
                 GROUP,
                 [_free_address()],
-                lambda address, request: pool.groups(address).FindCoordinator(request),
+                lambda address, request, t: pool.groups(address).FindCoordinator(
+                    request, timeout=t
+                ),
                 time.monotonic() - 1,
             )
 

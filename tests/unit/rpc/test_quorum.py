@@ -1,8 +1,10 @@
 """brook.rpc.quorum: a call reaches the active controller by hints or in turn, within its bounds.
 
-The controllers are real grpc.aio servers on the IPv6 loopback, so a hint's endpoint must turn
-into a bracketed address that gRPC can dial. The blocking variant is driven through Admin's
-rules (a ``locate`` naming the leader) against the same servers, run on their own loop thread.
+The controllers are real grpc.aio servers on the IPv4 loopback (the IPv6 one for the test of a
+hint's endpoint turning into a bracketed address gRPC can dial, skipped where ::1 is missing).
+Each answers as scripted: as leader, NOT_CONTROLLER, a gRPC failure, or never (it hangs). The
+blocking variant is driven through Admin's rules (a ``locate`` naming the leader) against the
+same servers, run on their own loop thread.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 from cluster_fixture import ipv6_loopback_available
+from scripted_servers import LOOPBACK, hang, serving
 
 from brook.errors import ErrorCode
 from brook.ports import allocate_free_ports
@@ -34,32 +37,34 @@ from brook.rpc.quorum import (
 )
 from brook.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
-HOST = "::1"
+HOST = LOOPBACK
+IPV6_HOST = "::1"
 BACKOFF = RetryBackoff(10, 10)
 TIMEOUT_S = 5.0
 SCENARIO_TIMEOUT_S = 30.0
 
 
-pytestmark = pytest.mark.skipif(not ipv6_loopback_available(), reason="no IPv6 loopback")
-
-
 class _Controllers:
     """Controllers sharing who leads; each records the calls it gets in ``calls``."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = HOST) -> None:
+        self.host = host
         self.leader_id = -1
         self.hints = True
         self.failing: dict[int, grpc.StatusCode] = {}
+        self.hanging: set[int] = set()
         self.ports: dict[int, int] = {}
         self.calls: list[int] = []
 
     def address(self, node_id: int) -> str:
-        return format_address(HOST, self.ports[node_id])
+        return format_address(self.host, self.ports[node_id])
 
     def hint(self) -> common_pb2.NodeHint:
         if not self.hints or self.leader_id not in self.ports:
             return common_pb2.NodeHint(node_id=-1)
-        endpoint = common_pb2.Endpoint(listener="GRPC", host=HOST, port=self.ports[self.leader_id])
+        endpoint = common_pb2.Endpoint(
+            listener="GRPC", host=self.host, port=self.ports[self.leader_id]
+        )
         return common_pb2.NodeHint(node_id=self.leader_id, endpoints=[endpoint])
 
 
@@ -72,6 +77,8 @@ class _Controller(controller_pb2_grpc.ControllerServiceServicer):
         self, request: controller_pb2.RegisterBrokerRequest, context: Any
     ) -> controller_pb2.RegisterBrokerResponse:
         self._controllers.calls.append(self._node_id)
+        if self._node_id in self._controllers.hanging:
+            await hang()
         status = self._controllers.failing.get(self._node_id)
         if status is not None:
             await context.abort(status, "scripted failure")
@@ -89,7 +96,9 @@ class _Controller(controller_pb2_grpc.ControllerServiceServicer):
         voters = [
             controller_pb2.QuorumVoter(
                 node_id=node_id,
-                endpoints=[common_pb2.Endpoint(listener="GRPC", host=HOST, port=port)],
+                endpoints=[
+                    common_pb2.Endpoint(listener="GRPC", host=self._controllers.host, port=port)
+                ],
             )
             for node_id, port in self._controllers.ports.items()
         ]
@@ -97,22 +106,17 @@ class _Controller(controller_pb2_grpc.ControllerServiceServicer):
 
 
 @asynccontextmanager
-async def _running(count: int = 3) -> AsyncIterator[_Controllers]:
-    controllers = _Controllers()
-    servers = []
-    try:
-        for node_id in range(1001, 1001 + count):
-            server = grpc.aio.server()
-            controller_pb2_grpc.add_ControllerServiceServicer_to_server(  # type: ignore[no-untyped-call]
-                _Controller(controllers, node_id), server
-            )
-            controllers.ports[node_id] = server.add_insecure_port(f"[{HOST}]:0")
-            await server.start()
-            servers.append(server)
+async def _running(count: int = 3, host: str = HOST) -> AsyncIterator[_Controllers]:
+    controllers = _Controllers(host)
+
+    def add(server: grpc.aio.Server, index: int) -> None:
+        controller_pb2_grpc.add_ControllerServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _Controller(controllers, 1001 + index), server
+        )
+
+    async with serving(count, add, host) as ports:
+        controllers.ports = {1001 + index: port for index, port in enumerate(ports)}
         yield controllers
-    finally:
-        for server in servers:
-            await server.stop(None)
 
 
 def _free_address() -> str:
@@ -148,9 +152,10 @@ def _run(scenario: Any) -> None:
     asyncio.run(asyncio.wait_for(scenario(), SCENARIO_TIMEOUT_S))
 
 
+@pytest.mark.skipif(not ipv6_loopback_available(), reason="no IPv6 loopback")
 def test_a_call_follows_the_not_controller_hint_to_an_ipv6_leader() -> None:
     async def scenario() -> None:
-        async with _running() as controllers:
+        async with _running(host=IPV6_HOST) as controllers:
             controllers.leader_id = 1003
             quorum = ControllerQuorum([controllers.address(1001), controllers.address(1002)])
 
@@ -191,9 +196,10 @@ def test_a_quorum_without_a_leader_fails_within_the_attempt_bound() -> None:
             quorum = ControllerQuorum([controllers.address(n) for n in controllers.ports])
             started = time.monotonic()
 
-            with pytest.raises(ControllerUnavailableError, match="NOT_CONTROLLER"):
+            with pytest.raises(ControllerUnavailableError, match="NOT_CONTROLLER") as raised:
                 await _register(controllers, quorum)
 
+            assert raised.value.code is ErrorCode.NOT_CONTROLLER
             assert len(controllers.calls) == ATTEMPTS_MAX
             assert time.monotonic() - started < TIMEOUT_S
 
@@ -213,20 +219,96 @@ def test_a_call_ends_at_its_deadline_when_no_controller_answers() -> None:
     _run(scenario)
 
 
-def test_a_grpc_failure_no_retry_fixes_ends_the_call_at_once() -> None:
+def test_a_call_reaches_the_leader_past_a_hung_and_a_failing_controller_in_time() -> None:
     async def scenario() -> None:
         async with _running() as controllers:
-            controllers.leader_id = 1001
-            controllers.failing[1001] = grpc.StatusCode.INTERNAL
+            controllers.leader_id = 1003
+            controllers.hints = False
+            controllers.hanging.add(1001)
+            controllers.failing[1002] = grpc.StatusCode.INTERNAL
+            quorum = ControllerQuorum([controllers.address(n) for n in controllers.ports])
+            quorum.follow(controllers.address(1001))  # the hung one was the leader
+            started = time.monotonic()
+
+            _, address = await _register(controllers, quorum, timeout_s=2.0)
+
+            assert time.monotonic() - started < 2.0
+            assert address == controllers.address(1003)
+            assert controllers.calls == [1001, 1002, 1003]
+
+    _run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, ErrorCode.INVALID_REQUEST),
+        (grpc.StatusCode.UNIMPLEMENTED, ErrorCode.UNSUPPORTED_VERSION),
+        (grpc.StatusCode.PERMISSION_DENIED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    ],
+)
+def test_a_grpc_failure_every_controller_would_repeat_ends_the_call_at_once(
+    status: grpc.StatusCode, code: ErrorCode
+) -> None:
+    async def scenario() -> None:
+        async with _running() as controllers:
+            controllers.leader_id = 1002
+            controllers.failing[1001] = status
             quorum = ControllerQuorum([controllers.address(1001), controllers.address(1002)])
 
             with pytest.raises(ControllerCallFailedError) as raised:
                 await _register(controllers, quorum)
 
-            assert raised.value.code is ErrorCode.UNKNOWN_SERVER_ERROR
+            assert raised.value.code is code
             assert controllers.calls == [1001]
 
     _run(scenario)
+
+
+def test_controllers_that_never_answer_end_the_call_timed_out_at_its_deadline() -> None:
+    async def scenario() -> None:
+        async with _running(2) as controllers:
+            controllers.hanging.update(controllers.ports)
+            quorum = ControllerQuorum([controllers.address(n) for n in controllers.ports])
+            started = time.monotonic()
+
+            with pytest.raises(ControllerUnavailableError) as raised:
+                await _register(controllers, quorum, timeout_s=1.0)
+
+            assert time.monotonic() - started < 1.0 + 0.5
+            assert raised.value.code is ErrorCode.REQUEST_TIMED_OUT
+            # Each attempt took a part of the time left, so both controllers were tried.
+            assert set(controllers.calls) == set(controllers.ports)
+
+    _run(scenario)
+
+
+def test_the_back_off_comes_after_a_full_round_of_the_controllers() -> None:
+    now = [0.0]
+    quorum = ControllerQuorum(["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"])
+    search = LeaderSearch(
+        quorum, "test", deadline_s=10.0, clock=lambda: now[0], backoff=RetryBackoff(100, 100)
+    )
+    waits = []
+    for _ in range(6):
+        attempt = search.next_attempt()
+        assert attempt is not None
+        waits.append(search.answered(attempt[0], [ErrorCode.NOT_CONTROLLER], None))
+
+    assert waits == [0.0, 0.0, 0.1, 0.0, 0.0, 0.1]
+
+
+def test_an_attempt_takes_a_share_of_the_time_left_so_a_hung_leader_cannot_take_it_all() -> None:
+    now = [0.0]
+    quorum = ControllerQuorum(["127.0.0.1:1", "127.0.0.1:2"])
+    search = LeaderSearch(
+        quorum, "test", deadline_s=8.0, clock=lambda: now[0], backoff=RetryBackoff(100, 100)
+    )
+
+    assert search.next_attempt() == ("127.0.0.1:1", 4.0)
+    now[0] = 7.8
+    # Never less than the floor, never past the deadline.
+    assert search.next_attempt() == ("127.0.0.1:2", pytest.approx(0.2))
 
 
 def test_two_hints_in_a_row_back_off_instead_of_ping_ponging() -> None:
@@ -237,7 +319,7 @@ def test_two_hints_in_a_row_back_off_instead_of_ping_ponging() -> None:
     )
 
     def hint(port: int) -> common_pb2.NodeHint:
-        endpoint = common_pb2.Endpoint(listener="GRPC", host=HOST, port=port)
+        endpoint = common_pb2.Endpoint(listener="GRPC", host=IPV6_HOST, port=port)
         return common_pb2.NodeHint(node_id=port, endpoints=[endpoint])
 
     first = search.next_attempt()
