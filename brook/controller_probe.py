@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import grpc
 
 from brook.metadata.digest import metadata_digest
-from brook.rpc.channels import sync_channel
+from brook.rpc.channels import METADATA_RECEIVE_BYTES_MAX, channel_options, sync_channel
 from brook.v1 import controller_pb2, controller_pb2_grpc
 
 __all__ = ["ControllerState", "describe_controller", "wait_for_convergence", "wait_for_leader"]
@@ -38,7 +38,9 @@ def _stub(channel: grpc.Channel) -> controller_pb2_grpc.ControllerServiceStub:
 
 def describe_controller(address: str, timeout_s: float) -> ControllerState:
     """One controller's view. Raises grpc.RpcError if it does not answer in time."""
-    with sync_channel(address) as channel:
+    with sync_channel(
+        address, channel_options(receive_bytes_max=METADATA_RECEIVE_BYTES_MAX)
+    ) as channel:
         stub = _stub(channel)
         quorum = stub.DescribeQuorum(controller_pb2.DescribeQuorumRequest(), timeout=timeout_s)
         stream = stub.WatchMetadata(

@@ -24,7 +24,7 @@ import grpc
 from brook.config import Config
 from brook.errors import ErrorCode, error_code
 from brook.rpc.backoff import RetryBackoff
-from brook.rpc.channels import ChannelPool, channel_options
+from brook.rpc.channels import METADATA_RECEIVE_BYTES_MAX, ChannelPool, channel_options
 from brook.rpc.errors import rpc_error
 from brook.rpc.quorum import (
     ATTEMPTS_MAX,
@@ -102,6 +102,7 @@ class ControllerClient:
         # reconnect back-off of up to two minutes.
         self._channels = ChannelPool(
             channel_options(
+                receive_bytes_max=METADATA_RECEIVE_BYTES_MAX,
                 reconnect_backoff_ms=settings.retry_backoff.base_ms,
                 reconnect_backoff_max_ms=settings.retry_backoff.max_ms,
             )

@@ -36,6 +36,7 @@ __all__ = [
     "ENVELOPE_BYTES_MAX",
     "KEEPALIVE_TIMEOUT_MS",
     "KEEPALIVE_TIME_MS",
+    "METADATA_RECEIVE_BYTES_MAX",
     "RECONNECT_BACKOFF_MAX_MS_DEFAULT",
     "RECONNECT_BACKOFF_MS_DEFAULT",
     "ChannelOptions",
@@ -63,6 +64,13 @@ try:
     _VERSION = importlib_metadata.version("brook")
 except importlib_metadata.PackageNotFoundError:  # running from a source tree
     _VERSION = "0"
+
+
+# The largest WatchMetadata message a process takes: a snapshot is one message holding the
+# whole image (about 70 bytes a partition), so gRPC's default 4 MiB receive limit would cut a
+# cluster off its metadata at some 60,000 partitions. 256 MiB is some 3.5 million partitions,
+# and still a bound on what one message may make a process hold.
+METADATA_RECEIVE_BYTES_MAX: Final = 256 * 1024 * 1024
 
 
 def channel_options(

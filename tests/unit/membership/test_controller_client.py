@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -16,7 +17,10 @@ from membership_support import (
 from brook.errors import ErrorCode
 from brook.membership import ControllerUnavailableError
 from brook.membership.controller_client import ATTEMPTS_MAX
-from brook.v1 import common_pb2, controller_pb2
+from brook.v1 import common_pb2, controller_pb2, metadata_pb2
+
+# Generous for a 6 MiB message on a loaded machine; a refused message fails at once.
+STREAM_READ_TIMEOUT_S = 30.0
 
 
 def _registration(node_id: int = NODE_ID) -> controller_pb2.RegisterBrokerRequest:
@@ -134,5 +138,44 @@ def test_an_answer_with_an_older_controller_epoch_than_seen_is_refused() -> None
                 assert client.controller_epoch == 6
             finally:
                 await client.close()
+
+    run(scenario)
+
+
+def test_a_metadata_snapshot_larger_than_grpcs_default_receive_limit_arrives_whole() -> None:
+    """A snapshot is one WatchMetadata message; gRPC's default 4 MiB receive limit would cut a
+    cluster of some 60,000 partitions off its metadata."""
+    big_value = "v" * (6 * 1024 * 1024)
+
+    async def scenario() -> None:
+        async with running_quorum() as quorum:
+            quorum.append(
+                metadata_pb2.MetadataRecord(
+                    config=metadata_pb2.ConfigRecord(
+                        resource_type=metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC,
+                        resource_name="wide",
+                        name="description",
+                        value=big_value,
+                    )
+                )
+            )
+            client = client_for(quorum)
+            try:
+                leader = quorum.controllers[quorum.leader_id]
+                stream = client.watch_metadata(
+                    leader.address,
+                    controller_pb2.WatchMetadataRequest(node_id=NODE_ID, after_offset=-1),
+                )
+                try:
+                    snapshot = await asyncio.wait_for(stream.read(), STREAM_READ_TIMEOUT_S)
+                finally:
+                    stream.cancel()
+            finally:
+                await client.close()
+
+        assert snapshot.snapshot
+        assert snapshot.offset == quorum.offset
+        assert snapshot.ByteSize() > 4 * 1024 * 1024
+        assert snapshot.records[-1].config.value == big_value
 
     run(scenario)
