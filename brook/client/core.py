@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -26,6 +26,8 @@ __all__ = ["CLOSE_MARGIN_S", "ClientCore", "start_on_thread"]
 # Extra time the blocking API gives the loop to finish work that is itself bounded (a close,
 # a call with its own timeout), before it gives up on the loop.
 CLOSE_MARGIN_S = 5.0
+
+_logger = logging.getLogger(__name__)
 
 _Core = TypeVar("_Core", bound="ClientCore")
 
@@ -75,13 +77,23 @@ class ClientCore(abc.ABC):
 
     async def stop(self) -> None:
         """Cancel the background tasks, wait for them to end, then close every channel
-        (cancelling calls still in flight)."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self.network.close()
+        (cancelling calls still in flight). A task that had failed has its error logged, not
+        raised out of the close; the channels close whatever happens, and a cancellation of
+        the caller itself (a timeout around ``close``) is not swallowed."""
+        try:
+            for task in self._tasks:
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(self._tasks)
+            for task in self._tasks:
+                if not task.cancelled() and (error := task.exception()) is not None:
+                    _logger.error(
+                        "client background task had failed",
+                        exc_info=error,
+                        extra={"task": task.get_name()},
+                    )
+        finally:
+            await self.network.close()
 
 
 def start_on_thread(

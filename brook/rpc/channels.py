@@ -68,8 +68,9 @@ except importlib_metadata.PackageNotFoundError:  # running from a source tree
 
 # The largest WatchMetadata message a process takes: a snapshot is one message holding the
 # whole image (about 70 bytes a partition), so gRPC's default 4 MiB receive limit would cut a
-# cluster off its metadata at some 60,000 partitions. 256 MiB is some 3.5 million partitions,
-# and still a bound on what one message may make a process hold.
+# cluster off its metadata at some 60,000 partitions. 256 MiB bounds what one message may make
+# a process hold; the controllers send at most their socket.request.max.bytes (100 MiB by
+# default, some 1.4 million partitions), so the smaller of the two is the real limit.
 METADATA_RECEIVE_BYTES_MAX: Final = 256 * 1024 * 1024
 
 

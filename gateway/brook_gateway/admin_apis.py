@@ -43,10 +43,10 @@ def _per_topic_error(list_field: str) -> Any:
 
 def _every_topic_failed(list_field: str, topics: list[Message], error: UpstreamError) -> Message:
     """The answer when the controller could not be asked: every topic of the request fails
-    with ``error``'s code and text."""
+    with ``error``'s code and text (null when it has none, as a controller's answer)."""
     return {
         list_field: [
-            {"name": t["name"], "error_code": int(error.code), "error_message": str(error)}
+            {"name": t["name"], "error_code": int(error.code), "error_message": str(error) or None}
             for t in topics
         ]
     }

@@ -198,7 +198,8 @@ def _fetch_error(request: Message, context: RequestContext, code: int) -> Messag
 
 def _isolation_level(kafka_value: int) -> common_pb2.IsolationLevel:
     """A Fetch or ListOffsets request's isolation_level (Kafka's 1: read_committed, 0:
-    read_uncommitted) as Brook's."""
+    read_uncommitted) as Brook's; any other value is read as read_uncommitted (Kafka refuses
+    it; no client sends one)."""
     if kafka_value == 1:
         return common_pb2.ISOLATION_LEVEL_READ_COMMITTED
     return common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
