@@ -17,8 +17,10 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -39,14 +41,14 @@ _FACTORY_KEY = pytest.StashKey["ClusterFactory"]()
 _FAILED_KEY = pytest.StashKey[bool]()
 
 
-def ipv6_loopback_available() -> bool:
-    """Whether this machine can bind the IPv6 loopback (``::1``)."""
+def require_ipv6_loopback() -> None:
+    """Fails the test, saying why, unless this machine can bind the IPv6 loopback (``::1``):
+    the IPv6 tests are part of the suite (CI's machine has ``::1``), never skipped."""
     try:
         with socket.socket(socket.AF_INET6) as probe:
             probe.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
+    except OSError as error:
+        pytest.fail(f"this test needs the IPv6 loopback (::1), which cannot be bound: {error}")
 
 
 def wait_until(
@@ -142,6 +144,22 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextmanager
+def shared_cluster(
+    tmp_path_factory: pytest.TempPathFactory, name: str, **cluster: Any
+) -> Iterator[LocalCluster]:
+    """A started cluster for a module's or a session's tests (``ClusterFactory``'s arguments in
+    ``cluster``), under a temporary directory named after ``name``: stopped on the way out, its
+    files kept only when leaving with an error (a start that failed), for diagnosis."""
+    factory = ClusterFactory(Path(tmp_path_factory.mktemp(name)) / "clusters")
+    failed = True
+    try:
+        yield factory(**cluster)
+        failed = False
+    finally:
+        factory.close(keep_files=failed)
 
 
 class ClusterFactory:

@@ -9,10 +9,9 @@ without the initial rebalance delay and accept short sessions, so group tests ta
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from cluster_fixture import ClusterFactory
+from cluster_fixture import shared_cluster
 
 from brook.launcher import LocalCluster
 
@@ -22,29 +21,25 @@ GROUP_MIN_SESSION_TIMEOUT_MS = 1000
 
 @pytest.fixture(scope="session")
 def compat_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    factory = ClusterFactory(Path(tmp_path_factory.mktemp("compat")) / "clusters")
-    failed = True
-    try:
-        cluster = factory(
-            controllers=1,
-            storage_nodes=2,
-            group_coordinators=1,
-            gateways=2,
-            config_overrides={
-                "controller": {
-                    "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
-                    "offsets.topic.replication.factor": "1",
-                },
-                "group-coordinator": {
-                    "group.initial.rebalance.delay.ms": "0",
-                    "group.min.session.timeout.ms": str(GROUP_MIN_SESSION_TIMEOUT_MS),
-                },
+    with shared_cluster(
+        tmp_path_factory,
+        "compat",
+        controllers=1,
+        storage_nodes=2,
+        group_coordinators=1,
+        gateways=2,
+        config_overrides={
+            "controller": {
+                "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+                "offsets.topic.replication.factor": "1",
             },
-        )
+            "group-coordinator": {
+                "group.initial.rebalance.delay.ms": "0",
+                "group.min.session.timeout.ms": str(GROUP_MIN_SESSION_TIMEOUT_MS),
+            },
+        },
+    ) as cluster:
         yield cluster
-        failed = False
-    finally:
-        factory.close(keep_files=failed)
 
 
 @pytest.fixture(scope="session")

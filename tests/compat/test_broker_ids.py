@@ -17,12 +17,11 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Final
 
 import pytest
 from brook_gateway.protocol.kafka_messages import ApiKey
-from cluster_fixture import ClusterFactory, wait_until
+from cluster_fixture import shared_cluster, wait_until
 from test_gateway_fuzz import kafka_brokers, kafka_gateways, kafka_request
 from test_kafka_clients import (
     PARTITIONS,
@@ -49,22 +48,19 @@ LISTED_GROUPS: Final = 4
 @pytest.fixture(scope="module")
 def one_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One controller, three storage nodes, a group coordinator and one gateway."""
-    factory = ClusterFactory(Path(tmp_path_factory.mktemp("broker-ids")) / "clusters")
-    failed = True
-    try:
-        yield factory(
-            controllers=1,
-            storage_nodes=STORAGE_NODES,
-            group_coordinators=1,
-            gateways=1,
-            config_overrides={
-                "controller": {"offsets.topic.num.partitions": "4"},
-                "group-coordinator": {"group.initial.rebalance.delay.ms": "0"},
-            },
-        )
-        failed = False
-    finally:
-        factory.close(keep_files=failed)
+    with shared_cluster(
+        tmp_path_factory,
+        "broker-ids",
+        controllers=1,
+        storage_nodes=STORAGE_NODES,
+        group_coordinators=1,
+        gateways=1,
+        config_overrides={
+            "controller": {"offsets.topic.num.partitions": "4"},
+            "group-coordinator": {"group.initial.rebalance.delay.ms": "0"},
+        },
+    ) as cluster:
+        yield cluster
 
 
 def _admin(bootstrap: str) -> Any:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from cluster_fixture import ClusterFactory, wait_until
+from cluster_fixture import shared_cluster, wait_until
 
 from brook.client.admin import Admin, NewTopic
 from brook.launcher import LocalCluster
@@ -42,19 +41,16 @@ WAIT_TIMEOUT_S: Final = 30.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    factory = ClusterFactory(Path(tmp_path_factory.mktemp("fetch-limits")) / "clusters")
-    failed = True
-    try:
-        yield factory(
-            controllers=1,
-            storage_nodes=STORAGE_NODES,
-            group_coordinators=1,
-            gateways=1,
-            config_overrides={"controller": {"offsets.topic.num.partitions": "1"}},
-        )
-        failed = False
-    finally:
-        factory.close(keep_files=failed)
+    with shared_cluster(
+        tmp_path_factory,
+        "fetch-limits",
+        controllers=1,
+        storage_nodes=STORAGE_NODES,
+        group_coordinators=1,
+        gateways=1,
+        config_overrides={"controller": {"offsets.topic.num.partitions": "1"}},
+    ) as cluster:
+        yield cluster
 
 
 def _value(partition: int, i: int) -> bytes:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cluster_fixture import ClusterFactory, ipv6_loopback_available
+from cluster_fixture import ClusterFactory, require_ipv6_loopback
 
 from brook.client import Consumer, Producer, TopicPartition
 from brook.client.admin import Admin, NewTopic
@@ -35,8 +35,7 @@ HEARTBEAT_INTERVAL_MS = 500
 
 @pytest.fixture
 def cluster(cluster_factory: ClusterFactory) -> LocalCluster:
-    if not ipv6_loopback_available():
-        pytest.skip("no IPv6 loopback on this machine")
+    require_ipv6_loopback()
     return cluster_factory(
         controllers=3,
         storage_nodes=2,

@@ -1,7 +1,8 @@
 """brook.rpc.quorum: a call reaches the active controller by hints or in turn, within its bounds.
 
 The controllers are real grpc.aio servers on the IPv4 loopback (the IPv6 one for the test of a
-hint's endpoint turning into a bracketed address gRPC can dial, skipped where ::1 is missing).
+hint's endpoint turning into a bracketed address gRPC can dial, which fails, not skips, where
+::1 is missing).
 Each answers as scripted: as leader, NOT_CONTROLLER, a gRPC failure, or never (it hangs). The
 blocking variant is driven through Admin's rules (a ``locate`` naming the leader) against the
 same servers, run on their own loop thread.
@@ -18,7 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster_fixture import ipv6_loopback_available
+from cluster_fixture import require_ipv6_loopback
 from scripted_servers import LOOPBACK, hang, serving
 
 from brook.errors import ErrorCode
@@ -152,8 +153,9 @@ def _run(scenario: Any) -> None:
     asyncio.run(asyncio.wait_for(scenario(), SCENARIO_TIMEOUT_S))
 
 
-@pytest.mark.skipif(not ipv6_loopback_available(), reason="no IPv6 loopback")
 def test_a_call_follows_the_not_controller_hint_to_an_ipv6_leader() -> None:
+    require_ipv6_loopback()
+
     async def scenario() -> None:
         async with _running(host=IPV6_HOST) as controllers:
             controllers.leader_id = 1003
