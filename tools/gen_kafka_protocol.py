@@ -52,12 +52,20 @@ APIS: Final = (
     "DeleteTopics",
     "InitProducerId",
     "OffsetForLeaderEpoch",
+    "AddPartitionsToTxn",
+    "AddOffsetsToTxn",
+    "EndTxn",
+    "WriteTxnMarkers",
+    "TxnOffsetCommit",
     "DescribeConfigs",
     "AlterConfigs",
     "SaslAuthenticate",
     "CreatePartitions",
     "DeleteGroups",
     "IncrementalAlterConfigs",
+    "DescribeProducers",
+    "DescribeTransactions",
+    "ListTransactions",
 )
 
 _TYPE_DEFAULTS: Final[dict[str, Any]] = {
@@ -235,6 +243,9 @@ class Generator:
 
     def scalar_default(self, kind: str, text: Any, name: str) -> Any:
         if kind == "bool":
+            # JSON's own booleans (`"default": false`) as well as the usual strings.
+            if isinstance(text, bool):
+                return text
             if str(text) not in ("true", "false"):
                 raise SchemaError(f"{self.source}: field {name}: bool default {text!r}")
             return str(text) == "true"

@@ -92,6 +92,16 @@ class GroupCoordinatorServiceStub:
                 request_serializer=brook_dot_v1_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=brook_dot_v1_dot_group__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.TxnCommitOffsets = channel.unary_unary(
+                '/brook.v1.GroupCoordinatorService/TxnCommitOffsets',
+                request_serializer=brook_dot_v1_dot_group__pb2.TxnCommitOffsetsRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_group__pb2.TxnCommitOffsetsResponse.FromString,
+                _registered_method=True)
+        self.CompleteTransaction = channel.unary_unary(
+                '/brook.v1.GroupCoordinatorService/CompleteTransaction',
+                request_serializer=brook_dot_v1_dot_group__pb2.CompleteTransactionRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_group__pb2.CompleteTransactionResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServiceServicer:
@@ -165,6 +175,24 @@ class GroupCoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TxnCommitOffsets(self, request, context):
+        """Kafka's TxnOffsetCommit: offsets committed inside a transaction (after AddOffsetsToTxn).
+        They are pending, invisible to FetchOffsets (which answers UNSTABLE_OFFSET_COMMIT for
+        them when require_stable), until the transaction coordinator completes the transaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteTransaction(self, request, context):
+        """From the transaction coordinator: the producer's transaction ended (the marker Kafka
+        writes to __consumer_offsets). Commit makes its pending offsets for the group the
+        committed ones; abort drops them. Idempotent: a repeat changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +245,16 @@ def add_GroupCoordinatorServiceServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=brook_dot_v1_dot_group__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=brook_dot_v1_dot_group__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'TxnCommitOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnCommitOffsets,
+                    request_deserializer=brook_dot_v1_dot_group__pb2.TxnCommitOffsetsRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_group__pb2.TxnCommitOffsetsResponse.SerializeToString,
+            ),
+            'CompleteTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteTransaction,
+                    request_deserializer=brook_dot_v1_dot_group__pb2.CompleteTransactionRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_group__pb2.CompleteTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -497,6 +535,60 @@ class GroupCoordinatorService:
             '/brook.v1.GroupCoordinatorService/DeleteGroups',
             brook_dot_v1_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
             brook_dot_v1_dot_group__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnCommitOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.GroupCoordinatorService/TxnCommitOffsets',
+            brook_dot_v1_dot_group__pb2.TxnCommitOffsetsRequest.SerializeToString,
+            brook_dot_v1_dot_group__pb2.TxnCommitOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.GroupCoordinatorService/CompleteTransaction',
+            brook_dot_v1_dot_group__pb2.CompleteTransactionRequest.SerializeToString,
+            brook_dot_v1_dot_group__pb2.CompleteTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -85,6 +85,16 @@ class StorageServiceStub:
                 request_serializer=brook_dot_v1_dot_storage__pb2.DeleteRecordsRequest.SerializeToString,
                 response_deserializer=brook_dot_v1_dot_storage__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/brook.v1.StorageService/WriteTxnMarkers',
+                request_serializer=brook_dot_v1_dot_storage__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_storage__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
+        self.DescribeProducers = channel.unary_unary(
+                '/brook.v1.StorageService/DescribeProducers',
+                request_serializer=brook_dot_v1_dot_storage__pb2.DescribeProducersRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_storage__pb2.DescribeProducersResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServiceServicer:
@@ -168,6 +178,28 @@ class StorageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """Transaction markers (Kafka's WriteTxnMarkers), from a transaction coordinator or an
+        operator's abort of a hanging transaction: appends a COMMIT or ABORT control batch for the
+        producer to each partition this node leads and answers once it is replicated (acks=all).
+        A marker whose coordinator_epoch is below the one the partition last saw for the producer
+        is TRANSACTION_COORDINATOR_FENCED; a producer epoch below the producer's is
+        INVALID_PRODUCER_EPOCH. A marker for a producer with no open transaction on the partition
+        is appended all the same (a retry, or a partition added with nothing written): it ends
+        nothing, and is answered NONE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeProducers(self, request, context):
+        """The producers a partition's leader knows (Kafka's DescribeProducers), with the first offset
+        of each one's open transaction: what finds a hanging transaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -210,6 +242,16 @@ def add_StorageServiceServicer_to_server(servicer, server):
                     servicer.DeleteRecords,
                     request_deserializer=brook_dot_v1_dot_storage__pb2.DeleteRecordsRequest.FromString,
                     response_serializer=brook_dot_v1_dot_storage__pb2.DeleteRecordsResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=brook_dot_v1_dot_storage__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_storage__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'DescribeProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeProducers,
+                    request_deserializer=brook_dot_v1_dot_storage__pb2.DescribeProducersRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_storage__pb2.DescribeProducersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -439,6 +481,60 @@ class StorageService:
             '/brook.v1.StorageService/DeleteRecords',
             brook_dot_v1_dot_storage__pb2.DeleteRecordsRequest.SerializeToString,
             brook_dot_v1_dot_storage__pb2.DeleteRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.StorageService/WriteTxnMarkers',
+            brook_dot_v1_dot_storage__pb2.WriteTxnMarkersRequest.SerializeToString,
+            brook_dot_v1_dot_storage__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.StorageService/DescribeProducers',
+            brook_dot_v1_dot_storage__pb2.DescribeProducersRequest.SerializeToString,
+            brook_dot_v1_dot_storage__pb2.DescribeProducersResponse.FromString,
             options,
             channel_credentials,
             insecure,

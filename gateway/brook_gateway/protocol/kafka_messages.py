@@ -36,12 +36,20 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 REQUEST_HEADER: Final = MessageSpec(
@@ -1261,6 +1269,296 @@ OFFSET_FOR_LEADER_EPOCH_RESPONSE: Final = MessageSpec(
 )
 
 
+ADD_PARTITIONS_TO_TXN_REQUEST: Final = MessageSpec(
+    "AddPartitionsToTxnRequest",
+    24,
+    (0, 5),
+    (3, HI),
+    (
+        F(
+            "transactions",
+            "struct",
+            (4, HI),
+            array=True,
+            fields=(
+                F("transactional_id", "string", (4, HI)),
+                F("producer_id", "int64", (4, HI)),
+                F("producer_epoch", "int16", (4, HI)),
+                F("verify_only", "bool", (4, HI)),
+                F(
+                    "topics",
+                    "struct",
+                    (4, HI),
+                    array=True,
+                    fields=(
+                        F("name", "string", (0, HI)),
+                        F("partitions", "int32", (0, HI), array=True),
+                    ),
+                ),
+            ),
+        ),
+        F("v3_and_below_transactional_id", "string", (0, 3)),
+        F("v3_and_below_producer_id", "int64", (0, 3)),
+        F("v3_and_below_producer_epoch", "int16", (0, 3)),
+        F(
+            "v3_and_below_topics",
+            "struct",
+            (0, 3),
+            array=True,
+            fields=(F("name", "string", (0, HI)), F("partitions", "int32", (0, HI), array=True)),
+        ),
+    ),
+)
+
+
+ADD_PARTITIONS_TO_TXN_RESPONSE: Final = MessageSpec(
+    "AddPartitionsToTxnResponse",
+    24,
+    (0, 5),
+    (3, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F("error_code", "int16", (4, HI)),
+        F(
+            "results_by_transaction",
+            "struct",
+            (4, HI),
+            array=True,
+            fields=(
+                F("transactional_id", "string", (4, HI)),
+                F(
+                    "topic_results",
+                    "struct",
+                    (4, HI),
+                    array=True,
+                    fields=(
+                        F("name", "string", (0, HI)),
+                        F(
+                            "results_by_partition",
+                            "struct",
+                            (0, HI),
+                            array=True,
+                            fields=(
+                                F("partition_index", "int32", (0, HI)),
+                                F("partition_error_code", "int16", (0, HI)),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        F(
+            "results_by_topic_v3_and_below",
+            "struct",
+            (0, 3),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F(
+                    "results_by_partition",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("partition_index", "int32", (0, HI)),
+                        F("partition_error_code", "int16", (0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+ADD_OFFSETS_TO_TXN_REQUEST: Final = MessageSpec(
+    "AddOffsetsToTxnRequest",
+    25,
+    (0, 4),
+    (3, HI),
+    (
+        F("transactional_id", "string", (0, HI)),
+        F("producer_id", "int64", (0, HI)),
+        F("producer_epoch", "int16", (0, HI)),
+        F("group_id", "string", (0, HI)),
+    ),
+)
+
+
+ADD_OFFSETS_TO_TXN_RESPONSE: Final = MessageSpec(
+    "AddOffsetsToTxnResponse",
+    25,
+    (0, 4),
+    (3, HI),
+    (F("throttle_time_ms", "int32", (0, HI)), F("error_code", "int16", (0, HI))),
+)
+
+
+END_TXN_REQUEST: Final = MessageSpec(
+    "EndTxnRequest",
+    26,
+    (0, 5),
+    (3, HI),
+    (
+        F("transactional_id", "string", (0, HI)),
+        F("producer_id", "int64", (0, HI)),
+        F("producer_epoch", "int16", (0, HI)),
+        F("committed", "bool", (0, HI)),
+    ),
+)
+
+
+END_TXN_RESPONSE: Final = MessageSpec(
+    "EndTxnResponse",
+    26,
+    (0, 5),
+    (3, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F("error_code", "int16", (0, HI)),
+        F("producer_id", "int64", (5, HI), default=-1),
+        F("producer_epoch", "int16", (5, HI), default=-1),
+    ),
+)
+
+
+WRITE_TXN_MARKERS_REQUEST: Final = MessageSpec(
+    "WriteTxnMarkersRequest",
+    27,
+    (0, 1),
+    (1, HI),
+    (
+        F(
+            "markers",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("producer_id", "int64", (0, HI)),
+                F("producer_epoch", "int16", (0, HI)),
+                F("transaction_result", "bool", (0, HI)),
+                F(
+                    "topics",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("name", "string", (0, HI)),
+                        F("partition_indexes", "int32", (0, HI), array=True),
+                    ),
+                ),
+                F("coordinator_epoch", "int32", (0, HI)),
+            ),
+        ),
+    ),
+)
+
+
+WRITE_TXN_MARKERS_RESPONSE: Final = MessageSpec(
+    "WriteTxnMarkersResponse",
+    27,
+    (0, 1),
+    (1, HI),
+    (
+        F(
+            "markers",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("producer_id", "int64", (0, HI)),
+                F(
+                    "topics",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("name", "string", (0, HI)),
+                        F(
+                            "partitions",
+                            "struct",
+                            (0, HI),
+                            array=True,
+                            fields=(
+                                F("partition_index", "int32", (0, HI)),
+                                F("error_code", "int16", (0, HI)),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+TXN_OFFSET_COMMIT_REQUEST: Final = MessageSpec(
+    "TxnOffsetCommitRequest",
+    28,
+    (0, 4),
+    (3, HI),
+    (
+        F("transactional_id", "string", (0, HI)),
+        F("group_id", "string", (0, HI)),
+        F("producer_id", "int64", (0, HI)),
+        F("producer_epoch", "int16", (0, HI)),
+        F("generation_id", "int32", (3, HI), default=-1),
+        F("member_id", "string", (3, HI)),
+        F("group_instance_id", "string", (3, HI), nullable=(3, HI), null_default=True),
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("partition_index", "int32", (0, HI)),
+                        F("committed_offset", "int64", (0, HI)),
+                        F("committed_leader_epoch", "int32", (2, HI), default=-1),
+                        F("committed_metadata", "string", (0, HI), nullable=(0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+TXN_OFFSET_COMMIT_RESPONSE: Final = MessageSpec(
+    "TxnOffsetCommitResponse",
+    28,
+    (0, 4),
+    (3, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("partition_index", "int32", (0, HI)),
+                        F("error_code", "int16", (0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
 DESCRIBE_CONFIGS_REQUEST: Final = MessageSpec(
     "DescribeConfigsRequest",
     32,
@@ -1545,6 +1843,153 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE: Final = MessageSpec(
 )
 
 
+DESCRIBE_PRODUCERS_REQUEST: Final = MessageSpec(
+    "DescribeProducersRequest",
+    61,
+    (0, 0),
+    (0, HI),
+    (
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F("partition_indexes", "int32", (0, HI), array=True),
+            ),
+        ),
+    ),
+)
+
+
+DESCRIBE_PRODUCERS_RESPONSE: Final = MessageSpec(
+    "DescribeProducersResponse",
+    61,
+    (0, 0),
+    (0, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("partition_index", "int32", (0, HI)),
+                        F("error_code", "int16", (0, HI)),
+                        F("error_message", "string", (0, HI), nullable=(0, HI), null_default=True),
+                        F(
+                            "active_producers",
+                            "struct",
+                            (0, HI),
+                            array=True,
+                            fields=(
+                                F("producer_id", "int64", (0, HI)),
+                                F("producer_epoch", "int32", (0, HI)),
+                                F("last_sequence", "int32", (0, HI), default=-1),
+                                F("last_timestamp", "int64", (0, HI), default=-1),
+                                F("coordinator_epoch", "int32", (0, HI)),
+                                F("current_txn_start_offset", "int64", (0, HI), default=-1),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+DESCRIBE_TRANSACTIONS_REQUEST: Final = MessageSpec(
+    "DescribeTransactionsRequest",
+    65,
+    (0, 0),
+    (0, HI),
+    (F("transactional_ids", "string", (0, HI), array=True),),
+)
+
+
+DESCRIBE_TRANSACTIONS_RESPONSE: Final = MessageSpec(
+    "DescribeTransactionsResponse",
+    65,
+    (0, 0),
+    (0, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "transaction_states",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("error_code", "int16", (0, HI)),
+                F("transactional_id", "string", (0, HI)),
+                F("transaction_state", "string", (0, HI)),
+                F("transaction_timeout_ms", "int32", (0, HI)),
+                F("transaction_start_time_ms", "int64", (0, HI)),
+                F("producer_id", "int64", (0, HI)),
+                F("producer_epoch", "int16", (0, HI)),
+                F(
+                    "topics",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("topic", "string", (0, HI)),
+                        F("partitions", "int32", (0, HI), array=True),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+LIST_TRANSACTIONS_REQUEST: Final = MessageSpec(
+    "ListTransactionsRequest",
+    66,
+    (0, 1),
+    (0, HI),
+    (
+        F("state_filters", "string", (0, HI), array=True),
+        F("producer_id_filters", "int64", (0, HI), array=True),
+        F("duration_filter", "int64", (1, HI), default=-1),
+    ),
+)
+
+
+LIST_TRANSACTIONS_RESPONSE: Final = MessageSpec(
+    "ListTransactionsResponse",
+    66,
+    (0, 1),
+    (0, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F("error_code", "int16", (0, HI)),
+        F("unknown_state_filters", "string", (0, HI), array=True),
+        F(
+            "transaction_states",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("transactional_id", "string", (0, HI)),
+                F("producer_id", "int64", (0, HI)),
+                F("transaction_state", "string", (0, HI)),
+            ),
+        ),
+    ),
+)
+
+
 REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.PRODUCE: PRODUCE_REQUEST,
     ApiKey.FETCH: FETCH_REQUEST,
@@ -1565,12 +2010,20 @@ REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.DELETE_TOPICS: DELETE_TOPICS_REQUEST,
     ApiKey.INIT_PRODUCER_ID: INIT_PRODUCER_ID_REQUEST,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OFFSET_FOR_LEADER_EPOCH_REQUEST,
+    ApiKey.ADD_PARTITIONS_TO_TXN: ADD_PARTITIONS_TO_TXN_REQUEST,
+    ApiKey.ADD_OFFSETS_TO_TXN: ADD_OFFSETS_TO_TXN_REQUEST,
+    ApiKey.END_TXN: END_TXN_REQUEST,
+    ApiKey.WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_REQUEST,
+    ApiKey.TXN_OFFSET_COMMIT: TXN_OFFSET_COMMIT_REQUEST,
     ApiKey.DESCRIBE_CONFIGS: DESCRIBE_CONFIGS_REQUEST,
     ApiKey.ALTER_CONFIGS: ALTER_CONFIGS_REQUEST,
     ApiKey.SASL_AUTHENTICATE: SASL_AUTHENTICATE_REQUEST,
     ApiKey.CREATE_PARTITIONS: CREATE_PARTITIONS_REQUEST,
     ApiKey.DELETE_GROUPS: DELETE_GROUPS_REQUEST,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_REQUEST,
+    ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_REQUEST,
+    ApiKey.DESCRIBE_TRANSACTIONS: DESCRIBE_TRANSACTIONS_REQUEST,
+    ApiKey.LIST_TRANSACTIONS: LIST_TRANSACTIONS_REQUEST,
 }
 
 
@@ -1594,10 +2047,18 @@ RESPONSES: Final[dict[int, MessageSpec]] = {
     ApiKey.DELETE_TOPICS: DELETE_TOPICS_RESPONSE,
     ApiKey.INIT_PRODUCER_ID: INIT_PRODUCER_ID_RESPONSE,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OFFSET_FOR_LEADER_EPOCH_RESPONSE,
+    ApiKey.ADD_PARTITIONS_TO_TXN: ADD_PARTITIONS_TO_TXN_RESPONSE,
+    ApiKey.ADD_OFFSETS_TO_TXN: ADD_OFFSETS_TO_TXN_RESPONSE,
+    ApiKey.END_TXN: END_TXN_RESPONSE,
+    ApiKey.WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_RESPONSE,
+    ApiKey.TXN_OFFSET_COMMIT: TXN_OFFSET_COMMIT_RESPONSE,
     ApiKey.DESCRIBE_CONFIGS: DESCRIBE_CONFIGS_RESPONSE,
     ApiKey.ALTER_CONFIGS: ALTER_CONFIGS_RESPONSE,
     ApiKey.SASL_AUTHENTICATE: SASL_AUTHENTICATE_RESPONSE,
     ApiKey.CREATE_PARTITIONS: CREATE_PARTITIONS_RESPONSE,
     ApiKey.DELETE_GROUPS: DELETE_GROUPS_RESPONSE,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_RESPONSE,
+    ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_RESPONSE,
+    ApiKey.DESCRIBE_TRANSACTIONS: DESCRIBE_TRANSACTIONS_RESPONSE,
+    ApiKey.LIST_TRANSACTIONS: LIST_TRANSACTIONS_RESPONSE,
 }
