@@ -19,6 +19,7 @@ SERVICES = {
     "controller": "ControllerService",
     "admin": "AdminService",
     "group": "GroupCoordinatorService",
+    "transaction": "TransactionCoordinatorService",
 }
 
 
@@ -43,7 +44,8 @@ def test_every_service_of_the_system_is_defined_with_its_rpcs() -> None:
     expected = {
         "StorageService": {
             "Produce", "ProduceRecords", "Fetch", "Subscribe", "ListOffsets",
-            "GetMetadata", "InitProducerId", "DeleteRecords",
+            "GetMetadata", "InitProducerId", "DeleteRecords", "WriteTxnMarkers",
+            "DescribeProducers",
         },
         "ReplicaService": {"ReplicaFetch", "OffsetForLeaderEpoch"},
         "ControllerService": {
@@ -58,6 +60,11 @@ def test_every_service_of_the_system_is_defined_with_its_rpcs() -> None:
         "GroupCoordinatorService": {
             "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup",
             "CommitOffsets", "FetchOffsets", "DescribeGroups", "ListGroups", "DeleteGroups",
+            "TxnCommitOffsets", "CompleteTransaction",
+        },
+        "TransactionCoordinatorService": {
+            "InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn",
+            "DescribeTransactions", "ListTransactions",
         },
     }  # fmt: skip
     for module_name, service_name in SERVICES.items():
