@@ -43,7 +43,8 @@ def test_every_service_of_the_system_is_defined_with_its_rpcs() -> None:
     expected = {
         "StorageService": {
             "Produce", "ProduceRecords", "Fetch", "Subscribe", "ListOffsets",
-            "GetMetadata", "InitProducerId", "DeleteRecords",
+            "GetMetadata", "InitProducerId", "DeleteRecords", "WriteTxnMarkers",
+            "DescribeProducers",
         },
         "ReplicaService": {"ReplicaFetch", "OffsetForLeaderEpoch"},
         "ControllerService": {
