@@ -926,6 +926,12 @@ class PartitionLog:
                         append_time_ms=load_time_ms,
                     )
                     replayed += 1
+        if txn_index_rebuild_from is not None:
+            # Durable now: segments below the recovery point are never flushed again, and an
+            # empty index lost to a power failure would read as "no aborts".
+            for segment in self._segments.from_offset(txn_index_rebuild_from):
+                segment.txn_index.flush()
+            fsync_dir(self.directory)
         self._update_last_stable_offset_locked()
         _log.debug(
             "%s: producer state from snapshot %s and %d replayed batches: %d producers",
