@@ -438,8 +438,8 @@ class ProducerStateManager:
 
     @property
     def ongoing_transactions(self) -> dict[int, int]:
-        """Producer id -> first offset of each open transaction."""
-        return self._ongoing
+        """Producer id -> first offset of each open transaction (a copy)."""
+        return dict(self._ongoing)
 
     def clear(self) -> None:
         self._producers.clear()
