@@ -3,7 +3,10 @@
 One read pass takes a list of ``FetchTarget``s (partition, offset, per-partition byte limit)
 and a response budget, and answers a ``FetchPartitionResponse`` per target, in order:
 
-- whole RecordBatch v2 batches as stored, below the high watermark only;
+- whole RecordBatch v2 batches as stored, below the high watermark only, or below the last
+  stable offset for READ_COMMITTED, which also gets the aborted transactions overlapping the
+  range returned (Kafka's clients drop their records) and, with ``decode``, has them and the
+  control records dropped here;
 - each partition gets at most its own limit and what is left of the response budget; once
   the budget is spent the remaining partitions get no data (and no error), as in Kafka;
 - progress rule: the first batch of the first partition with data is returned whole even if
@@ -33,6 +36,7 @@ from brook_storage_node.errors import (
     leader_hint_proto,
     wire_code,
 )
+from brook_storage_node.log.transaction_index import AbortedTxn
 from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, Partition, runs_inline
 from brook_storage_node.replica_manager import ReplicaManager
 
@@ -77,8 +81,9 @@ class ReadPass:
     """Raw record bytes read per target (what decoded responses were decoded from)."""
     total_bytes: int
     has_error: bool
-    high_watermarks: dict[Partition, int]
-    """The high watermark each partition had when it was read."""
+    visible_ends: dict[Partition, int]
+    """Where each partition's visible data ended when it was read (its HW, or its last
+    stable offset for READ_COMMITTED)."""
 
 
 def resolve_targets(targets: Sequence[FetchTarget], replicas: ReplicaManager) -> None:
@@ -96,19 +101,27 @@ def resolve_targets(targets: Sequence[FetchTarget], replicas: ReplicaManager) ->
             target.error = error_result(exc)
 
 
-def apply_error(response: storage_pb2.FetchPartitionResponse, error: ErrorResult) -> None:
+def apply_error(
+    response: storage_pb2.FetchPartitionResponse
+    | storage_pb2.TxnMarkerPartitionResult
+    | storage_pb2.PartitionProducers,
+    error: ErrorResult,
+) -> None:
+    """Set a per-partition answer's error code, message and leader hint."""
     response.error_code = wire_code(error.code)
     response.error_message = error.message
     if error.leader_hint is not None:
         response.current_leader.CopyFrom(leader_hint_proto(error.leader_hint))
 
 
-def _read_sync(targets: Sequence[FetchTarget], response_bytes_max: int, decode: bool) -> ReadPass:
+def _read_sync(
+    targets: Sequence[FetchTarget], response_bytes_max: int, decode: bool, read_committed: bool
+) -> ReadPass:
     responses = []
     sizes = []
     total = 0
     has_error = False
-    high_watermarks: dict[Partition, int] = {}
+    visible_ends: dict[Partition, int] = {}
     for target in targets:
         response = storage_pb2.FetchPartitionResponse(
             topic=target.topic,
@@ -132,7 +145,7 @@ def _read_sync(targets: Sequence[FetchTarget], response_bytes_max: int, decode: 
         remaining = response_bytes_max - total
         limit = remaining if target.max_bytes is None else min(target.max_bytes, remaining)
         try:
-            high_watermarks[partition] = partition.high_watermark
+            visible_ends[partition] = partition.visible_end(read_committed)
             diverging = partition.diverging_epoch(target.last_fetched_epoch, target.fetch_offset)
             if diverging is not None and diverging[0] == NO_EPOCH:
                 # Kafka's answer to a consumer whose epoch the log cannot place.
@@ -143,27 +156,46 @@ def _read_sync(targets: Sequence[FetchTarget], response_bytes_max: int, decode: 
             if diverging is not None:
                 # Answered at once and without records, as Kafka does: the client truncates.
                 response.diverging_epoch.epoch, response.diverging_epoch.end_offset = diverging
-                response.high_watermark = response.last_stable_offset = partition.high_watermark
+                response.high_watermark = partition.high_watermark
+                response.last_stable_offset = partition.last_stable_offset
                 response.log_start_offset = partition.log_start_offset
                 has_error = True
                 sizes.append(0)
                 continue
-            data = partition.read(target.fetch_offset, max(limit, 0), min_one_batch=total == 0)
+            data = partition.read(
+                target.fetch_offset,
+                max(limit, 0),
+                min_one_batch=total == 0,
+                read_committed=read_committed,
+            )
             response.high_watermark = data.high_watermark
-            # No transactions yet (issue #8): the last stable offset is the high watermark.
-            response.last_stable_offset = data.high_watermark
+            response.last_stable_offset = data.last_stable_offset
             response.log_start_offset = data.log_start_offset
             response.next_fetch_offset = data.next_offset
             records = data.records
             size = len(records)
             if size:
+                aborted: list[AbortedTxn] = []
+                if read_committed:
+                    aborted = partition.log.collect_aborted_transactions(
+                        target.fetch_offset, data.next_offset
+                    )
                 if decode:
-                    response.decoded_records.extend(decode_records(records, target.fetch_offset))
+                    response.decoded_records.extend(
+                        decode_records(records, target.fetch_offset, aborted)
+                    )
                 else:
                     response.records = _as_bytes(records)
+                    response.aborted_transactions.extend(
+                        common_pb2.AbortedTransaction(
+                            producer_id=txn.producer_id, first_offset=txn.first_offset
+                        )
+                        for txn in aborted
+                    )
         except Exception as exc:
             response.ClearField("records")
             response.ClearField("decoded_records")
+            response.ClearField("aborted_transactions")
             response.high_watermark = response.last_stable_offset = NO_OFFSET
             response.log_start_offset = NO_OFFSET
             response.next_fetch_offset = target.fetch_offset
@@ -172,13 +204,18 @@ def _read_sync(targets: Sequence[FetchTarget], response_bytes_max: int, decode: 
             size = 0
         sizes.append(size)
         total += size
-    return ReadPass(responses, sizes, total, has_error, high_watermarks)
+    return ReadPass(responses, sizes, total, has_error, visible_ends)
 
 
 async def read_targets(
-    targets: Sequence[FetchTarget], *, response_bytes_max: int, decode: bool
+    targets: Sequence[FetchTarget],
+    *,
+    response_bytes_max: int,
+    decode: bool,
+    read_committed: bool = False,
 ) -> ReadPass:
-    """One read pass over ``targets`` (resolved first), inline or on a thread by its size."""
+    """One read pass over ``targets`` (resolved first), inline or on a thread by its size;
+    ``read_committed``: READ_COMMITTED isolation (module docstring)."""
     may_read = 0
     for target in targets:
         partition = target.partition
@@ -187,8 +224,8 @@ async def read_targets(
             # A log holds at most its size: small logs are read inline whatever the limits.
             may_read += min(limit, partition.log.size_bytes)
     if runs_inline(min(may_read, response_bytes_max)):
-        return _read_sync(targets, response_bytes_max, decode)
-    return await asyncio.to_thread(_read_sync, targets, response_bytes_max, decode)
+        return _read_sync(targets, response_bytes_max, decode, read_committed)
+    return await asyncio.to_thread(_read_sync, targets, response_bytes_max, decode, read_committed)
 
 
 def _as_bytes(records: memoryview) -> bytes:
@@ -200,12 +237,22 @@ def _as_bytes(records: memoryview) -> bytes:
     return bytes(records)
 
 
-def decode_records(data: memoryview, fetch_offset: int) -> list[common_pb2.Record]:
+def decode_records(
+    data: memoryview, fetch_offset: int, aborted: Sequence[AbortedTxn] = ()
+) -> list[common_pb2.Record]:
     """The records of whole batches ``data`` at or after ``fetch_offset``, as protobuf
-    Records; control batches (transaction markers) are not records a consumer sees."""
+    Records; control batches (transaction markers) are not records a consumer sees, nor are
+    the transactional batches of the ``aborted`` transactions (each spans its first offset to
+    its marker)."""
     decoded = []
     for position, header in scan_batches(data):
         if header.is_control or header.last_offset < fetch_offset:
+            continue
+        if header.is_transactional and any(
+            txn.producer_id == header.producer_id
+            and txn.first_offset <= header.base_offset <= txn.last_offset
+            for txn in aborted
+        ):
             continue
         timestamp_type = _TIMESTAMP_TYPES[header.timestamp_type]
         for record in iter_records(data, position):

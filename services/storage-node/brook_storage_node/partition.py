@@ -46,6 +46,7 @@ from brook.errors import ErrorCode
 from brook.metadata.info import NO_LEADER, PartitionInfo
 from brook_storage_node.errors import PartitionError
 from brook_storage_node.log import (
+    AppendOrigin,
     FetchData,
     InvariantViolationError,
     LogAppendInfo,
@@ -163,6 +164,14 @@ class Partition:
         return self.log.high_watermark
 
     @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
+    def visible_end(self, read_committed: bool) -> int:
+        """Where a reader's data ends: the last stable offset for READ_COMMITTED, else the HW."""
+        return self.log.last_stable_offset if read_committed else self.log.high_watermark
+
+    @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
@@ -263,10 +272,16 @@ class Partition:
     # -- appends ----------------------------------------------------------------------------
 
     async def append_as_leader(
-        self, records: bytes, *, acks_all: bool, gap_wait_s: float = 0.0
+        self,
+        records: bytes,
+        *,
+        acks_all: bool,
+        gap_wait_s: float = 0.0,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
-        """Validate and append a producer's batches; the HW follows. Raises PartitionError,
-        RecordError or LogError with nothing appended.
+        """Validate and append a producer's batches (``origin`` COORDINATOR: a transaction
+        marker); the HW follows. Raises PartitionError, RecordError or LogError with nothing
+        appended.
 
         ``gap_wait_s`` > 0: an idempotent batch that starts past its producer's next sequence
         waits up to that long for the batches in between, re-checked after each append here,
@@ -275,7 +290,7 @@ class Partition:
         deadline_s = loop.time() + gap_wait_s
         while True:
             try:
-                return await self._append_as_leader(records, acks_all=acks_all)
+                return await self._append_as_leader(records, acks_all=acks_all, origin=origin)
             except OutOfOrderSequenceError as error:
                 remaining_s = deadline_s - loop.time()
                 if not error.ahead or remaining_s <= 0:
@@ -295,7 +310,9 @@ class Partition:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _append_as_leader(self, records: bytes, *, acks_all: bool) -> LogAppendInfo:
+    async def _append_as_leader(
+        self, records: bytes, *, acks_all: bool, origin: AppendOrigin
+    ) -> LogAppendInfo:
         async with self._append_lock:
             self.check_leader()
             if acks_all and len(self.isr) < self.settings.min_insync_replicas:
@@ -307,12 +324,14 @@ class Partition:
             epoch = self.leader_epoch
             log = self.log
             if runs_inline(len(records)) and log.config.flush_messages == LONG_MAX:
-                info = log.append(records, leader_epoch=epoch)
+                info = log.append(records, leader_epoch=epoch, origin=origin)
             else:
                 # A leadership change on the loop meanwhile cannot undo this append; as in
                 # Kafka, a new leader's followers truncate what the old epoch wrote past
                 # their high watermark.
-                info = await asyncio.to_thread(log.append, records, leader_epoch=epoch)
+                info = await asyncio.to_thread(
+                    log.append, records, leader_epoch=epoch, origin=origin
+                )
             if info.duplicate:
                 # A retry of a batch already in the log: nothing new for anyone to read; an
                 # acks=all caller still waits for the original to be committed.
@@ -505,10 +524,16 @@ class Partition:
             return epoch, end_offset
         return None
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool) -> FetchData:
-        """Whole batches from ``offset``, below the HW only (what consumers may see)."""
+    def read(
+        self, offset: int, max_bytes: int, *, min_one_batch: bool, read_committed: bool = False
+    ) -> FetchData:
+        """Whole batches from ``offset``, below the HW only (what consumers may see), or
+        below the last stable offset for ``read_committed``."""
         return self.log.read(
-            offset, max_bytes, max_offset=self.log.high_watermark, min_one_batch=min_one_batch
+            offset,
+            max_bytes,
+            max_offset=self.visible_end(read_committed),
+            min_one_batch=min_one_batch,
         )
 
     def add_listener(self, listener: PartitionListener) -> None:

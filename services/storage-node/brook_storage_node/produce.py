@@ -52,7 +52,7 @@ from brook_storage_node.delayed_produce import await_replication
 from brook_storage_node.errors import ErrorResult, PartitionError, error_result
 from brook_storage_node.leadership_gate import AppendTurns
 from brook_storage_node.limits import InFlightBytes, StorageLimits
-from brook_storage_node.log import LogAppendInfo, TopicPartition
+from brook_storage_node.log import AppendOrigin, LogAppendInfo, TopicPartition
 from brook_storage_node.log.producer_state import OutOfOrderSequenceError
 from brook_storage_node.log.time_index import NO_TIMESTAMP
 from brook_storage_node.partition import NO_OFFSET, SEQUENCE_GAP_WAIT_MS, Partition
@@ -192,10 +192,12 @@ class ProducePath:
         timeout_ms: int,
         size_bytes: int,
         coordinator: bool = False,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> list[ProducePartitionResult]:
         """Append a request's entries (``acks`` a brook.v1.Acks, ``size_bytes`` what the
-        request counts against queued.max.request.bytes, ``coordinator`` whether a group
-        coordinator sent it); one result per entry, in order. ProduceLimitError before
+        request counts against queued.max.request.bytes, ``coordinator`` whether a
+        coordinator sent it, ``origin`` COORDINATOR for transaction markers, which only
+        WriteTxnMarkers sends); one result per entry, in order. ProduceLimitError before
         anything is done if the node has too many bytes in flight."""
         if not self._bytes.try_acquire(size_bytes):
             raise ProduceLimitError(
@@ -230,7 +232,9 @@ class ProducePath:
             appends = [append for append in appends if append.index not in refusals]
             acks_all = acks not in (storage_pb2.ACKS_NONE, storage_pb2.ACKS_LEADER)
             # No await between here and the gates (or the arrival): see point 2 above.
-            appending = asyncio.gather(*(self._append(a, acks_all=acks_all) for a in appends))
+            appending = asyncio.gather(
+                *(self._append(a, acks_all=acks_all, origin=origin) for a in appends)
+            )
             if acks == storage_pb2.ACKS_NONE:
                 # Answered now: the gates are left, and the bytes released, when the appends
                 # are done (or cancelled, even before they started).
@@ -383,7 +387,12 @@ class ProducePath:
                 )
 
     async def _append(
-        self, append: _Append, *, acks_all: bool, gap_wait_s: float | None = None
+        self,
+        append: _Append,
+        *,
+        acks_all: bool,
+        gap_wait_s: float | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> _Outcome:
         """``gap_wait_s`` None: a batch ahead of its producer's sequence is set aside (None)
         for a second pass that waits for the ones in between — unless the batch it waits for
@@ -392,7 +401,7 @@ class ProducePath:
         partition = append.partition
         try:
             return await partition.append_as_leader(
-                append.records, acks_all=acks_all, gap_wait_s=gap_wait_s or 0.0
+                append.records, acks_all=acks_all, gap_wait_s=gap_wait_s or 0.0, origin=origin
             )
         except Exception as exc:
             if isinstance(exc, OutOfOrderSequenceError) and exc.ahead and gap_wait_s is None:

@@ -34,6 +34,13 @@ Kafka's terms:
 - Subscribe pushes committed data as it arrives, awaiting each write (gRPC flow control
   paces it), and ends on shutdown, on cancellation, or when every partition has dropped out
   with an error.
+- READ_COMMITTED (Fetch, Subscribe, ListOffsets) reads up to the last stable offset instead of
+  the high watermark (fetch.py); a long poll then waits for the LSO to move.
+- WriteTxnMarkers appends a COMMIT or ABORT control batch per marker and partition through the
+  produce path (gates, FIFO append lock, the log's checks), as a coordinator, acks=all;
+  DescribeProducers reports the leader's producer state (log/producer_state.py). Transactional
+  producers get their ids from the transaction coordinator: InitProducerId with a
+  transactional id is refused here and says so.
 
 Every request gets a span and its latency recorded; bytes in/out and records in are counted
 per topic from batch headers (no per-record work).
@@ -52,6 +59,7 @@ import grpc
 from opentelemetry import propagate, trace
 
 from brook.errors import ErrorCode
+from brook.record import ControlType, build_control_batch
 from brook.telemetry import meter, tracer
 from brook.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from brook_storage_node.delayed_fetch import DataWaiter
@@ -64,7 +72,7 @@ from brook_storage_node.errors import (
 )
 from brook_storage_node.fetch import FetchTarget, apply_error, read_targets, resolve_targets
 from brook_storage_node.limits import StorageLimits
-from brook_storage_node.log import LogAppendInfo
+from brook_storage_node.log import AppendOrigin, LogAppendInfo
 from brook_storage_node.log.time_index import NO_TIMESTAMP
 from brook_storage_node.log.topic_partition import check_topic_name
 from brook_storage_node.metadata_view import NO_LEADER, endpoint_protos
@@ -316,12 +324,16 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 )
             )
         budget = self._response_budget(request.max_bytes)
+        read_committed = request.isolation_level == common_pb2.ISOLATION_LEVEL_READ_COMMITTED
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_ms(request.max_wait_ms, context) / 1000
         while True:
             resolve_targets(targets, self._replicas)
             passed = await read_targets(
-                targets, response_bytes_max=budget, decode=request.decode_records
+                targets,
+                response_bytes_max=budget,
+                decode=request.decode_records,
+                read_committed=read_committed,
             )
             remaining_s = deadline - loop.time()
             if (
@@ -335,11 +347,13 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 break
             watched = [(t.partition, t.max_bytes) for t in targets if t.partition is not None]
             with DataWaiter(watched, request.min_bytes - passed.total_bytes) as waiter:
-                # A threaded read let appends run meanwhile: if a high watermark moved since
-                # the read, read again at once instead of sleeping through data already there.
+                # A threaded read let appends run meanwhile: if a visible end (HW, or LSO for
+                # READ_COMMITTED) moved since the read, read again at once instead of sleeping
+                # through data already there. The waiter wakes on HW moves; a READ_COMMITTED
+                # read that finds the LSO still behind them waits again.
                 moved = any(
-                    partition.high_watermark != seen
-                    for partition, seen in passed.high_watermarks.items()
+                    partition.visible_end(read_committed) != seen
+                    for partition, seen in passed.visible_ends.items()
                 )
                 if not moved:
                     await waiter.wait(remaining_s)
@@ -376,6 +390,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             )
         budget = self._response_budget(request.max_bytes)
         partition_max = request.partition_max_bytes or None
+        read_committed = request.isolation_level == common_pb2.ISOLATION_LEVEL_READ_COMMITTED
         active: list[FetchTarget] = []
         first = storage_pb2.SubscribeResponse()
         for entry, address_error in _with_address_errors(request.partitions):
@@ -390,7 +405,9 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             resolve_targets([target], self._replicas)
             if target.error is None and target.partition is not None:
                 try:
-                    target.fetch_offset = await self._start_offset(target.partition, entry)
+                    target.fetch_offset = await self._start_offset(
+                        target.partition, entry, read_committed
+                    )
                 except PartitionError as exc:
                     target.error = error_result(exc)
             if target.error is not None:
@@ -424,7 +441,10 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 # wait at once.
                 waiter.rearm(1)
                 passed = await read_targets(
-                    ordered, response_bytes_max=budget, decode=request.decode_records
+                    ordered,
+                    response_bytes_max=budget,
+                    decode=request.decode_records,
+                    read_committed=read_committed,
                 )
                 message = storage_pb2.SubscribeResponse()
                 for target, response, size in zip(
@@ -445,18 +465,19 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 await waiter.wait(self._limits.wait_ms_max / 1000)
 
     async def _start_offset(
-        self, partition: Partition, entry: storage_pb2.SubscribePartition
+        self, partition: Partition, entry: storage_pb2.SubscribePartition, read_committed: bool
     ) -> int:
         spec = entry.start
+        end = partition.visible_end(read_committed)
         if spec in (storage_pb2.OFFSET_SPEC_UNSPECIFIED, storage_pb2.OFFSET_SPEC_LATEST):
-            return partition.high_watermark
+            return end
         if spec == storage_pb2.OFFSET_SPEC_EARLIEST:
             return partition.log_start_offset
         if spec == storage_pb2.OFFSET_SPEC_OFFSET:
             return entry.offset
         if spec == storage_pb2.OFFSET_SPEC_TIMESTAMP:
-            found = await self._offset_for_timestamp(partition, entry.offset)
-            return partition.high_watermark if found is None else found[0]
+            found = await self._offset_for_timestamp(partition, entry.offset, end)
+            return end if found is None else found[0]
         raise PartitionError(
             ErrorCode.INVALID_REQUEST, f"start {spec} is not a start position for Subscribe"
         )
@@ -486,7 +507,11 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                     partition = self._replicas.leader_partition(
                         entry.topic, entry.partition, _client_leader_epoch(entry)
                     )
-                    found = await self._list_offset(partition, entry)
+                    found = await self._list_offset(
+                        partition,
+                        entry,
+                        request.isolation_level == common_pb2.ISOLATION_LEVEL_READ_COMMITTED,
+                    )
                     if found is not None:
                         response.offset, response.timestamp_ms = found
                         response.leader_epoch = _epoch_at(partition, found[0])
@@ -500,26 +525,26 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             return storage_pb2.ListOffsetsResponse(partitions=responses)
 
     async def _list_offset(
-        self, partition: Partition, entry: storage_pb2.ListOffsetsPartition
+        self, partition: Partition, entry: storage_pb2.ListOffsetsPartition, read_committed: bool
     ) -> tuple[int, int] | None:
-        """(offset, timestamp) for the spec, or None when no record matches."""
+        """(offset, timestamp) for the spec, or None when no record matches; only records
+        below the visible end count (the LSO for READ_COMMITTED, else the HW: Kafka's
+        lastFetchableOffset)."""
         spec = entry.spec
+        end = partition.visible_end(read_committed)
         if spec == storage_pb2.OFFSET_SPEC_EARLIEST:
             return partition.log_start_offset, NO_TIMESTAMP
         if spec == storage_pb2.OFFSET_SPEC_LATEST:
-            # READ_COMMITTED reads up to the last stable offset: the HW until transactions.
-            return partition.high_watermark, NO_TIMESTAMP
+            return end, NO_TIMESTAMP
         if spec == storage_pb2.OFFSET_SPEC_TIMESTAMP:
             if entry.timestamp_ms < 0:
                 raise PartitionError(
                     ErrorCode.INVALID_REQUEST, f"timestamp_ms {entry.timestamp_ms} is negative"
                 )
-            return await self._offset_for_timestamp(partition, entry.timestamp_ms)
+            return await self._offset_for_timestamp(partition, entry.timestamp_ms, end)
         if spec == storage_pb2.OFFSET_SPEC_MAX_TIMESTAMP:
             # Reads index files and batch headers: off the loop (a rare request).
-            found = await asyncio.to_thread(
-                partition.log.offset_of_max_timestamp, max_offset=partition.high_watermark
-            )
+            found = await asyncio.to_thread(partition.log.offset_of_max_timestamp, max_offset=end)
             return None if found is None else (found.offset, found.timestamp)
         raise PartitionError(
             ErrorCode.INVALID_REQUEST,
@@ -528,11 +553,11 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
 
     @staticmethod
     async def _offset_for_timestamp(
-        partition: Partition, timestamp_ms: int
+        partition: Partition, timestamp_ms: int, max_offset: int
     ) -> tuple[int, int] | None:
         # Reads index files and may decode one batch: off the loop (a rare request).
         found = await asyncio.to_thread(
-            partition.log.offset_for_timestamp, timestamp_ms, max_offset=partition.high_watermark
+            partition.log.offset_for_timestamp, timestamp_ms, max_offset=max_offset
         )
         return None if found is None else (found.offset, found.timestamp)
 
@@ -671,6 +696,104 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 return _init_producer_id_answer(exc.code, str(exc))
             return storage_pb2.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
+    # -- WriteTxnMarkers -------------------------------------------------------------------
+
+    async def WriteTxnMarkers(
+        self, request: storage_pb2.WriteTxnMarkersRequest, context: Any
+    ) -> storage_pb2.WriteTxnMarkersResponse:
+        with self._instruments.request("WriteTxnMarkers", context):
+            timeout_ms = request.timeout_ms or self._limits.wait_ms_max
+            now_ms = time.time_ns() // 1_000_000
+            # Each marker's appends take their places at the gates before the next marker's
+            # (a task runs to its first await in creation order): FIFO per partition.
+            try:
+                results = await asyncio.gather(
+                    *(
+                        self._write_marker(marker, request.timeout_ms, timeout_ms, now_ms)
+                        for marker in request.markers
+                    )
+                )
+            except ProduceLimitError as exc:
+                self._instruments.rejected.add(1, {"rpc.method": "WriteTxnMarkers"})
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+                raise AssertionError("context.abort returned") from exc
+            return storage_pb2.WriteTxnMarkersResponse(markers=results)
+
+    async def _write_marker(
+        self, marker: storage_pb2.TxnMarker, requested_timeout_ms: int, timeout_ms: int, now_ms: int
+    ) -> storage_pb2.TxnMarkerResult:
+        """Append one marker's control batch to each of its partitions, acks=all."""
+        result = storage_pb2.TxnMarkerResult(producer_id=marker.producer_id)
+        error = _marker_error(marker, requested_timeout_ms)
+        if error is not None:
+            for tp in marker.partitions:
+                apply_error(result.partitions.add(topic=tp.topic, partition=tp.partition), error)
+            return result
+        records = build_control_batch(
+            ControlType.COMMIT if marker.committed else ControlType.ABORT,
+            producer_id=marker.producer_id,
+            producer_epoch=marker.producer_epoch,
+            coordinator_epoch=marker.coordinator_epoch,
+            timestamp_ms=now_ms,
+        )
+        entries = [ProduceEntry(tp.topic, tp.partition, records) for tp in marker.partitions]
+        appended = await self._produce.append_records(
+            entries,
+            acks=storage_pb2.ACKS_ALL,
+            timeout_ms=timeout_ms,
+            size_bytes=len(records) * len(entries),
+            coordinator=True,
+            origin=AppendOrigin.COORDINATOR,
+        )
+        for produced in appended:
+            partition_result = result.partitions.add(
+                topic=produced.topic, partition=produced.partition_index
+            )
+            if produced.error is not None:
+                apply_error(partition_result, produced.error)
+        return result
+
+    # -- DescribeProducers -----------------------------------------------------------------
+
+    async def DescribeProducers(
+        self, request: storage_pb2.DescribeProducersRequest, context: Any
+    ) -> storage_pb2.DescribeProducersResponse:
+        with self._instruments.request("DescribeProducers", context):
+            responses = []
+            for entry, address_error in _with_address_errors(request.partitions):
+                response = storage_pb2.PartitionProducers(
+                    topic=entry.topic, partition=entry.partition
+                )
+                try:
+                    _raise_if(address_error)
+                    partition = self._replicas.leader_partition(entry.topic, entry.partition)
+                    for producer in partition.log.describe_producers():
+                        response.producers.add(
+                            producer_id=producer.producer_id,
+                            producer_epoch=producer.producer_epoch,
+                            last_sequence=producer.last_sequence,
+                            last_timestamp=producer.last_append_time_ms,
+                            coordinator_epoch=producer.coordinator_epoch,
+                            current_txn_start_offset=producer.current_txn_first_offset,
+                        )
+                except Exception as exc:
+                    apply_error(response, error_result(exc))
+                responses.append(response)
+            return storage_pb2.DescribeProducersResponse(partitions=responses)
+
+
+def _marker_error(marker: storage_pb2.TxnMarker, timeout_ms: int) -> ErrorResult | None:
+    """INVALID_REQUEST for a marker no control batch can carry, or a negative timeout."""
+    if timeout_ms < 0:
+        return ErrorResult(ErrorCode.INVALID_REQUEST, f"timeout_ms {timeout_ms} is negative")
+    if marker.producer_id < 0 or not 0 <= marker.producer_epoch <= PRODUCER_EPOCH_LIMIT:
+        return ErrorResult(
+            ErrorCode.INVALID_REQUEST,
+            f"marker for producer {marker.producer_id} epoch {marker.producer_epoch}: a "
+            f"producer id >= 0 and an epoch in 0..{PRODUCER_EPOCH_LIMIT} are needed",
+        )
+    return None
+
 
 def _produce_response(result: ProducePartitionResult) -> storage_pb2.PartitionProduceResponse:
     response = storage_pb2.PartitionProduceResponse(
@@ -702,12 +825,13 @@ def _init_producer_id_answer(code: ErrorCode, message: str) -> storage_pb2.InitP
 
 def _init_producer_id_error(request: storage_pb2.InitProducerIdRequest) -> ErrorResult | None:
     if request.transactional_id:
-        # Kafka's answer when a client may not use a transactional id; transactions need a
-        # transaction coordinator, which Brook does not have.
+        # Transactional producers get their ids (and epoch bumps, which must fence the open
+        # transaction) from the transaction coordinator owning their transactional id.
         return ErrorResult(
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            f"transactional id {request.transactional_id!r} refused: this cluster has no "
-            "transaction coordinator; use an idempotent producer without transactional.id",
+            f"transactional id {request.transactional_id!r}: a storage node does not hand out "
+            "transactional producer ids; send InitProducerId to the transaction coordinator "
+            "(find it with FindCoordinator, key_type TRANSACTION)",
         )
     has_id = request.producer_id >= 0
     has_epoch = request.producer_epoch >= 0

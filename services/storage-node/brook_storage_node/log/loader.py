@@ -6,7 +6,10 @@ log was last fsynced) is re-validated batch by batch: header, CRC-32C and offset
 bad or incomplete batch ends the log: the segment is cut there (logged at WARNING with the
 file, position and reason) and every later segment is deleted, so the log never has a hole
 and never serves a batch that failed its CRC. A segment whose index files are missing or
-do not fit its data is recovered the same way, which rebuilds them.
+do not fit its data is recovered the same way, which rebuilds them. Aborted-transaction
+indexes (``.txnindex``) are rebuilt from the first segment recovered, or whose index is missing
+or damaged, by the partition log's replay of the producer state (it knows each transaction's
+first offset); this module only finds where that starts.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from brook_storage_node.log.log_segment import (
     LogSegment,
     parse_segment_file_name,
 )
+from brook_storage_node.log.transaction_index import TXN_INDEX_SUFFIX
 
 _log = logging.getLogger(__name__)
 
@@ -39,6 +43,10 @@ class LoadedLog:
     # Everything below it is known to be on disk (fsynced); after loading that is the end.
     recovery_point: int
     recovered_segments: int
+    # The base offset of the first segment whose aborted-transaction index must be rebuilt
+    # (missing, damaged, or its segment recovered), None if every one is sound. The partition
+    # log rebuilds it and every later one while it replays the producer state.
+    txn_index_rebuild_from: int | None
 
 
 def load_log(
@@ -82,7 +90,8 @@ def load_log(
                     reasons.setdefault(
                         index, f"it may hold unflushed data (recovery point {recovery_point})"
                     )
-        recovered = _recover(segments, reasons, epoch_cache)
+        recovered_bases: set[int] = set()
+        recovered = _recover(segments, reasons, epoch_cache, recovered_bases)
         if not segments:
             segments.append(LogSegment.create(directory, max(log_start_offset, 0), config, now_ms))
         active = segments[-1]
@@ -95,7 +104,9 @@ def load_log(
             _log.error(
                 "%s: damaged despite a clean shutdown or flush: %s", active.log_path, problem
             )
-            recovered += _recover(segments, {len(segments) - 1: problem}, epoch_cache)
+            recovered += _recover(
+                segments, {len(segments) - 1: problem}, epoch_cache, recovered_bases
+            )
             active.offset_index.make_writable()
             active.time_index.make_writable()
     except BaseException:
@@ -104,18 +115,38 @@ def load_log(
         raise
     log_end_offset = segments[-1].next_offset
     epoch_cache.truncate_from_end(log_end_offset)
+    rebuild_from = _txn_index_rebuild_from(segments, recovered_bases)
     if recovered:
         epoch_cache.flush()
         for segment in segments:
             segment.flush()
         fsync_dir(directory)
-    return LoadedLog(segments, log_end_offset, log_end_offset, recovered)
+    return LoadedLog(segments, log_end_offset, log_end_offset, recovered, rebuild_from)
+
+
+def _txn_index_rebuild_from(segments: list[LogSegment], recovered_bases: set[int]) -> int | None:
+    """The base offset of the first segment that was recovered or whose ``.txnindex`` is
+    missing or damaged (logged), else None. Reads every segment's (small) index file."""
+    for segment in segments:
+        if segment.base_offset in recovered_bases:
+            return segment.base_offset
+        problem = segment.txn_index.problem()
+        if problem is not None:
+            _log.warning(
+                "%s: rebuilding aborted-transaction indexes: %s", segment.log_path, problem
+            )
+            return segment.base_offset
+    return None
 
 
 def _recover(
-    segments: list[LogSegment], reasons: dict[int, str], epoch_cache: LeaderEpochFileCache
+    segments: list[LogSegment],
+    reasons: dict[int, str],
+    epoch_cache: LeaderEpochFileCache,
+    recovered_bases: set[int],
 ) -> int:
-    """Recover the segments named in ``reasons`` in order; returns how many were recovered."""
+    """Recover the segments named in ``reasons`` in order; returns how many were recovered
+    and adds their base offsets to ``recovered_bases``."""
     recovered = 0
     for index in sorted(reasons):
         if index >= len(segments):
@@ -128,6 +159,7 @@ def _recover(
         epoch_cache.truncate_from_end(segment.base_offset, flush=False)
         result = segment.recover(min_first_offset=segment.base_offset, epoch_cache=epoch_cache)
         recovered += 1
+        recovered_bases.add(segment.base_offset)
         if index + 1 < len(segments):
             segment.seal()
         if result.truncated_bytes and index + 1 < len(segments):
@@ -154,7 +186,7 @@ def _remove_leftovers(directory: Path) -> None:
         parsed = parse_segment_file_name(name)
         orphan_index = (
             parsed is not None
-            and parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            and parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
             and name[: -len(parsed[1])] + LOG_SUFFIX not in names
         )
         if name.endswith(DELETED_SUFFIX) or name.endswith(TEMP_SUFFIX) or orphan_index:

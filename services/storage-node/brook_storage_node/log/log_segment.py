@@ -1,7 +1,8 @@
-"""One segment of a partition log: a ``.log`` file of record batches and its two indexes.
+"""One segment of a partition log: a ``.log`` file of record batches and its indexes.
 
 Files are named by the segment's base offset, 20 digits zero-padded, as Kafka names them
-(``00000000000000368769.log``, ``.index``, ``.timeindex``). Data is written with ``pwrite``
+(``00000000000000368769.log``, ``.index``, ``.timeindex``, ``.txnindex``: the aborted
+transactions whose markers it holds, transaction_index.py). Data is written with ``pwrite``
 and read with ``pread``: the page cache is the only cache, and a read returns the bytes the
 kernel hands over, without another copy.
 
@@ -36,12 +37,13 @@ from brook_storage_node.log.leader_epoch import LeaderEpochFileCache
 from brook_storage_node.log.log_config import LogConfig
 from brook_storage_node.log.offset_index import OffsetIndex
 from brook_storage_node.log.time_index import NO_TIMESTAMP, TimeIndex, TimestampOffset
+from brook_storage_node.log.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
 DELETED_SUFFIX: Final = ".deleted"
-SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 BASE_OFFSET_DIGITS: Final = 20
 
 INT32_MAX: Final = 2**31 - 1
@@ -101,11 +103,13 @@ class LogSegment:
         time_index: TimeIndex,
         config: LogConfig,
         created_ms: int,
+        txn_index: TransactionIndex,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index
         self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
         self._fd = fd
         self._size_bytes = size_bytes
@@ -146,10 +150,15 @@ class LogSegment:
                 base_offset,
                 config.segment_index_bytes,
             )
+            txn_index = TransactionIndex.create(
+                directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX), base_offset
+            )
         except BaseException:
             os.close(fd)
             raise
-        segment = cls(directory, base_offset, fd, 0, offset_index, time_index, config, now_ms)
+        segment = cls(
+            directory, base_offset, fd, 0, offset_index, time_index, config, now_ms, txn_index
+        )
         segment._tail_loaded = True
         return segment
 
@@ -193,7 +202,12 @@ class LogSegment:
         except BaseException:
             os.close(fd)
             raise
-        segment = cls(directory, base_offset, fd, size, offset_index, time_index, config, now_ms)
+        txn_index = TransactionIndex(
+            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX), base_offset
+        )
+        segment = cls(
+            directory, base_offset, fd, size, offset_index, time_index, config, now_ms, txn_index
+        )
         return segment, "; ".join(problems) or None
 
     # -- state ----------------------------------------------------------------------------
@@ -316,13 +330,17 @@ class LogSegment:
             yield position, header, chunk, relative
             position += header.size
 
-    def batch_headers_from(self, offset: int) -> Iterator[BatchHeader]:
-        """The headers of the batches holding ``offset`` or later, in order (replaying
-        producer state reads headers only)."""
+    def batch_headers_from(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of the batches holding ``offset`` or later, in order (replaying
+        producer state reads headers only, and a control batch's one record: read_batch)."""
         start = self.offset_index.lookup(offset).position
-        for _, header in self._iter_headers(start, self._size_bytes):
+        for position, header in self._iter_headers(start, self._size_bytes):
             if header.last_offset >= offset:
-                yield header
+                yield position, header
+
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        """The whole batch at ``position`` (found by ``batch_headers_from``)."""
+        return os.pread(self._fd, header.size, position)
 
     def translate_offset(self, offset: int) -> BatchLocation | None:
         """The first batch whose last offset is >= ``offset`` (the batch holding it), or None."""
@@ -504,6 +522,7 @@ class LogSegment:
         cut = location.header.base_offset
         self.offset_index.truncate_to(cut)
         self.time_index.truncate_to(cut)
+        self.txn_index.truncate_to(cut)
         removed = self._size_bytes - location.position
         self._size_bytes = location.position
         os.ftruncate(self._fd, location.position)
@@ -585,6 +604,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Release the descriptor and mappings; after a clean close the files are exact."""
@@ -606,12 +626,13 @@ class LogSegment:
         deleted = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
         os.replace(self.log_path, deleted)
         self.log_path = deleted
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
     def delete_files(self) -> None:
         self.offset_index.delete_file()
         self.time_index.delete_file()
+        self.txn_index.delete_file()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -86,6 +86,8 @@ def validate_leader_append(
     for header in headers:
         if header.is_control and origin is AppendOrigin.CLIENT:
             raise InvalidRecordError("clients may not write control batches (transaction markers)")
+        if header.is_control:
+            _check_marker_fields(header, len(headers))
         if not log_append_time:
             _check_create_time(header, now_ms, config.message_timestamp_difference_max_ms)
         if header.has_producer_id and not header.is_control:
@@ -223,6 +225,21 @@ def _check_producer_fields(header: BatchHeader, batch_count: int) -> None:
         raise InvalidRecordError(
             f"an append of producer {header.producer_id} holds {batch_count} batches; an "
             f"idempotent producer sends one batch per partition per request"
+        )
+
+
+def _check_marker_fields(header: BatchHeader, batch_count: int) -> None:
+    """A coordinator's control batch is one transaction marker of one producer, alone in its
+    append: the log checks it against that producer's state before writing it."""
+    if header.producer_id < 0 or header.producer_epoch < 0 or not header.is_transactional:
+        raise InvalidRecordError(
+            f"control batch of producer {header.producer_id} epoch {header.producer_epoch}: a "
+            "transaction marker is transactional and names a producer id and epoch >= 0"
+        )
+    if batch_count != 1 or header.records_count != 1:
+        raise InvalidRecordError(
+            f"an append of {batch_count} batches with a control batch of "
+            f"{header.records_count} records; a marker is one record, alone in its append"
         )
 
 

@@ -6,6 +6,12 @@ limit of what consumers see; kept here, advanced by the replication layer) and r
 (fsynced up to). Kafka's UnifiedLog and LocalLog in one class, with the rules of a valid
 append in log_validator.py and start-up recovery in loader.py.
 
+Transactions: the producer state (producer_state.py) tracks open transactions; the last stable
+offset (LSO, the limit of what READ_COMMITTED readers see) is min(first unstable offset, HW),
+kept up to date under the lock at every change of either, and read without one. An ABORT
+marker adds an entry to the ``.txnindex`` of the segment it is written to
+(transaction_index.py), which READ_COMMITTED fetches collect.
+
 The API is synchronous: call it from a worker thread (or directly for small operations). All
 changes are serialised by one lock; reads take no lock and work on an immutable snapshot of
 the segment list, so they never wait for an append, a roll or retention. Segments that leave
@@ -26,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from brook.record import ControlType, RecordError
 from brook_storage_node.log.errors import (
     InvariantViolationError,
     LogClosedError,
@@ -47,13 +54,16 @@ from brook_storage_node.log.log_validator import (
     validate_leader_append,
 )
 from brook_storage_node.log.producer_state import (
+    ActiveProducer,
     BatchMetadata,
     ProducerStateManager,
     is_producer_batch,
+    read_marker,
 )
 from brook_storage_node.log.retention import deletable_prefix
 from brook_storage_node.log.time_index import NO_TIMESTAMP, TimestampOffset
 from brook_storage_node.log.topic_partition import TopicPartition
+from brook_storage_node.log.transaction_index import AbortedTxn
 
 _log = logging.getLogger(__name__)
 
@@ -89,7 +99,11 @@ class FetchData:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
+    last_stable_offset: int
 
+
+# (COMMIT or ABORT, coordinator epoch) of a marker, by the index of its batch in an append.
+_Markers = dict[int, tuple[ControlType, int]]
 
 RollListener = Callable[["PartitionLog", int], None]
 
@@ -118,6 +132,7 @@ class PartitionLog:
         self._log_start_offset = log_start_offset
         self._log_end_offset = log_end_offset
         self._high_watermark = log_start_offset
+        self._last_stable_offset = log_start_offset
         self._recovery_point = recovery_point
         self._clock_ms = clock_ms
         self._on_roll = on_roll
@@ -191,7 +206,7 @@ class PartitionLog:
         # kept (a crash lost an unflushed tail) or below a log start moved since it was written.
         log._high_watermark = min(max(high_watermark, log._log_start_offset), log._log_end_offset)
         with log._storage_errors("rebuild the producer state of"):
-            log._rebuild_producer_state_locked()
+            log._rebuild_producer_state_locked(loaded.txn_index_rebuild_from)
         _log.info(
             "%s: opened with %d segments, offsets %d..%d, high watermark %d (%d recovered)",
             directory,
@@ -220,6 +235,11 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset a READ_COMMITTED reader may not see yet (<= the HW)."""
+        return self._last_stable_offset
 
     @property
     def recovery_point(self) -> int:
@@ -281,13 +301,19 @@ class PartitionLog:
             )
             # Checked and appended under one lock: two batches of one producer can never
             # both pass the sequence check against the same state.
-            for header, _ in validated.headers:
-                if is_producer_batch(header):
+            markers = _markers_of(validated)
+            for index, (header, _) in enumerate(validated.headers):
+                if index in markers:
+                    self.producer_state.check_marker(
+                        header.producer_id, header.producer_epoch, markers[index][1]
+                    )
+                elif is_producer_batch(header):
                     duplicate = self.producer_state.check_append(header)
                     if duplicate is not None:
                         return self._duplicate_info(duplicate, validated)
             info = self._append_locked(validated, now_ms, dense=True)
-            self._apply_producer_batches(validated, now_ms)
+            with self._storage_errors("index an aborted transaction of"):
+                self._apply_producer_batches(validated, now_ms, markers)
             return info
 
     def _duplicate_info(self, batch: BatchMetadata, validated: ValidatedAppend) -> LogAppendInfo:
@@ -302,12 +328,41 @@ class PartitionLog:
             duplicate=True,
         )
 
-    def _apply_producer_batches(self, validated: ValidatedAppend, now_ms: int) -> None:
-        for (header, first_offset), batch in zip(validated.headers, validated.batches, strict=True):
-            if is_producer_batch(header):
-                self.producer_state.apply(
-                    header, first_offset, batch.max_timestamp, append_time_ms=now_ms
+    def _apply_producer_batches(
+        self, validated: ValidatedAppend, now_ms: int, markers: _Markers
+    ) -> None:
+        """Record the appended batches in the producer state; an ABORT marker's transaction
+        goes to the aborted index of the segment it was written to (the active one)."""
+        state = self.producer_state
+        for index, ((header, first_offset), batch) in enumerate(
+            zip(validated.headers, validated.batches, strict=True)
+        ):
+            if index in markers:
+                control_type, coordinator_epoch = markers[index]
+                completed = state.apply_marker(
+                    header, first_offset, control_type, coordinator_epoch, append_time_ms=now_ms
                 )
+                if completed is not None and completed.aborted:
+                    self._segments.active.txn_index.append(
+                        AbortedTxn(
+                            completed.producer_id,
+                            completed.first_offset,
+                            completed.last_offset,
+                            state.last_stable_offset_after(completed),
+                        )
+                    )
+            elif is_producer_batch(header):
+                state.apply(header, first_offset, batch.max_timestamp, append_time_ms=now_ms)
+        self._update_last_stable_offset_locked()
+
+    def _update_last_stable_offset_locked(self) -> None:
+        """LSO = min(first unstable offset (at least the log start), HW), as Kafka's."""
+        high_watermark = self._high_watermark
+        first = self.producer_state.first_unstable_offset(high_watermark)
+        if first is None:
+            self._last_stable_offset = high_watermark
+        else:
+            self._last_stable_offset = min(max(first, self._log_start_offset), high_watermark)
 
     def append_as_follower(self, records: Buffer) -> LogAppendInfo:
         """Append batches copied from the leader, offsets and epochs as the leader set them.
@@ -320,9 +375,11 @@ class PartitionLog:
             validated = validate_follower_append(
                 records, log_end_offset=self._log_end_offset, config=self._config
             )
+            markers = _markers_of(validated)
             now_ms = self._clock_ms()
             info = self._append_locked(validated, now_ms, dense=False)
-            self._apply_producer_batches(validated, now_ms)
+            with self._storage_errors("index an aborted transaction of"):
+                self._apply_producer_batches(validated, now_ms, markers)
             return info
 
     def _append_locked(
@@ -424,6 +481,7 @@ class PartitionLog:
         # bound excludes.
         log_end = self._log_end_offset
         log_start = self._log_start_offset
+        last_stable_offset = self._last_stable_offset
         high_watermark = self._high_watermark
         segments = self._segments
         if offset < log_start or offset > log_end:
@@ -442,7 +500,28 @@ class PartitionLog:
                     if result is not None:
                         records, next_offset = result
                         break
-        return FetchData(records, next_offset, log_start, log_end, high_watermark)
+        return FetchData(
+            records, next_offset, log_start, log_end, high_watermark, last_stable_offset
+        )
+
+    def collect_aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [``start``, ``upper``) (Kafka's
+        collectAbortedTransactions): from the aborted indexes of the segment holding
+        ``start`` and later ones, until an entry's LSO shows no later abort can overlap."""
+        self._check_open()
+        found: list[AbortedTxn] = []
+        with self._storage_errors("read the aborted transactions of"):
+            for segment in self._segments.from_offset(start):
+                entries, complete = segment.txn_index.collect(start, upper)
+                found.extend(entries)
+                if complete:
+                    break
+        return found
+
+    def describe_producers(self) -> list[ActiveProducer]:
+        """The producers this replica knows, as DescribeProducers reports them."""
+        with self._lock:
+            return [entry.describe() for entry in self.producer_state.producers.values()]
 
     def offset_for_timestamp(
         self, timestamp_ms: int, *, max_offset: int | None = None
@@ -513,6 +592,7 @@ class PartitionLog:
                 f"{self._log_end_offset}"
             )
         self._high_watermark = max(offset, self._log_start_offset)
+        self._update_last_stable_offset_locked()
         return self._high_watermark
 
     def maybe_increment_high_watermark(self, replicas_end_offset: int | None = None) -> bool:
@@ -530,6 +610,7 @@ class PartitionLog:
             if new <= self._high_watermark:
                 return False
             self._high_watermark = new
+            self._update_last_stable_offset_locked()
             return True
 
     # -- truncation and deletion ----------------------------------------------------------
@@ -601,6 +682,7 @@ class PartitionLog:
                 self._after_truncation_locked(offset)
                 self.producer_state.clear()
                 self.producer_state.delete_snapshots(self.producer_state.snapshot_offsets())
+                self._update_last_stable_offset_locked()
             _log.info("%s: emptied; the log now starts at offset %d", self.directory, offset)
 
     def _after_truncation_locked(self, log_end_offset: int) -> None:
@@ -632,6 +714,7 @@ class PartitionLog:
                 self.leader_epoch_cache.truncate_from_start(offset)
                 self._delete_old_segments_locked(self._clock_ms())
                 self.producer_state.delete_snapshots_below(self._log_start_offset)
+            self._update_last_stable_offset_locked()
             return offset
 
     def delete_old_segments(self) -> int:
@@ -659,6 +742,7 @@ class PartitionLog:
         if new_start > self._log_start_offset:
             self._log_start_offset = new_start
             self.leader_epoch_cache.truncate_from_start(new_start)
+            self._update_last_stable_offset_locked()
         self._schedule_delete_locked(doomed, now_ms)
         self.producer_state.delete_snapshots_below(self._log_start_offset)
         _log.info(
@@ -788,21 +872,53 @@ class PartitionLog:
                 "%s: cannot write a producer snapshot at %d: %s", self.directory, offset, exc
             )
 
-    def _rebuild_producer_state_locked(self) -> None:
+    def _rebuild_producer_state_locked(self, txn_index_rebuild_from: int | None = None) -> None:
         """The producer state of exactly the batches in the log: the newest intact snapshot
-        at or below the log end, then every batch after it (Kafka's loadProducerState)."""
+        at or below the log end, then every batch after it (Kafka's loadProducerState); the
+        last stable offset follows.
+
+        ``txn_index_rebuild_from``: the base offset of the first segment whose aborted index
+        must be rebuilt (loader.py); the replay then starts from a snapshot at or below it
+        and rewrites the index of that segment and every later one from the markers met.
+        """
         state = self.producer_state
         state.delete_snapshots_above(self._log_end_offset)
         state.delete_snapshots_below(self._log_start_offset)
-        loaded = state.load_latest_snapshot(self._log_end_offset)
+        bound = self._log_end_offset
+        if txn_index_rebuild_from is not None:
+            bound = min(bound, txn_index_rebuild_from)
+        loaded = state.load_latest_snapshot(bound)
         start = self._segments[0].base_offset if loaded is None else loaded
+        if txn_index_rebuild_from is not None:
+            for segment in self._segments.from_offset(txn_index_rebuild_from):
+                segment.txn_index.reset()
         # A replayed batch's timestamp may be its client's clock; idleness is measured from
         # the load (producer_state.py, expiration).
         load_time_ms = self._clock_ms()
         replayed = 0
         for segment in self._segments.from_offset(start):
-            for header in segment.batch_headers_from(start):
-                if is_producer_batch(header):
+            rebuild_index = (
+                txn_index_rebuild_from is not None and segment.base_offset >= txn_index_rebuild_from
+            )
+            for position, header in segment.batch_headers_from(start):
+                if header.is_control and header.has_producer_id:
+                    marker = _replayed_marker(segment.read_batch(position, header), segment)
+                    if marker is None:
+                        continue
+                    completed = state.apply_marker(
+                        header, header.base_offset, *marker, append_time_ms=load_time_ms
+                    )
+                    if completed is not None and completed.aborted and rebuild_index:
+                        segment.txn_index.append(
+                            AbortedTxn(
+                                completed.producer_id,
+                                completed.first_offset,
+                                completed.last_offset,
+                                state.last_stable_offset_after(completed),
+                            )
+                        )
+                    replayed += 1
+                elif is_producer_batch(header):
                     state.apply(
                         header,
                         header.base_offset,
@@ -810,6 +926,13 @@ class PartitionLog:
                         append_time_ms=load_time_ms,
                     )
                     replayed += 1
+        if txn_index_rebuild_from is not None:
+            # Durable now: segments below the recovery point are never flushed again, and an
+            # empty index lost to a power failure would read as "no aborts".
+            for segment in self._segments.from_offset(txn_index_rebuild_from):
+                segment.txn_index.flush()
+            fsync_dir(self.directory)
+        self._update_last_stable_offset_locked()
         _log.debug(
             "%s: producer state from snapshot %s and %d replayed batches: %d producers",
             self.directory,
@@ -834,3 +957,25 @@ class PartitionLog:
             f"PartitionLog({self.directory}, offsets {self._log_start_offset}.."
             f"{self._log_end_offset}, {len(self._segments)} segments)"
         )
+
+
+def _markers_of(validated: ValidatedAppend) -> _Markers:
+    """The markers among the batches of an append, decoded (RecordError if one is not a
+    COMMIT or ABORT marker: nothing is appended)."""
+    markers: _Markers = {}
+    for index, ((header, _), batch) in enumerate(
+        zip(validated.headers, validated.batches, strict=True)
+    ):
+        if header.is_control and header.has_producer_id:
+            markers[index] = read_marker(validated.data, batch.position)
+    return markers
+
+
+def _replayed_marker(batch: bytes, segment: LogSegment) -> tuple[ControlType, int] | None:
+    """The marker in a control batch met by replay, or None (logged) when it is not one: a
+    control batch a coordinator wrote before markers were checked on append."""
+    try:
+        return read_marker(batch, 0)
+    except RecordError as exc:
+        _log.warning("%s: skipping a control batch that is no marker: %s", segment.log_path, exc)
+        return None

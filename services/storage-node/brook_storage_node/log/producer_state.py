@@ -20,6 +20,19 @@ last offset, max timestamp). A leader checks each producer batch against it befo
 
 UNKNOWN_PRODUCER_ID is never answered (as in Kafka >= 2.5).
 
+Transactions (seed 001, "Control Batches"; Kafka's ProducerAppendInfo): a transactional batch
+opens its producer's transaction on the partition at its first offset, or continues the open
+one; a non-transactional batch of a producer with an open transaction is INVALID_TXN_STATE
+(checked after the sequence rules, as Kafka does). A COMMIT or ABORT marker (``check_marker``,
+``apply_marker``) ends the open transaction, if any, sets the producer's epoch to the marker's
+and records its coordinator epoch: a marker in an older producer epoch is
+INVALID_PRODUCER_EPOCH, one from an older coordinator epoch than the last marker's is
+TRANSACTION_COORDINATOR_FENCED, except a coordinator epoch below 0 (an operator's abort), which
+is never fenced and leaves the recorded one as it is. The first unstable offset
+(``first_unstable_offset``) is the first offset of the oldest open transaction, or of the
+oldest completed one whose marker the high watermark has not passed yet (Kafka's
+unreplicated transactions: until then the marker may still be truncated away).
+
 Expiration (``expire``) compares the node's clock with the node's clock at the producer's last
 append, not with a batch timestamp. Kafka compares with ``lastTimestamp``, the last batch's max
 timestamp, which on CreateTime topics is the client's clock: a producer that writes old
@@ -31,13 +44,18 @@ expiration period again; producers restored from a snapshot keep the append time
 it (snapshots written before this rule hold the batch's max timestamp there instead, which at
 worst expires a producer early once).
 
+A producer with an open transaction never expires (Kafka's rule: its transaction would
+otherwise hold the last stable offset back with no one left to end it).
+
 Followers and recovery apply batches with ``apply`` and no checks: the leader checked them,
 and applying what the log holds is how a new leader already knows every producer's sequences.
 
 The state lives in memory and is made durable by snapshot files ``<offset>.snapshot`` next to
-the segments: the state of every batch below ``offset``. A snapshot is written whole to a
-temporary file, fsynced and renamed (a crash leaves the old set intact) and carries a CRC-32C,
-so a torn or damaged one is noticed and skipped; the log then replays from an older one.
+the segments: the state of every batch below ``offset``, open transactions and coordinator
+epochs included (version 2; version 1 files, written before transactions, are read too). A
+snapshot is written whole to a temporary file, fsynced and renamed (a crash leaves the old set
+intact) and carries a CRC-32C, so a torn or damaged one is noticed and skipped; the log then
+replays from an older one.
 
 Not thread-safe: the partition log calls it under its own lock.
 """
@@ -56,23 +74,35 @@ from typing import Final
 import crc32c
 
 from brook.errors import ErrorCode
-from brook.record import BatchHeader
+from brook.record import (
+    BatchHeader,
+    ControlType,
+    InvalidRecordError,
+    decode_control_record,
+    iter_records,
+)
 from brook.record.sequence import is_ahead, next_sequence, sequence_follows
 from brook_storage_node.log.checkpoints import TEMP_SUFFIX
 from brook_storage_node.log.errors import LogError
-from brook_storage_node.log.files import write_atomically
+from brook_storage_node.log.files import Buffer, write_atomically
 
 __all__ = [
     "BATCHES_RETAINED",
+    "NO_TXN",
     "SNAPSHOT_SUFFIX",
+    "ActiveProducer",
     "BatchMetadata",
+    "CompletedTxn",
     "InvalidProducerEpochError",
+    "InvalidTxnStateError",
     "OutOfOrderSequenceError",
     "ProducerStateEntry",
     "ProducerStateError",
     "ProducerStateManager",
+    "TransactionCoordinatorFencedError",
     "in_sequence",
     "is_producer_batch",
+    "read_marker",
     "snapshot_file_name",
 ]
 
@@ -84,11 +114,17 @@ _log = logging.getLogger(__name__)
 BATCHES_RETAINED: Final = 5
 SNAPSHOT_SUFFIX: Final = ".snapshot"
 _OFFSET_DIGITS: Final = 20
-_SNAPSHOT_VERSION: Final = 1
+# No open transaction, no coordinator epoch (Kafka's -1).
+NO_TXN: Final = -1
+_SNAPSHOT_VERSION: Final = 2
+_SNAPSHOT_VERSION_1: Final = 1
 # version int16, crc uint32 (of everything after it), producer count int32
 _FILE_HEADER: Final = struct.Struct(">hIi")
-# producer id int64, epoch int16, last append time int64, batch count int8
-_PRODUCER: Final = struct.Struct(">qhqb")
+# Version 1: producer id int64, epoch int16, last append time int64, batch count int8
+_PRODUCER_V1: Final = struct.Struct(">qhqb")
+# Version 2: producer id int64, epoch int16, last append time int64, coordinator epoch int32,
+# first offset of the open transaction int64 (-1: none), batch count int8
+_PRODUCER: Final = struct.Struct(">qhqiqb")
 # first seq int32, last seq int32, first offset int64, last offset int64, timestamp int64
 _BATCH: Final = struct.Struct(">iiqqq")
 _CRC_START: Final = 6
@@ -116,10 +152,31 @@ class InvalidProducerEpochError(ProducerStateError):
     error_code = int(ErrorCode.INVALID_PRODUCER_EPOCH)
 
 
+class InvalidTxnStateError(ProducerStateError):
+    """A non-transactional batch of a producer whose transaction is open on the partition."""
+
+    error_code = int(ErrorCode.INVALID_TXN_STATE)
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """A marker from an older coordinator epoch than the producer's last marker."""
+
+    error_code = int(ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+
+
 def is_producer_batch(header: BatchHeader) -> bool:
     """Whether the batch carries producer sequences: a producer id and not a control batch
     (transaction markers have no sequence and are written by coordinators)."""
     return header.has_producer_id and not header.is_control
+
+
+def read_marker(data: Buffer, position: int) -> tuple[ControlType, int]:
+    """(COMMIT or ABORT, coordinator epoch) of the control batch at ``position`` in ``data``:
+    its one record decoded (brook/record/control.py). RecordError if it is not a marker."""
+    for record in iter_records(data, position):
+        control_type, _, coordinator_epoch = decode_control_record(record)
+        return control_type, coordinator_epoch
+    raise InvalidRecordError("a control batch holds no record")
 
 
 # The sequence arithmetic lives in brook.record.sequence; these names are the log's.
@@ -150,6 +207,28 @@ class BatchMetadata:
     timestamp_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended: its first offset and the marker's (``last_offset``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    """What DescribeProducers reports of one producer (a copy, safe to read anywhere)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_append_time_ms: int
+    coordinator_epoch: int
+    current_txn_first_offset: int
+
+
 @dataclass(slots=True)
 class ProducerStateEntry:
     producer_id: int
@@ -157,14 +236,30 @@ class ProducerStateEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_RETAINED))
     # The node's wall clock at the last append of this producer (not a client timestamp).
     last_append_time_ms: int = -1
+    # The coordinator epoch of the last marker written for it (NO_TXN: none).
+    coordinator_epoch: int = NO_TXN
+    # The first offset of its open transaction on this partition (NO_TXN: none open).
+    current_txn_first_offset: int = NO_TXN
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq
+        """The last sequence appended in the current epoch, -1 when none (after a marker
+        opened a new epoch)."""
+        return self.batches[-1].last_seq if self.batches else -1
 
     @property
     def last_offset(self) -> int:
         return self.batches[-1].last_offset
+
+    def describe(self) -> ActiveProducer:
+        return ActiveProducer(
+            self.producer_id,
+            self.producer_epoch,
+            self.last_seq,
+            self.last_append_time_ms,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
 
     def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
         for batch in self.batches:
@@ -179,6 +274,10 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._producers: dict[int, ProducerStateEntry] = {}
+        # Producer id -> first offset, for every open transaction.
+        self._ongoing: dict[int, int] = {}
+        # Completed transactions whose marker the high watermark has not passed yet.
+        self._unreplicated: list[CompletedTxn] = []
 
     @property
     def producers(self) -> dict[int, ProducerStateEntry]:
@@ -209,11 +308,19 @@ class ProducerStateManager:
                     f"producer {producer_id}: the first batch of new epoch {epoch} starts at "
                     f"sequence {first_seq}; a new epoch starts at 0"
                 )
+            self._check_txn_state(entry, header)
             return None
         duplicate = entry.find_duplicate(first_seq, header.last_sequence)
         if duplicate is not None:
             return duplicate
-        if not in_sequence(entry.last_seq, first_seq):
+        if not entry.batches:
+            # A marker opened this epoch: its first batch starts the sequences.
+            if first_seq != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id}: its first batch in epoch {epoch} starts at "
+                    f"sequence {first_seq}; it must start at 0"
+                )
+        elif not in_sequence(entry.last_seq, first_seq):
             expected = in_sequence_next(entry.last_seq)
             raise OutOfOrderSequenceError(
                 f"producer {producer_id} epoch {epoch}: batch sequences {first_seq}.."
@@ -222,7 +329,17 @@ class ProducerStateManager:
                 ahead=is_ahead(first_seq, expected),
                 producer=(producer_id, epoch, expected),
             )
+        self._check_txn_state(entry, header)
         return None
+
+    @staticmethod
+    def _check_txn_state(entry: ProducerStateEntry, header: BatchHeader) -> None:
+        if not header.is_transactional and entry.current_txn_first_offset != NO_TXN:
+            raise InvalidTxnStateError(
+                f"producer {entry.producer_id} sent a non-transactional batch while its "
+                f"transaction begun at offset {entry.current_txn_first_offset} is open here; "
+                "end it (commit or abort) first"
+            )
 
     def apply(
         self, header: BatchHeader, first_offset: int, timestamp_ms: int, *, append_time_ms: int
@@ -230,13 +347,10 @@ class ProducerStateManager:
         """Record an appended producer batch (already checked, or copied from the leader):
         ``timestamp_ms`` is the batch's max timestamp, ``append_time_ms`` the node's clock at
         the append (what expiration measures idleness from)."""
-        producer_id = header.producer_id
-        entry = self._producers.get(producer_id)
-        if entry is None or entry.producer_epoch != header.producer_epoch:
-            # A follower never rejects what its leader accepted; an epoch change, either
-            # way, restarts the retained batches.
-            entry = ProducerStateEntry(producer_id, header.producer_epoch)
-            self._producers[producer_id] = entry
+        entry = self._entry_in_epoch(header.producer_id, header.producer_epoch)
+        if header.is_transactional and entry.current_txn_first_offset == NO_TXN:
+            entry.current_txn_first_offset = first_offset
+            self._ongoing[entry.producer_id] = first_offset
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -248,16 +362,99 @@ class ProducerStateManager:
         )
         entry.last_append_time_ms = max(entry.last_append_time_ms, append_time_ms)
 
+    def _entry_in_epoch(self, producer_id: int, epoch: int) -> ProducerStateEntry:
+        """The producer's entry, moved to ``epoch``: a follower never rejects what its leader
+        accepted; an epoch change, either way, restarts the retained batches (an open
+        transaction and the coordinator epoch carry over, as in Kafka)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = ProducerStateEntry(producer_id, epoch)
+            self._producers[producer_id] = entry
+        elif entry.producer_epoch != epoch:
+            entry.producer_epoch = epoch
+            entry.batches.clear()
+        return entry
+
+    # -- transaction markers ----------------------------------------------------------------
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Raise unless a marker of ``producer_id`` in ``producer_epoch`` from
+        ``coordinator_epoch`` may be appended (module docstring)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"transaction marker of producer {producer_id} in epoch {producer_epoch} is "
+                f"fenced: the producer is at epoch {entry.producer_epoch} on this partition"
+            )
+        if 0 <= coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"transaction marker of producer {producer_id} from coordinator epoch "
+                f"{coordinator_epoch}: a marker from coordinator epoch "
+                f"{entry.coordinator_epoch} was written here since"
+            )
+
+    def apply_marker(
+        self,
+        header: BatchHeader,
+        offset: int,
+        control_type: ControlType,
+        coordinator_epoch: int,
+        *,
+        append_time_ms: int,
+    ) -> CompletedTxn | None:
+        """Record the marker ``header`` appended at ``offset`` (checked, or copied from the
+        leader); the transaction it ended, or None when its producer had none open."""
+        entry = self._entry_in_epoch(header.producer_id, header.producer_epoch)
+        if coordinator_epoch >= 0:
+            entry.coordinator_epoch = coordinator_epoch
+        entry.last_append_time_ms = max(entry.last_append_time_ms, append_time_ms)
+        first_offset = entry.current_txn_first_offset
+        if first_offset == NO_TXN:
+            return None
+        entry.current_txn_first_offset = NO_TXN
+        del self._ongoing[entry.producer_id]
+        completed = CompletedTxn(
+            entry.producer_id, first_offset, offset, control_type is ControlType.ABORT
+        )
+        self._unreplicated.append(completed)
+        return completed
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO an aborted-transaction index entry records (Kafka's): the first offset of
+        the oldest transaction still open once ``completed`` ended, else the marker's next."""
+        return min(self._ongoing.values(), default=completed.last_offset + 1)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest open transaction or of the oldest completed one
+        whose marker is not below ``high_watermark`` (those it passed are forgotten), or
+        None: everything below the high watermark is stable."""
+        if self._unreplicated:
+            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+        firsts = [t.first_offset for t in self._unreplicated]
+        firsts.extend(self._ongoing.values())
+        return min(firsts, default=None)
+
+    @property
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of each open transaction (a copy)."""
+        return dict(self._ongoing)
+
     def clear(self) -> None:
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
-        """Forget producers whose last append was ``expiration_ms`` or more before ``now_ms``
-        by the node's clock (producer.id.expiration.ms); returns their ids."""
+        """Forget producers with no open transaction whose last append was ``expiration_ms``
+        or more before ``now_ms`` by the node's clock (producer.id.expiration.ms); returns
+        their ids."""
         expired = [
             producer_id
             for producer_id, entry in self._producers.items()
-            if now_ms - entry.last_append_time_ms >= expiration_ms
+            if entry.current_txn_first_offset == NO_TXN
+            and now_ms - entry.last_append_time_ms >= expiration_ms
         ]
         for producer_id in expired:
             del self._producers[producer_id]
@@ -282,6 +479,8 @@ class ProducerStateManager:
                 entry.producer_id,
                 entry.producer_epoch,
                 entry.last_append_time_ms,
+                entry.coordinator_epoch,
+                entry.current_txn_first_offset,
                 len(entry.batches),
             )
             for batch in entry.batches:
@@ -313,10 +512,19 @@ class ProducerStateManager:
                 _log.warning("%s: ignoring a damaged producer snapshot: %s", path, exc)
                 path.unlink(missing_ok=True)
                 continue
-            self._producers = {entry.producer_id: entry for entry in producers}
+            self._set_producers(producers)
             return offset
-        self._producers = {}
+        self._set_producers([])
         return None
+
+    def _set_producers(self, producers: list[ProducerStateEntry]) -> None:
+        self._producers = {entry.producer_id: entry for entry in producers}
+        self._ongoing = {
+            entry.producer_id: entry.current_txn_first_offset
+            for entry in producers
+            if entry.current_txn_first_offset != NO_TXN
+        }
+        self._unreplicated = []
 
     def delete_snapshots(self, offsets: Iterable[int]) -> None:
         for offset in offsets:
@@ -336,7 +544,7 @@ def _read_snapshot(data: bytes) -> list[ProducerStateEntry]:
     if len(data) < _FILE_HEADER.size:
         raise ValueError(f"{len(data)} bytes is shorter than the snapshot header")
     version, crc, count = _FILE_HEADER.unpack_from(data, 0)
-    if version != _SNAPSHOT_VERSION:
+    if version not in (_SNAPSHOT_VERSION, _SNAPSHOT_VERSION_1):
         raise ValueError(f"unknown snapshot version {version}")
     actual = crc32c.crc32c(memoryview(data)[_CRC_START:])
     if actual != crc:
@@ -346,11 +554,34 @@ def _read_snapshot(data: bytes) -> list[ProducerStateEntry]:
     position = _FILE_HEADER.size
     producers = []
     for _ in range(count):
-        producer_id, epoch, last_append_time_ms, batch_count = _PRODUCER.unpack_from(data, position)
-        position += _PRODUCER.size
-        if not 0 < batch_count <= BATCHES_RETAINED:
+        coordinator_epoch = txn_first_offset = NO_TXN
+        if version == _SNAPSHOT_VERSION_1:
+            producer_id, epoch, last_append_time_ms, batch_count = _PRODUCER_V1.unpack_from(
+                data, position
+            )
+            position += _PRODUCER_V1.size
+            least_batches = 1
+        else:
+            (
+                producer_id,
+                epoch,
+                last_append_time_ms,
+                coordinator_epoch,
+                txn_first_offset,
+                batch_count,
+            ) = _PRODUCER.unpack_from(data, position)
+            position += _PRODUCER.size
+            # A producer known only from a marker has no batch in its epoch.
+            least_batches = 0
+        if not least_batches <= batch_count <= BATCHES_RETAINED:
             raise ValueError(f"producer {producer_id} has {batch_count} batches")
-        entry = ProducerStateEntry(producer_id, epoch, last_append_time_ms=last_append_time_ms)
+        entry = ProducerStateEntry(
+            producer_id,
+            epoch,
+            last_append_time_ms=last_append_time_ms,
+            coordinator_epoch=coordinator_epoch,
+            current_txn_first_offset=txn_first_offset,
+        )
         for _ in range(batch_count):
             entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, position)))
             position += _BATCH.size
