@@ -6,13 +6,14 @@ to the owner the metadata names, so a client can go there without another FindCo
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from brook.errors import ErrorCode
 from brook.v1 import errors_pb2, group_pb2, group_pb2_grpc
 from brook_group_coordinator.directory import CoordinatorDirectory
 from brook_group_coordinator.group import GroupState, JoinRequest
-from brook_group_coordinator.group_manager import CommitPartition, GroupManager
+from brook_group_coordinator.group_manager import CommitPartition, GroupManager, PartitionResult
 from brook_group_coordinator.ownership import (
     OFFSETS_TOPIC,
     PartitionLoad,
@@ -195,35 +196,26 @@ class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
             request.member_id,
             _optional(request, "group_instance_id"),
             request.generation_id,
-            [
-                CommitPartition(
-                    p.topic, p.partition, p.committed_offset, p.committed_leader_epoch, p.metadata
-                )
-                for p in request.partitions
-            ],
+            _commit_partitions(request.partitions),
         )
-        not_coordinator = any(r.error is ErrorCode.NOT_COORDINATOR for r in results)
         return group_pb2.CommitOffsetsResponse(
-            partitions=[
-                group_pb2.OffsetCommitPartitionResult(
-                    topic=r.topic,
-                    partition=r.partition,
-                    error_code=_wire(r.error),
-                    error_message=r.message,
-                )
-                for r in results
-            ],
-            coordinator=self._hint(
-                request.group_id,
-                ErrorCode.NOT_COORDINATOR if not_coordinator else ErrorCode.NONE,
-            ),
+            partitions=_commit_results(results),
+            coordinator=self._commit_hint(request.group_id, results),
+        )
+
+    def _commit_hint(self, group_id: str, results: Sequence[PartitionResult]) -> Any:
+        not_coordinator = any(r.error is ErrorCode.NOT_COORDINATOR for r in results)
+        return self._hint(
+            group_id, ErrorCode.NOT_COORDINATOR if not_coordinator else ErrorCode.NONE
         )
 
     async def FetchOffsets(
         self, request: group_pb2.FetchOffsetsRequest, context: Any
     ) -> group_pb2.FetchOffsetsResponse:
         wanted = [(p.topic, p.partition) for p in request.partitions] or None
-        error, message, results = self._manager.fetch(request.group_id, wanted)
+        error, message, results = self._manager.fetch(
+            request.group_id, wanted, request.require_stable
+        )
         return group_pb2.FetchOffsetsResponse(
             error_code=_wire(error),
             error_message=message,
@@ -235,6 +227,7 @@ class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
                     committed_leader_epoch=r.leader_epoch,
                     metadata=r.metadata,
                     error_code=_wire(r.error),
+                    error_message=r.message,
                 )
                 for r in results
             ],
@@ -318,3 +311,61 @@ class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
                 )
             )
         return group_pb2.DeleteGroupsResponse(results=results)
+
+    async def TxnCommitOffsets(
+        self, request: group_pb2.TxnCommitOffsetsRequest, context: Any
+    ) -> group_pb2.TxnCommitOffsetsResponse:
+        results = await self._manager.txn_commit(
+            request.group_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.member_id,
+            _optional(request, "group_instance_id"),
+            request.generation_id,
+            _commit_partitions(request.partitions),
+        )
+        return group_pb2.TxnCommitOffsetsResponse(
+            partitions=_commit_results(results),
+            coordinator=self._commit_hint(request.group_id, results),
+        )
+
+    async def CompleteTransaction(
+        self, request: group_pb2.CompleteTransactionRequest, context: Any
+    ) -> group_pb2.CompleteTransactionResponse:
+        error, message = await self._manager.complete_transaction(
+            request.group_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.coordinator_epoch,
+            request.committed,
+        )
+        return group_pb2.CompleteTransactionResponse(
+            error_code=_wire(error),
+            error_message=message,
+            coordinator=self._hint(request.group_id, error),
+        )
+
+
+def _commit_partitions(
+    partitions: Iterable[group_pb2.OffsetCommitPartition],
+) -> list[CommitPartition]:
+    return [
+        CommitPartition(
+            p.topic, p.partition, p.committed_offset, p.committed_leader_epoch, p.metadata
+        )
+        for p in partitions
+    ]
+
+
+def _commit_results(
+    results: Iterable[PartitionResult],
+) -> list[group_pb2.OffsetCommitPartitionResult]:
+    return [
+        group_pb2.OffsetCommitPartitionResult(
+            topic=r.topic,
+            partition=r.partition,
+            error_code=_wire(r.error),
+            error_message=r.message,
+        )
+        for r in results
+    ]

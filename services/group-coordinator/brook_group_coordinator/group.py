@@ -639,6 +639,30 @@ class Group:
         self._restart_session(self.members[member_id])
         return ErrorCode.NONE
 
+    def check_txn_commit(
+        self, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """Whether a transactional offset commit may be written (Kafka's TxnOffsetCommit,
+        KIP-447): the member and generation are checked only when the request names them, a
+        rebalance in progress does not refuse it, and it is no proof of the member's life."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and self.state is GroupState.EMPTY:
+            return ErrorCode.NONE
+        if generation_id < 0 and not member_id and group_instance_id is None:
+            return ErrorCode.NONE
+        if group_instance_id is not None:
+            known = self._static_members.get(group_instance_id)
+            if known is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if known != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        elif member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id != self.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
     # -- sessions and removal ---------------------------------------------------------------
 
     def _restart_session(self, member: Member) -> None:

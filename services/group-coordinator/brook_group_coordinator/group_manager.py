@@ -22,6 +22,15 @@ unknown is answered with an error, never NONE. A group's metadata is appended wh
 persisted shape changes, in order per partition, but the SyncGroup answer does not wait for it
 (unlike Kafka): if that write is lost in a fail-over, the members of the lost generation get
 UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION from the new coordinator and rejoin; no offset is lost.
+
+Transactions (Kafka's TxnOffsetCommit and the markers it writes to __consumer_offsets):
+``txn_commit`` appends the offsets as pending records of the producer id, invisible to
+``fetch`` (UNSTABLE_OFFSET_COMMIT when it asks for stable offsets) until
+``complete_transaction`` appends the end of the transaction in one batch with what it changes:
+tombstones for the producer's pending records and, on commit, the offsets that become the
+group's (``txn_offsets.winners``) as ordinary commits. Every record then holds its own final
+state, so a replay of the partition, or of what compaction keeps of it, rebuilds the same
+committed and pending offsets; a transaction whose end was not appended is still pending.
 """
 
 from __future__ import annotations
@@ -58,7 +67,11 @@ from brook_group_coordinator.records import (
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
+    PendingOffsetKey,
+    PendingOffsetValue,
     RecordFormatError,
+    TxnEndKey,
+    TxnEndValue,
     UnknownRecordKindError,
     decode_key,
     decode_value,
@@ -66,6 +79,7 @@ from brook_group_coordinator.records import (
     encode_value,
 )
 from brook_group_coordinator.timers import Timers
+from brook_group_coordinator.txn_offsets import GroupTxnOffsets, winners
 
 __all__ = [
     "GROUP_COMMIT_BATCH_BYTES_MAX",
@@ -79,6 +93,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_V = TypeVar("_V", OffsetCommitValue, PendingOffsetValue)
 
 # How much longer than the member's own timeout a JoinGroup/SyncGroup waits for its answer:
 # the state machine's timers answer first; this only guards against a bug leaving it hanging.
@@ -150,6 +165,7 @@ class GroupManager:
         self.owned: dict[int, OwnedPartition] = {}
         self._groups: dict[str, Group] = {}
         self._offsets: dict[str, GroupOffsets] = {}
+        self._txn_offsets: dict[str, GroupTxnOffsets] = {}
         self._batch_bytes_max = batch_bytes_max
         self._batch_records_max = batch_records_max
         self._write_locks: dict[int, asyncio.Lock] = {}
@@ -186,7 +202,8 @@ class GroupManager:
             return
         owned = OwnedPartition(partition, coordinator_epoch)
         self.owned[partition] = owned
-        latest: dict[bytes, bytes | None] = {}
+        # Per key, the latest record (what compaction keeps): its offset and value.
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
         try:
             if self._claims is not None:
                 # Before the replay: whatever an older owner appends after the fence is
@@ -196,7 +213,7 @@ class GroupManager:
                         return
                     await self._claims.claim(partition, coordinator_epoch)
             async for record in self._log.read(partition, 0):
-                latest[record.key] = record.value
+                latest[record.key] = (record.offset, record.value)
         except BaseException:
             # Not owned rather than loading forever: the caller may start the load again.
             if self._owned_as(partition, coordinator_epoch) is not None:
@@ -204,7 +221,7 @@ class GroupManager:
             raise
         if self.owned.get(partition) is not self._owned_as(partition, coordinator_epoch):
             return  # lost (or re-assigned) while loading
-        for raw_key, raw_value in latest.items():
+        for raw_key, (record_offset, raw_value) in latest.items():
             if raw_value is None or raw_key == FENCE_KEY:
                 continue
             try:
@@ -226,10 +243,21 @@ class GroupManager:
                 )
                 continue
             if isinstance(key, OffsetCommitKey) and isinstance(value, OffsetCommitValue):
-                self._offsets_of(key.group_id).put(key.topic, key.partition, value)
+                position = (
+                    record_offset if value.txn_record_offset is None else value.txn_record_offset
+                )
+                self._offsets_of(key.group_id).put(key.topic, key.partition, value, position)
                 self._group_of(key.group_id)
             elif isinstance(key, GroupMetadataKey) and isinstance(value, GroupMetadataValue):
                 self._restore_group(key.group_id, value)
+            elif isinstance(key, PendingOffsetKey) and isinstance(value, PendingOffsetValue):
+                self._txn_offsets_of(key.group_id).add_pending(
+                    key.producer_id, key.topic, key.partition, value, record_offset
+                )
+                self._group_of(key.group_id)
+            elif isinstance(key, TxnEndKey) and isinstance(value, TxnEndValue):
+                self._txn_offsets_of(key.group_id).saw_end(key.producer_id, value)
+                self._group_of(key.group_id)
         self.owned[partition].load = PartitionLoad.LOADED
 
     def _owned_as(self, partition: int, coordinator_epoch: int) -> OwnedPartition | None:
@@ -244,6 +272,7 @@ class GroupManager:
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             self._groups.pop(group_id).transition_to_dead(ErrorCode.NOT_COORDINATOR)
             self._offsets.pop(group_id, None)
+            self._txn_offsets.pop(group_id, None)
 
     def _restore_group(self, group_id: str, value: GroupMetadataValue) -> None:
         group = self._group_of(group_id)
@@ -284,6 +313,9 @@ class GroupManager:
             self._offsets[group_id] = offsets
         return offsets
 
+    def _txn_offsets_of(self, group_id: str) -> GroupTxnOffsets:
+        return self._txn_offsets.setdefault(group_id, GroupTxnOffsets())
+
     # -- persistence ------------------------------------------------------------------------
 
     def _write_lock(self, partition: int) -> asyncio.Lock:
@@ -294,11 +326,11 @@ class GroupManager:
         partition: int,
         records: Sequence[tuple[bytes, bytes | None]],
         owned: OwnedPartition | None,
-    ) -> None:
+    ) -> int:
         """Appends for the ownership ``owned`` only: a write queued behind a failed one must
         not go out under the next ownership of the partition, unchecked against its state.
         Returns once the append holding the records is acknowledged (see group commit in the
-        module docstring)."""
+        module docstring): the offset of the first of them (the others follow it)."""
         if not records:
             raise ValueError("an append needs at least one record")
         if owned is None or self.owned.get(partition) is not owned:
@@ -317,7 +349,7 @@ class GroupManager:
         # Cancelling the caller cancels ``done``: left out if not sent yet, else ignored. The
         # append itself is the flusher's, so one impatient caller never leaves the others'
         # batch with an unknown outcome.
-        await write.done
+        return await write.done
 
     async def _flush(self, partition: int) -> None:
         """Sends the partition's queued writes, one merged append at a time, until none is
@@ -378,7 +410,7 @@ class GroupManager:
         owned = batch[0].owned  # the current one: _next_batch keeps no other
         records = [record for write in batch for record in write.records]
         try:
-            await self._log.append(partition, records)
+            last = await self._log.append(partition, records)
         except asyncio.CancelledError:
             _fail(
                 batch,
@@ -397,9 +429,11 @@ class GroupManager:
             _fail(batch, e)
         else:
             # In queue order: a later write of the same key is applied after an earlier one.
+            position = last - len(records) + 1
             for write in batch:
                 if not write.done.done():
-                    write.done.set_result(None)
+                    write.done.set_result(position)
+                position += len(write.records)
 
     def _lose(self, owned: OwnedPartition, error: OffsetsWriteError) -> None:
         if self.owned.get(owned.partition) is not owned:
@@ -562,58 +596,222 @@ class GroupManager:
                     group = self._group_of(group_id)
             if group is not None:
                 error = group.check_commit(member_id, group_instance_id, generation_id)
+
+        def record(p: CommitPartition, now_ms: int) -> tuple[bytes, OffsetCommitValue]:
+            key = encode_key(OffsetCommitKey(group_id, p.topic, p.partition))
+            return key, OffsetCommitValue(p.offset, p.leader_epoch, p.metadata, now_ms)
+
+        results, written = await self._write_commit(group_id, error, message, partitions, record)
+        for p, value, record_offset in written:
+            self._offsets_of(group_id).put(p.topic, p.partition, value, record_offset)
+        return results
+
+    async def txn_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        partitions: Sequence[CommitPartition],
+    ) -> list[PartitionResult]:
+        """Kafka's TxnOffsetCommit: the offsets become pending offsets of ``producer_id`` in
+        the group, invisible to ``fetch`` until ``complete_transaction``. The group is created
+        as for a manual commit (generation -1, no member); the member and generation are
+        checked when given (``Group.check_txn_commit``). PRODUCER_FENCED: ``producer_epoch``
+        is older than the newest this group has seen for the producer id."""
+        error, message = self.check_coordinator(group_id)
+        if error is ErrorCode.NONE and (producer_id < 0 or producer_epoch < 0):
+            error = ErrorCode.INVALID_REQUEST
+            message = f"producer id {producer_id} and epoch {producer_epoch} must be >= 0"
+        if error is ErrorCode.NONE:
+            group = self._groups.get(group_id)
+            if group is None:
+                if generation_id >= 0:
+                    error = ErrorCode.ILLEGAL_GENERATION
+                elif member_id or group_instance_id is not None:
+                    error = ErrorCode.UNKNOWN_MEMBER_ID
+                else:
+                    group = self._group_of(group_id)
+            if group is not None:
+                error = group.check_txn_commit(member_id, group_instance_id, generation_id)
+        if error is ErrorCode.NONE:
+            txn_offsets = self._txn_offsets.get(group_id)
+            known = txn_offsets.producer(producer_id) if txn_offsets else None
+            if known is not None and producer_epoch < known.producer_epoch:
+                error = ErrorCode.PRODUCER_FENCED
+                message = (
+                    f"producer {producer_id} epoch {producer_epoch} is older than epoch "
+                    f"{known.producer_epoch}, seen for it in group {group_id!r}"
+                )
+
+        def record(p: CommitPartition, now_ms: int) -> tuple[bytes, PendingOffsetValue]:
+            key = encode_key(PendingOffsetKey(group_id, producer_id, p.topic, p.partition))
+            value = PendingOffsetValue(producer_epoch, p.offset, p.leader_epoch, p.metadata, now_ms)
+            return key, value
+
+        results, written = await self._write_commit(group_id, error, message, partitions, record)
+        for p, value, record_offset in written:
+            self._txn_offsets_of(group_id).add_pending(
+                producer_id, p.topic, p.partition, value, record_offset
+            )
+        return results
+
+    async def _write_commit(
+        self,
+        group_id: str,
+        error: ErrorCode,
+        message: str,
+        partitions: Sequence[CommitPartition],
+        record: Callable[[CommitPartition, int], tuple[bytes, _V]],
+    ) -> tuple[list[PartitionResult], list[tuple[CommitPartition, _V, int]]]:
+        """A commit's writing once its group-level checks gave ``error``: the per-partition
+        checks, then one append of the accepted partitions' records (``record``: key and
+        value). Returns every partition's result and, if the append succeeded with the
+        partition still owned here, each accepted partition with its value and its record's
+        offset, for the caller to apply."""
         if error is not ErrorCode.NONE:
-            return [PartitionResult(p.topic, p.partition, error, message) for p in partitions]
+            return [PartitionResult(p.topic, p.partition, error, message) for p in partitions], []
         now_ms = self._timers.now_ms()
         results: list[PartitionResult] = []
-        accepted: list[tuple[CommitPartition, OffsetCommitValue]] = []
+        accepted: list[tuple[CommitPartition, bytes, _V]] = []
         for p in partitions:
             code, why = check_commit_partition(
                 self._offset_limits, p.topic, p.partition, p.offset, p.metadata
             )
             results.append(PartitionResult(p.topic, p.partition, code, why))
             if code is ErrorCode.NONE:
-                accepted.append(
-                    (p, OffsetCommitValue(p.offset, p.leader_epoch, p.metadata, now_ms))
-                )
+                key, value = record(p, now_ms)
+                accepted.append((p, key, value))
         if not accepted:
-            return results
-        records = [
-            (encode_key(OffsetCommitKey(group_id, p.topic, p.partition)), encode_value(v))
-            for p, v in accepted
-        ]
+            return results, []
+        records = [(key, encode_value(value)) for _, key, value in accepted]
         partition = self.partition_for(group_id)
         try:
-            await self._append(partition, records, self.owned.get(partition))
+            first = await self._append(partition, records, self.owned.get(partition))
         except BrookError as e:
-            failed = {(p.topic, p.partition) for p, _ in accepted}
+            failed = {(p.topic, p.partition) for p, _, _ in accepted}
             code = _write_failure(e)
             return [
                 PartitionResult(r.topic, r.partition, code, e.message)
                 if (r.topic, r.partition) in failed
                 else r
                 for r in results
-            ]
-        if self.partition_for(group_id) not in self.owned:
+            ], []
+        if partition not in self.owned:
             # Lost the partition while writing: the new owner replays this commit.
-            return results
+            return results, []
+        return results, [(p, value, first + i) for i, (p, _, value) in enumerate(accepted)]
+
+    async def complete_transaction(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+    ) -> tuple[ErrorCode, str]:
+        """The end of ``producer_id``'s transaction for the group (the marker Kafka writes to
+        __consumer_offsets): on commit its pending offsets that are more recent than the
+        group's become the group's committed offsets (``txn_offsets.winners``), on abort they
+        are dropped. Answers NONE once that is appended, and at once, writing nothing, for an
+        unknown group, a repeat, or a producer with nothing pending whose epochs the group
+        already has (newer epochs are written, to fence the older). INVALID_PRODUCER_EPOCH:
+        ``producer_epoch`` is older than the newest seen for the producer in the group;
+        TRANSACTION_COORDINATOR_FENCED: ``coordinator_epoch`` is older than one that already
+        ended a transaction of the producer here. Otherwise what the write failed with
+        (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ...: retriable)."""
+        error, message = self.check_coordinator(group_id)
+        if error is not ErrorCode.NONE:
+            return error, message
+        if producer_id < 0 or producer_epoch < 0:
+            return (
+                ErrorCode.INVALID_REQUEST,
+                f"producer id {producer_id} and epoch {producer_epoch} must be >= 0",
+            )
+        if group_id not in self._groups:
+            return ErrorCode.NONE, ""
+        txn_offsets = self._txn_offsets.get(group_id)
+        known = txn_offsets.producer(producer_id) if txn_offsets else None
+        if known is not None:
+            if producer_epoch < known.producer_epoch:
+                return (
+                    ErrorCode.INVALID_PRODUCER_EPOCH,
+                    f"producer {producer_id} epoch {producer_epoch} is older than epoch "
+                    f"{known.producer_epoch}, seen for it in group {group_id!r}",
+                )
+            if coordinator_epoch < known.coordinator_epoch:
+                return (
+                    ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                    f"coordinator epoch {coordinator_epoch} is older than epoch "
+                    f"{known.coordinator_epoch}, which ended a transaction of producer "
+                    f"{producer_id} in group {group_id!r}",
+                )
+            if (
+                not known.pending
+                and producer_epoch == known.producer_epoch
+                and coordinator_epoch == known.coordinator_epoch
+            ):
+                return ErrorCode.NONE, ""
+        # The producer's epochs are recorded even with nothing pending: a newer epoch here
+        # fences a late TxnCommitOffsets of the older one, as Kafka's marker does.
+        pending = dict(known.pending) if known is not None else {}
+        applied = winners(self._offsets_of(group_id), pending) if committed else []
+        end = TxnEndValue(producer_epoch, coordinator_epoch, committed)
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_key(PendingOffsetKey(group_id, producer_id, topic, partition)), None)
+            for topic, partition in pending
+        ]
+        records += [
+            (encode_key(OffsetCommitKey(group_id, t, p)), encode_value(offset.committed()))
+            for (t, p), offset in applied
+        ]
+        records.append((encode_key(TxnEndKey(group_id, producer_id)), encode_value(end)))
+        partition = self.partition_for(group_id)
+        try:
+            await self._append(partition, records, self.owned.get(partition))
+        except BrookError as e:
+            return _write_failure(e), e.message
+        if partition not in self.owned:
+            return ErrorCode.NONE, ""  # the new owner replays the end
+        txn_offsets = self._txn_offsets_of(group_id)
+        for topic, partition_id in pending:
+            txn_offsets.remove_pending(producer_id, topic, partition_id)
         offsets = self._offsets_of(group_id)
-        for p, v in accepted:
-            offsets.put(p.topic, p.partition, v)
-        return results
+        for (topic, partition_id), offset in applied:
+            offsets.put(topic, partition_id, offset.committed(), offset.record_offset)
+        txn_offsets.saw_end(producer_id, end)
+        return ErrorCode.NONE, ""
 
     def fetch(
-        self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+        self,
+        group_id: str,
+        partitions: Sequence[tuple[str, int]] | None,
+        require_stable: bool = False,
     ) -> tuple[ErrorCode, str, list[PartitionResult]]:
+        """The committed offsets of ``partitions`` (None: every partition with one). With
+        ``require_stable``, a partition with pending transactional offsets is answered
+        UNSTABLE_OFFSET_COMMIT instead (Kafka's OffsetFetch v7+)."""
         error, message = self.check_coordinator(group_id)
         if error is not ErrorCode.NONE:
             return error, message, []
         offsets = self._offsets.get(group_id) or GroupOffsets()
+        txn_offsets = self._txn_offsets.get(group_id) if require_stable else None
         wanted = sorted(offsets.by_partition) if partitions is None else list(partitions)
         results = []
         for topic, partition in wanted:
             value = offsets.get(topic, partition)
-            if value is None:
+            if txn_offsets is not None and txn_offsets.has_pending(topic, partition):
+                results.append(
+                    PartitionResult(
+                        topic,
+                        partition,
+                        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                        "a transaction has offsets for this partition pending",
+                    )
+                )
+            elif value is None:
                 results.append(PartitionResult(topic, partition, ErrorCode.NONE))
             else:
                 results.append(
@@ -657,11 +855,24 @@ class GroupManager:
     async def _remove_offsets(
         self, group_id: str, keys: list[tuple[str, int]], remove_group: bool
     ) -> None:
+        """Deletes the committed offsets of ``keys``; with ``remove_group``, the group too,
+        with its pending transactional offsets and what it knew of their producers (Kafka's
+        DeleteGroups drops the pending offsets with the group)."""
         tombstones: list[tuple[bytes, bytes | None]] = [
             (encode_key(OffsetCommitKey(group_id, t, p)), None) for t, p in keys
         ]
+        txn_offsets = self._txn_offsets.get(group_id)
         if remove_group:
             tombstones.append((encode_key(GroupMetadataKey(group_id)), None))
+            if txn_offsets is not None:
+                tombstones += [
+                    (encode_key(PendingOffsetKey(group_id, producer_id, t, p)), None)
+                    for producer_id, t, p in txn_offsets.pending_keys()
+                ]
+                tombstones += [
+                    (encode_key(TxnEndKey(group_id, producer_id)), None)
+                    for producer_id in txn_offsets.producers
+                ]
         offsets_partition = self.partition_for(group_id)
         await self._append(offsets_partition, tombstones, self.owned.get(offsets_partition))
         offsets = self._offsets_of(group_id)
@@ -672,21 +883,34 @@ class GroupManager:
             if group is not None:
                 group.transition_to_dead(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             self._offsets.pop(group_id, None)
+            self._txn_offsets.pop(group_id, None)
 
     async def expire_offsets(self) -> int:
         """Deletes the offsets past offsets.retention.minutes of groups that have no members,
-        and the groups left with nothing; returns how many offsets were removed."""
+        and the groups left with nothing; returns how many offsets were removed. As in Kafka,
+        an offset with transactional offsets pending for its partition does not expire, and a
+        group with any pending is not removed."""
         now_ms = self._timers.now_ms()
         removed = 0
         for group in self.groups():
             empty_since = group.state_timestamp_ms if group.state is GroupState.EMPTY else None
             offsets = self._offsets.get(group.group_id)
+            txn_offsets = self._txn_offsets.get(group.group_id) or GroupTxnOffsets()
+            retention_ms = self._offset_limits.retention_ms
             expired = (
-                list(offsets.expired(now_ms, self._offset_limits.retention_ms, empty_since))
+                [
+                    key
+                    for key in offsets.expired(now_ms, retention_ms, empty_since)
+                    if not txn_offsets.has_pending(*key)
+                ]
                 if offsets
                 else []
             )
-            drop_group = group.state is GroupState.EMPTY and len(expired) == len(offsets or ())
+            drop_group = (
+                group.state is GroupState.EMPTY
+                and len(expired) == len(offsets or ())
+                and not txn_offsets.has_any_pending()
+            )
             if not expired and not drop_group:
                 continue
             try:
@@ -736,7 +960,8 @@ class _QueuedWrite:
     owned: OwnedPartition
     # The records' size in a batch, at most (RECORD_OVERHEAD_BYTES_MAX each).
     size_bytes: int
-    done: asyncio.Future[None]
+    # The offset of the write's first record, once appended.
+    done: asyncio.Future[int]
 
 
 def _fail(batch: Sequence[_QueuedWrite], error: BaseException) -> None:

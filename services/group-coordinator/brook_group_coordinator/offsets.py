@@ -38,22 +38,31 @@ def check_commit_partition(
 
 
 class GroupOffsets:
-    """The latest committed offset per partition of one group."""
+    """The latest committed offset per partition of one group, with the log position that
+    orders it against a transaction's offsets (``record_offset``)."""
 
     def __init__(self) -> None:
         self.by_partition: dict[TopicPartitionKey, OffsetCommitValue] = {}
+        self._record_offsets: dict[TopicPartitionKey, int] = {}
 
     def __len__(self) -> int:
         return len(self.by_partition)
 
-    def put(self, topic: str, partition: int, value: OffsetCommitValue) -> None:
+    def put(self, topic: str, partition: int, value: OffsetCommitValue, record_offset: int) -> None:
+        """``record_offset``: where the commit is in __consumer_offsets; for an offset a
+        committed transaction made the group's, where its pending record is."""
         self.by_partition[(topic, partition)] = value
+        self._record_offsets[(topic, partition)] = record_offset
 
     def remove(self, topic: str, partition: int) -> None:
         self.by_partition.pop((topic, partition), None)
+        self._record_offsets.pop((topic, partition), None)
 
     def get(self, topic: str, partition: int) -> OffsetCommitValue | None:
         return self.by_partition.get((topic, partition))
+
+    def record_offset(self, topic: str, partition: int) -> int | None:
+        return self._record_offsets.get((topic, partition))
 
     def expired(
         self, now_ms: int, retention_ms: int, empty_since_ms: int | None

@@ -7,14 +7,22 @@ metadata by the group id; a record with no value (a tombstone) deletes the key.
 Key:   u16 kind (1 = offset commit, 2 = group metadata: Kafka's key versions 1 and 2), then
        each field as u16 length + UTF-8 bytes, and for an offset commit the partition as a
        big-endian i32. Kind 3 is the fence a coordinator appends when it takes a partition over
-       (the key alone; ``fencing.py``): it carries no state and loading skips it.
+       (the key alone; ``fencing.py``): it carries no state and loading skips it. Brook's own
+       kinds for transactions (Kafka writes them as transactional batches and control
+       batches instead; docs/decisions.md, "Transactional offsets in the group coordinator"):
+       4 = a pending transactional offset (group, producer id as a big-endian i64, topic,
+       partition), 5 = the end of a producer's transaction for a group (group, producer id).
        Loading skips a kind it does not know with a warning, as Kafka's loader does ("Unknown
        record type ... Ignoring it. It could be a left over from an aborted upgrade"), so a
        newer coordinator's records never keep an older one from serving the partition.
 Value: UTF-8 JSON object with "v": 1 (so a later version can add fields and still read old
-       ones). Offsets: offset, leader_epoch, metadata, commit_timestamp_ms. Group: the
-       protocol type and name, generation, leader, when the state last changed, and every
-       member with its timeouts, subscription and assignment (base64).
+       ones). Offsets: offset, leader_epoch, metadata, commit_timestamp_ms, and for an offset
+       a committed transaction made the group's, txn_record_offset: where its pending record
+       is in the log (which commit is the most recent, Kafka's rule; absent otherwise). Group:
+       the protocol type and name, generation, leader, when the state last changed, and every
+       member with its timeouts, subscription and assignment (base64). Pending transactional
+       offset: producer_epoch and the offset's fields. Transaction end: producer_epoch,
+       coordinator_epoch and committed (true: commit, false: abort).
 """
 
 from __future__ import annotations
@@ -32,7 +40,11 @@ __all__ = [
     "MemberMetadata",
     "OffsetCommitKey",
     "OffsetCommitValue",
+    "PendingOffsetKey",
+    "PendingOffsetValue",
     "RecordFormatError",
+    "TxnEndKey",
+    "TxnEndValue",
     "UnknownRecordKindError",
     "decode_key",
     "decode_value",
@@ -44,9 +56,12 @@ __all__ = [
 KIND_OFFSET_COMMIT = 1
 KIND_GROUP_METADATA = 2
 KIND_FENCE = 3
+KIND_PENDING_OFFSET = 4
+KIND_TXN_END = 5
 VALUE_VERSION = 1
 _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 
 
 class RecordFormatError(ValueError):
@@ -84,11 +99,43 @@ class GroupMetadataKey:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingOffsetKey:
+    group_id: str
+    producer_id: int
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEndKey:
+    group_id: str
+    producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetCommitValue:
     offset: int
     leader_epoch: int
     metadata: str
     commit_timestamp_ms: int
+    # Set when a committed transaction wrote it: the log offset of its pending record.
+    txn_record_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingOffsetValue:
+    producer_epoch: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEndValue:
+    producer_epoch: int
+    coordinator_epoch: int
+    committed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +160,8 @@ class GroupMetadataValue:
     members: tuple[MemberMetadata, ...]
 
 
-Key = OffsetCommitKey | GroupMetadataKey
-Value = OffsetCommitValue | GroupMetadataValue
+Key = OffsetCommitKey | GroupMetadataKey | PendingOffsetKey | TxnEndKey
+Value = OffsetCommitValue | GroupMetadataValue | PendingOffsetValue | TxnEndValue
 
 
 def _string(value: str) -> bytes:
@@ -130,33 +177,59 @@ def encode_key(key: Key) -> bytes:
             + _string(key.topic)
             + _I32.pack(key.partition)
         )
+    if isinstance(key, PendingOffsetKey):
+        return (
+            _U16.pack(KIND_PENDING_OFFSET)
+            + _string(key.group_id)
+            + _I64.pack(key.producer_id)
+            + _string(key.topic)
+            + _I32.pack(key.partition)
+        )
+    if isinstance(key, TxnEndKey):
+        return _U16.pack(KIND_TXN_END) + _string(key.group_id) + _I64.pack(key.producer_id)
     return _U16.pack(KIND_GROUP_METADATA) + _string(key.group_id)
+
+
+class _KeyReader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.position = 2
+
+    def string(self) -> str:
+        (length,) = _U16.unpack_from(self.data, self.position)
+        self.position += 2
+        raw = self.data[self.position : self.position + length]
+        if len(raw) != length:
+            raise RecordFormatError("key truncated")
+        self.position += length
+        return raw.decode("utf-8")
+
+    def number(self, layout: struct.Struct) -> int:
+        (value,) = layout.unpack_from(self.data, self.position)
+        self.position += layout.size
+        return int(value)
 
 
 def decode_key(data: bytes) -> Key:
     try:
         (kind,) = _U16.unpack_from(data, 0)
-        if kind not in (KIND_OFFSET_COMMIT, KIND_GROUP_METADATA):
-            raise UnknownRecordKindError(kind)
-        position = 2
-        fields: list[str] = []
-        for _ in range(2 if kind == KIND_OFFSET_COMMIT else 1):
-            (length,) = _U16.unpack_from(data, position)
-            position += 2
-            raw = data[position : position + length]
-            if len(raw) != length:
-                raise RecordFormatError("key truncated")
-            fields.append(raw.decode("utf-8"))
-            position += length
+        reader = _KeyReader(data)
+        key: Key
         if kind == KIND_OFFSET_COMMIT:
-            (partition,) = _I32.unpack_from(data, position)
-            position += 4
-            key: Key = OffsetCommitKey(fields[0], fields[1], partition)
+            key = OffsetCommitKey(reader.string(), reader.string(), reader.number(_I32))
+        elif kind == KIND_GROUP_METADATA:
+            key = GroupMetadataKey(reader.string())
+        elif kind == KIND_PENDING_OFFSET:
+            key = PendingOffsetKey(
+                reader.string(), reader.number(_I64), reader.string(), reader.number(_I32)
+            )
+        elif kind == KIND_TXN_END:
+            key = TxnEndKey(reader.string(), reader.number(_I64))
         else:
-            key = GroupMetadataKey(fields[0])
+            raise UnknownRecordKindError(kind)
     except (struct.error, UnicodeDecodeError) as e:
         raise RecordFormatError(f"malformed key: {e}") from e
-    if position != len(data):
+    if reader.position != len(data):
         raise RecordFormatError("trailing bytes after the key")
     return key
 
@@ -165,15 +238,40 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _offset_body(value: OffsetCommitValue | PendingOffsetValue) -> dict[str, Any]:
+    return {
+        "v": VALUE_VERSION,
+        "offset": value.offset,
+        "leader_epoch": value.leader_epoch,
+        "metadata": value.metadata,
+        "commit_timestamp_ms": value.commit_timestamp_ms,
+    }
+
+
+def _offset_fields(body: dict[str, Any]) -> tuple[int, int, str, int]:
+    """offset, leader_epoch, metadata, commit_timestamp_ms."""
+    return (
+        int(body["offset"]),
+        int(body["leader_epoch"]),
+        str(body["metadata"]),
+        int(body["commit_timestamp_ms"]),
+    )
+
+
 def encode_value(value: Value) -> bytes:
     body: dict[str, Any]
     if isinstance(value, OffsetCommitValue):
+        body = _offset_body(value)
+        if value.txn_record_offset is not None:
+            body["txn_record_offset"] = value.txn_record_offset
+    elif isinstance(value, PendingOffsetValue):
+        body = {**_offset_body(value), "producer_epoch": value.producer_epoch}
+    elif isinstance(value, TxnEndValue):
         body = {
             "v": VALUE_VERSION,
-            "offset": value.offset,
-            "leader_epoch": value.leader_epoch,
-            "metadata": value.metadata,
-            "commit_timestamp_ms": value.commit_timestamp_ms,
+            "producer_epoch": value.producer_epoch,
+            "coordinator_epoch": value.coordinator_epoch,
+            "committed": value.committed,
         }
     else:
         body = {
@@ -206,11 +304,21 @@ def decode_value(key: Key, data: bytes) -> Value:
         if not isinstance(body, dict) or body.get("v") != VALUE_VERSION:
             raise RecordFormatError("unknown value version")
         if isinstance(key, OffsetCommitKey):
+            txn_record_offset = body.get("txn_record_offset")
             return OffsetCommitValue(
-                offset=int(body["offset"]),
-                leader_epoch=int(body["leader_epoch"]),
-                metadata=str(body["metadata"]),
-                commit_timestamp_ms=int(body["commit_timestamp_ms"]),
+                *_offset_fields(body),
+                txn_record_offset=None if txn_record_offset is None else int(txn_record_offset),
+            )
+        if isinstance(key, PendingOffsetKey):
+            return PendingOffsetValue(int(body["producer_epoch"]), *_offset_fields(body))
+        if isinstance(key, TxnEndKey):
+            committed = body["committed"]
+            if not isinstance(committed, bool):
+                raise RecordFormatError("committed is not a boolean")
+            return TxnEndValue(
+                producer_epoch=int(body["producer_epoch"]),
+                coordinator_epoch=int(body["coordinator_epoch"]),
+                committed=committed,
             )
         return GroupMetadataValue(
             protocol_type=str(body["protocol_type"]),

@@ -326,6 +326,26 @@ def test_commit_checks_follow_kafka() -> None:
     assert h.group.check_commit(leader, None, generation + 1) is ErrorCode.REBALANCE_IN_PROGRESS
 
 
+def test_txn_commit_checks_follow_kip_447() -> None:
+    h = Harness()
+    static = h.join(instance="i-1")
+    h.advance_until_answered(static)
+    member_id, generation = static[0].member_id, h.group.generation_id
+    h.sync(member_id, generation, {member_id: b"x"})
+    check = h.group.check_txn_commit
+    # Without member and generation: accepted whatever the group's state (older clients).
+    assert check("", None, -1) is ErrorCode.NONE
+    assert check(member_id, "i-1", generation) is ErrorCode.NONE
+    assert check("stale-id", "i-1", generation) is ErrorCode.FENCED_INSTANCE_ID
+    assert check(member_id, "i-2", generation) is ErrorCode.UNKNOWN_MEMBER_ID
+    assert check("stranger", None, generation) is ErrorCode.UNKNOWN_MEMBER_ID
+    assert check(member_id, None, generation + 1) is ErrorCode.ILLEGAL_GENERATION
+    h.join(instance="i-2")
+    assert state_of(h.group) is GroupState.PREPARING_REBALANCE
+    # A rebalance in progress does not refuse it, unlike a plain commit.
+    assert check(member_id, "i-1", generation) is ErrorCode.NONE
+
+
 def test_dead_group_answers_waiting_members_and_cancels_every_timer() -> None:
     h = Harness()
     member = h.new_member()
