@@ -198,7 +198,8 @@ def _add_partitions_to_txn(backend: Backend, router: CoordinatorRouter) -> ApiHa
 
     def error(request: Message, context: RequestContext, code: int) -> Message:
         del context
-        return answer(request, {}, code)
+        # The top-level code is v4+'s (a broker's batched request, answered UNSUPPORTED_VERSION).
+        return answer(request, {}, code) | {"error_code": code}
 
     async def handle(request: Message, context: RequestContext) -> Message:
         named = [(t["name"], p) for t in request["v3_and_below_topics"] for p in t["partitions"]]

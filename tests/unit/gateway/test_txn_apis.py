@@ -925,6 +925,21 @@ def test_add_partitions_naming_an_unknown_partition_reaches_no_coordinator() -> 
                 ("missing", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             }
             assert gw.script.asked("AddPartitionsToTxn") == []
+            # v4+ is a broker's batched verification: not served, and said so at the top.
+            batched = {
+                "transactions": [
+                    {
+                        "transactional_id": TXN_ID,
+                        "producer_id": PRODUCER_ID,
+                        "producer_epoch": EPOCH,
+                        "verify_only": True,
+                        "topics": [{"name": TOPIC, "partitions": [0]}],
+                    }
+                ]
+            }
+            answer = await gw.call(ApiKey.ADD_PARTITIONS_TO_TXN, 4, batched)
+            assert answer["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+            assert gw.script.asked("AddPartitionsToTxn") == []
 
     run(scenario())
 
