@@ -7,7 +7,7 @@ InitProducerId without a transactional id goes to any live storage node, which h
 producer ids from its controller-allocated block; with one, to the transaction coordinator
 owning the id, as do AddPartitionsToTxn, AddOffsetsToTxn and EndTxn. TxnOffsetCommit goes to
 the coordinator owning the group. The coordinators answer in Kafka's error codes; a code a
-request's version predates is answered as Kafka answers that version (``_txn_error``).
+request's version predates is answered with one that version knows (``_txn_error``).
 WriteTxnMarkers is Kafka's broker-to-broker marker request, served for admin tools
 (kafka-transactions.sh's abort of a hanging transaction); the coordinators write their own
 markers over gRPC.

@@ -754,8 +754,8 @@ def test_transactional_init_producer_id_follows_a_not_coordinator_hint_to_the_ow
 def test_an_owner_that_keeps_refusing_is_not_coordinator_and_none_is_not_available() -> None:
     async def scenario() -> None:
         async with gateway() as gw:
-            # Both coordinators point at each other: the gateway gives up with NOT_COORDINATOR,
-            # after which the client looks the coordinator up again.
+            # The look-up names a coordinator that hints an owner which never answers: after
+            # its tries the gateway answers NOT_COORDINATOR, and the client looks it up again.
             gw.script.owners[TXN_ID] = 99
             gw.script.ports[99] = _closed_port()
             gw.script.named[TXN_ID] = COORDINATORS[1]
