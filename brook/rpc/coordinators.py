@@ -1,5 +1,7 @@
 """Finding a consumer group's coordinator, and following it when it moves: one set of rules for
-the SDK's consumers, Admin and the gateway (Kafka's FindCoordinator and NOT_COORDINATOR).
+the SDK's consumers, Admin and the gateway (Kafka's FindCoordinator and NOT_COORDINATOR). A
+transactional id's coordinator is found the same way, with ``key_type``
+COORDINATOR_TYPE_TRANSACTION (the coordinator owning its __transaction_state partition).
 
 Any group coordinator answers FindCoordinator for any group from its directory of owners, so a
 look-up asks the known coordinators in turn until one names the owner (``find_coordinator``,
@@ -104,12 +106,14 @@ def hinted_coordinator(
 class _Search:
     """One look-up's bookkeeping, without I/O (both drivers below share it)."""
 
-    def __init__(self, group_id: str, address_of: AddressOf) -> None:
+    def __init__(
+        self, group_id: str, address_of: AddressOf, key_type: group_pb2.CoordinatorType
+    ) -> None:
         self.group_id = group_id
-        self.request = group_pb2.FindCoordinatorRequest(
-            key_type=group_pb2.COORDINATOR_TYPE_GROUP, keys=[group_id]
-        )
+        self.request = group_pb2.FindCoordinatorRequest(key_type=key_type, keys=[group_id])
         self._address_of = address_of
+        kind = "transactional id" if key_type == group_pb2.COORDINATOR_TYPE_TRANSACTION else "group"
+        self._key_name = f"{kind} {group_id!r}"
         self._problems: list[str] = []
         self._code = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
@@ -122,7 +126,7 @@ class _Search:
             return None
         found = next((c for c in response.coordinators if c.key == self.group_id), None)
         if found is None:
-            self._problems.append(f"{address} answered without the group")
+            self._problems.append(f"{address} answered without the key")
             return None
         code = error_code(found.error_code)
         if code is ErrorCode.NONE:
@@ -142,7 +146,7 @@ class _Search:
     def exhausted(self) -> CoordinatorNotFoundError:
         problems = "; ".join(self._problems) or "no group coordinator is registered"
         return CoordinatorNotFoundError(
-            self._code, f"no coordinator named the owner of group {self.group_id!r}: {problems}"
+            self._code, f"no coordinator named the owner of {self._key_name}: {problems}"
         )
 
 
@@ -152,13 +156,15 @@ async def find_coordinator(
     ask: Ask,
     deadline_s: float,
     address_of: AddressOf = _endpoint_address,
+    key_type: group_pb2.CoordinatorType = group_pb2.COORDINATOR_TYPE_GROUP,
 ) -> Coordinator:
-    """The coordinator owning ``group_id``, asking the coordinators at ``candidates`` in
+    """The coordinator owning ``group_id`` (a transactional id with ``key_type``
+    COORDINATOR_TYPE_TRANSACTION), asking the coordinators at ``candidates`` in
     order with ``ask(address, request, timeout_s)`` (a grpc.aio call). The look-up ends by
     ``deadline_s`` (time.monotonic), the caller's: each ask may take only the time that
     remains, so coordinators that hang cannot hold the caller past it (a
     ``CoordinatorNotFoundError`` then, which is retriable)."""
-    search = _Search(group_id, address_of)
+    search = _Search(group_id, address_of, key_type)
 
     async def asked(address: str, timeout_s: float) -> _Response | grpc.RpcError:
         try:
@@ -181,7 +187,7 @@ def find_coordinator_sync(
     deadline_s: float,
 ) -> Coordinator:
     """``find_coordinator`` for blocking callers (Admin), with the same deadline rule."""
-    search = _Search(group_id, _endpoint_address)
+    search = _Search(group_id, _endpoint_address, group_pb2.COORDINATOR_TYPE_GROUP)
 
     def asked(address: str, timeout_s: float) -> _Response | grpc.RpcError:
         try:

@@ -51,14 +51,22 @@ RECOMMENDED_VERSIONS: Final[Mapping[ApiKey, VersionRange]] = MappingProxyType(
         ApiKey.API_VERSIONS: (0, 3),
         ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (0, 6),
-        ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.INIT_PRODUCER_ID: (0, 5),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+        ApiKey.END_TXN: (0, 4),
+        ApiKey.WRITE_TXN_MARKERS: (0, 1),
+        ApiKey.TXN_OFFSET_COMMIT: (0, 4),
         ApiKey.DESCRIBE_CONFIGS: (0, 4),
         ApiKey.ALTER_CONFIGS: (0, 2),
         ApiKey.SASL_AUTHENTICATE: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.DELETE_GROUPS: (0, 2),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+        ApiKey.LIST_TRANSACTIONS: (0, 1),
     }
 )
 

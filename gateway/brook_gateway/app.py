@@ -30,10 +30,12 @@ from brook_gateway.apis import Dispatcher
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import KAFKA_LISTENER, KAFKA_NODES_LISTENER, ClusterImage
 from brook_gateway.config import CONFIG_DEF, KAFKA_NODE_PORT_BASE
+from brook_gateway.coordinator_routing import Routers
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.group_apis import group_handlers
 from brook_gateway.node_listeners import NodeListeners
 from brook_gateway.server import KafkaServer, ServerLimits
+from brook_gateway.txn_apis import txn_handlers
 from brook_gateway.upstream import Upstreams
 
 __all__ = ["SPEC", "Gateway", "kafka_server"]
@@ -47,7 +49,13 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
     dispatcher = Dispatcher()
     dispatcher.register(api_versions_handler(dispatcher))
     if backend is not None:
-        handlers = (*data_handlers(backend), *admin_handlers(backend), *group_handlers(backend))
+        routers = Routers.of(backend)
+        handlers = (
+            *data_handlers(backend),
+            *admin_handlers(backend),
+            *group_handlers(backend, routers),
+            *txn_handlers(backend, routers),
+        )
         for handler in handlers:
             dispatcher.register(handler)
     listener = config.listener(KAFKA_LISTENER)

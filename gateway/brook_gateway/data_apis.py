@@ -1,6 +1,10 @@
 """Metadata, Fetch, ListOffsets and OffsetForLeaderEpoch: the data plane, forwarded to the
 leader storage nodes (fan_out.py) with the record batches passed through as bytes. Produce, the
 same way with its merging and ordering of a connection's requests, is produce.py's.
+
+Fetch and ListOffsets carry the request's isolation level to the storage node: read_committed
+reads stop at the last stable offset (ListOffsets' latest is it), and a read_committed Fetch
+returns the aborted transactions overlapping its records, which Kafka clients filter out.
 """
 
 from __future__ import annotations
@@ -196,20 +200,27 @@ def _fetch_error(request: Message, context: RequestContext, code: int) -> Messag
     }
 
 
-def _isolation_level(kafka_value: int) -> common_pb2.IsolationLevel:
-    """A Fetch or ListOffsets request's isolation_level (Kafka's 1: read_committed, 0:
-    read_uncommitted) as Brook's; any other value is read as read_uncommitted (Kafka refuses
-    it; no client sends one)."""
-    if kafka_value == 1:
-        return common_pb2.ISOLATION_LEVEL_READ_COMMITTED
-    return common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
+# Kafka's isolation levels (Fetch v4+, ListOffsets v2+; earlier versions read as 0).
+_ISOLATION_LEVELS: Final = {
+    0: common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED,
+    1: common_pb2.ISOLATION_LEVEL_READ_COMMITTED,
+}
+
+
+def _isolation_level(kafka_value: int) -> common_pb2.IsolationLevel | None:
+    """A Fetch or ListOffsets request's isolation_level as Brook's: 0 read_uncommitted, 1
+    read_committed (bounded by the last stable offset); None for any other value, which the
+    request is refused for (INVALID_REQUEST) rather than read as either."""
+    return _ISOLATION_LEVELS.get(kafka_value)
 
 
 def _fetch(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
-        del context
         results: dict[tuple[str, int], Message] = {}
         isolation = _isolation_level(request["isolation_level"])
+        if isolation is None:
+            return _fetch_error(request, context, int(ErrorCode.INVALID_REQUEST))
+        read_committed = isolation == common_pb2.ISOLATION_LEVEL_READ_COMMITTED
 
         def fail(part: Part, code: ErrorCode, message: str) -> None:
             del message
@@ -268,13 +279,16 @@ def _fetch(backend: Backend) -> ApiHandler:
                     "partition_index": r.partition,
                     "error_code": int(r.error_code),
                     "high_watermark": r.high_watermark,
-                    # No transactions yet: the last stable offset is the high watermark.
-                    "last_stable_offset": r.last_stable_offset or r.high_watermark,
+                    "last_stable_offset": r.last_stable_offset,
                     "log_start_offset": r.log_start_offset,
+                    # The aborted transactions overlapping the records returned, which the
+                    # client filters out; null for read_uncommitted, as from Kafka.
                     "aborted_transactions": [
                         {"producer_id": a.producer_id, "first_offset": a.first_offset}
                         for a in r.aborted_transactions
-                    ],
+                    ]
+                    if read_committed
+                    else None,
                     "preferred_read_replica": -1,
                     "records": bytes(r.records),
                 }
@@ -371,9 +385,10 @@ def _list_offsets_partition(
 
 def _list_offsets(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
-        del context
         results: dict[tuple[str, int], Message] = {}
         isolation = _isolation_level(request["isolation_level"])
+        if isolation is None:
+            return _list_offsets_error(request, context, int(ErrorCode.INVALID_REQUEST))
 
         def fail(part: Part, code: ErrorCode, message: str) -> None:
             del message

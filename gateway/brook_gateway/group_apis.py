@@ -1,61 +1,44 @@
-"""Consumer groups and producer ids: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups and
-InitProducerId.
+"""Consumer groups and coordinator look-ups: FindCoordinator (groups and transactional ids),
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups,
+ListGroups and DeleteGroups.
 
 Kafka clients must only ever talk Kafka to a gateway, never to a coordinator's gRPC port, so
 FindCoordinator answers with one of the brokers Metadata lists (each served by a gateway),
-picked from the owning coordinator's node id by `ClusterImage.coordinator_broker`. Every
-gateway therefore names the same broker for a group, and whichever gateway receives a
-group request forwards it to the group's owning coordinator, found with the coordinators'
-FindCoordinator and cached. A NOT_COORDINATOR answer (ownership moved) is followed through its
-hint, and an unreachable owner is looked up again; only when the owner still cannot be reached
-does the client get NOT_COORDINATOR, which makes it look the coordinator up again itself.
+picked from the owning coordinator's node id by `ClusterImage.coordinator_broker`, for a group
+and for a transactional id alike. Every gateway therefore names the same broker for a key, and
+whichever gateway receives a request forwards it to the key's owning coordinator
+(coordinator_routing.py).
 
-Member metadata, assignments and committed metadata pass through untouched. InitProducerId is
-forwarded to a live storage node, which hands out producer ids from its controller-allocated
-block.
+Member metadata, assignments and committed metadata pass through untouched.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
 
-from brook.errors import ErrorCode, error_code
-from brook.rpc.addresses import GRPC_LISTENER, Endpoint, listener_address
-from brook.rpc.coordinators import (
-    Coordinator,
-    CoordinatorNotFoundError,
-    CoordinatorRefusedError,
-    find_coordinator,
-    hinted_coordinator,
-)
-from brook.v1 import common_pb2, group_pb2, storage_pb2
+from brook.errors import ErrorCode
+from brook.v1 import common_pb2, group_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import NO_NODE, KafkaBroker
+from brook_gateway.coordinator_routing import (
+    CoordinatorRouteError,
+    CoordinatorRouter,
+    Routers,
+    ask_coordinators_listed_here,
+    gather_bounded,
+    partitions_not_coordinator,
+)
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
-from brook_gateway.upstream import UpstreamError
 
-__all__ = ["GroupRouteError", "GroupRouter", "group_handlers"]
-
-_log = logging.getLogger(__name__)
+__all__ = ["commit_error", "commit_offsets", "group_handlers", "unknown"]
 
 # Kafka's FindCoordinator key types.
 KEY_TYPE_GROUP: Final = 0
 KEY_TYPE_TRANSACTION: Final = 1
-# Lookups and calls per forwarded request: the cached owner, a hinted or re-found owner, and
-# one more in case ownership moved again during a hand-over.
-_ATTEMPTS_MAX: Final = 3
-# Bounds the owner cache: clients choose group ids freely.
-OWNER_CACHE_ENTRIES_MAX: Final = 10_000
-# Groups of one DescribeGroups or DeleteGroups request forwarded at the same time.
-CONCURRENT_FORWARDS_MAX: Final = 32
 # Kafka's states as DescribeGroups and ListGroups name them.
 _STATE_NAMES: Final = {
     group_pb2.GROUP_STATE_UNSPECIFIED: "",
@@ -76,131 +59,11 @@ _SKIP_ASSIGNMENT_MIN_VERSION: Final = 9
 # The longest a JoinGroup may wait for its group to rejoin (its rebalance timeout, capped at
 # Kafka's default group.max.session.timeout.ms) before the gateway gives up on it.
 JOIN_WAIT_MS_MAX: Final = 1_800_000
-# How long an OffsetCommit naming a partition this gateway's metadata lacks waits for it to
-# arrive before answering UNKNOWN_TOPIC_OR_PARTITION: far above the metadata's propagation
-# between gateways (milliseconds), far below a client's request timeout.
+# How long an OffsetCommit (TxnOffsetCommit, AddPartitionsToTxn) naming a partition this
+# gateway's metadata lacks waits for it to arrive before answering UNKNOWN_TOPIC_OR_PARTITION:
+# far above the metadata's propagation between gateways (milliseconds), far below a client's
+# request timeout.
 COMMIT_METADATA_WAIT_MS: Final = 1000
-
-
-class GroupRouteError(Exception):
-    """A group request that reached no coordinator able to answer it; ``code`` is what the
-    Kafka client gets (retriable ones make it look the coordinator up again)."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class GroupRouter:
-    """Finds the coordinator owning each group and forwards group calls to it."""
-
-    def __init__(self, backend: Backend) -> None:
-        self._backend = backend
-        self._owners: dict[str, Coordinator] = {}
-
-    def _remember(self, group_id: str, owner: Coordinator) -> None:
-        self._owners.pop(group_id, None)
-        while len(self._owners) >= OWNER_CACHE_ENTRIES_MAX:
-            del self._owners[next(iter(self._owners))]
-        self._owners[group_id] = owner
-
-    def _address_of(self, node_id: int, endpoints: Iterable[Endpoint]) -> str | None:
-        address = listener_address(endpoints)
-        if address is None:
-            node = self._backend.image.nodes.get(node_id)
-            address = None if node is None else node.address(GRPC_LISTENER)
-        return address
-
-    async def owner(self, group_id: str, *, refresh: bool = False) -> Coordinator:
-        """The coordinator owning ``group_id``: cached, or asked of any live coordinator
-        (``brook.rpc.coordinators``) within the gateway's request timeout."""
-        cached = None if refresh else self._owners.get(group_id)
-        if cached is not None:
-            return cached
-        upstreams = self._backend.upstreams
-        deadline = time.monotonic() + upstreams.request_timeout_s
-        coordinators = self._backend.group_coordinator_nodes()
-        if not coordinators:
-            raise GroupRouteError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator is registered"
-            )
-
-        async def ask(
-            address: str, request: group_pb2.FindCoordinatorRequest, timeout_s: float
-        ) -> group_pb2.FindCoordinatorResponse:
-            response: group_pb2.FindCoordinatorResponse = await upstreams.traced_call(
-                upstreams.groups(address).FindCoordinator, request, timeout_s
-            )
-            return response
-
-        try:
-            owner = await find_coordinator(
-                group_id,
-                [address for _, address in coordinators],
-                ask,
-                deadline,
-                self._address_of,
-            )
-        except (CoordinatorNotFoundError, CoordinatorRefusedError) as e:
-            raise GroupRouteError(e.code, str(e)) from None
-        except UpstreamError as e:  # the gateway is stopping
-            raise GroupRouteError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from None
-        self._remember(group_id, owner)
-        return owner
-
-    async def forward(
-        self,
-        group_id: str,
-        method: str,
-        request: Any,
-        error_of: Callable[[Any], int],
-        timeout_s: float | None = None,
-    ) -> Any:
-        """Calls ``method`` of the coordinator owning ``group_id``, following NOT_COORDINATOR
-        hints and looking the owner up again when it does not answer."""
-        upstreams = self._backend.upstreams
-        refresh = False
-        problem = ""
-        for _ in range(_ATTEMPTS_MAX):
-            owner = await self.owner(group_id, refresh=refresh)
-            refresh = True
-            stub = upstreams.groups(owner.address)
-            try:
-                response = await upstreams.call(getattr(stub, method), request, timeout_s)
-            except UpstreamError as e:
-                self._owners.pop(group_id, None)
-                problem = f"coordinator {owner.node_id} did not answer: {e}"
-                continue
-            except asyncio.CancelledError:
-                # The request ran out of time waiting on this owner (or the client left):
-                # the next request looks the owner up again rather than wait on it again.
-                self._owners.pop(group_id, None)
-                raise
-            code = error_code(error_of(response))
-            if code != ErrorCode.NOT_COORDINATOR:
-                return response
-            self._owners.pop(group_id, None)
-            problem = f"coordinator {owner.node_id} no longer owns the group"
-            hinted = hinted_coordinator(
-                (code,), getattr(response, "coordinator", None), self._address_of
-            )
-            if hinted is not None:
-                self._remember(group_id, hinted)
-                refresh = False
-        raise GroupRouteError(ErrorCode.NOT_COORDINATOR, problem)
-
-
-async def _gather_bounded(
-    calls: list[Callable[[], Awaitable[Message]]],
-) -> list[Message]:
-    """Runs ``calls`` at most CONCURRENT_FORWARDS_MAX at a time; results in call order."""
-    slots = asyncio.Semaphore(CONCURRENT_FORWARDS_MAX)
-
-    async def one(call: Callable[[], Awaitable[Message]]) -> Message:
-        async with slots:
-            return await call()
-
-    return list(await asyncio.gather(*(one(c) for c in calls)))
 
 
 def _client_host(peer: str) -> str:
@@ -213,7 +76,9 @@ _FIND_COORDINATOR_BATCH_MIN_VERSION: Final = 4
 _COORDINATOR_FIELDS: Final = ("node_id", "host", "port", "error_code", "error_message")
 
 
-def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
+def _find_coordinator(backend: Backend, routers: Routers) -> ApiHandler:
+    by_key_type = {KEY_TYPE_GROUP: routers.groups, KEY_TYPE_TRANSACTION: routers.transactions}
+
     def answer(code: int, message: str | None, broker: KafkaBroker | None = None) -> Message:
         return {
             "throttle_time_ms": 0,
@@ -225,17 +90,13 @@ def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
         }
 
     async def find(key: str, key_type: int) -> Message:
-        if key_type == KEY_TYPE_TRANSACTION:
-            return answer(
-                int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                "Brook has no transaction coordinator (transactions are not supported)",
-            )
-        if key_type != KEY_TYPE_GROUP:
+        router = by_key_type.get(key_type)
+        if router is None:
             return answer(int(ErrorCode.INVALID_REQUEST), f"unknown key type {key_type}")
         try:
             # Looked up afresh: a client asks after its coordinator stopped answering.
             owner = await router.owner(key, refresh=True)
-        except GroupRouteError as e:
+        except CoordinatorRouteError as e:
             return answer(int(e.code), str(e) or None)
         image = backend.image
         broker = image.coordinator_broker(image.kafka_brokers(), owner.node_id)
@@ -258,7 +119,7 @@ def _find_coordinator(backend: Backend, router: GroupRouter) -> ApiHandler:
         if context.api_version < _FIND_COORDINATOR_BATCH_MIN_VERSION:
             return await find(request["key"], key_type)
         keys = request["coordinator_keys"]
-        found = await _gather_bounded([partial(find, key, key_type) for key in keys])
+        found = await gather_bounded([partial(find, key, key_type) for key in keys])
         return batched(keys, found)
 
     def error(request: Message, context: RequestContext, code: int) -> Message:
@@ -280,7 +141,7 @@ def _join_wait_ms(request: Message) -> int:
     return min(max(_rebalance_timeout_ms(request), 0), JOIN_WAIT_MS_MAX)
 
 
-def _join_group(backend: Backend, router: GroupRouter) -> ApiHandler:
+def _join_group(backend: Backend, router: CoordinatorRouter) -> ApiHandler:
     def error(request: Message, context: RequestContext, code: int) -> Message:
         del context
         return {
@@ -325,7 +186,7 @@ def _join_group(backend: Backend, router: GroupRouter) -> ApiHandler:
                 response = await router.forward(
                     join.group_id, "JoinGroup", join, lambda r: r.error_code, timeout_s
                 )
-        except GroupRouteError as e:
+        except CoordinatorRouteError as e:
             return error(request, context, int(e.code))
         leader = response.leader_id
         members = [
@@ -361,7 +222,7 @@ def _join_group(backend: Backend, router: GroupRouter) -> ApiHandler:
     )
 
 
-def _sync_group(router: GroupRouter) -> ApiHandler:
+def _sync_group(router: CoordinatorRouter) -> ApiHandler:
     def error(request: Message, context: RequestContext, code: int) -> Message:
         del request, context
         return {"throttle_time_ms": 0, "error_code": code, "assignment": b""}
@@ -384,7 +245,7 @@ def _sync_group(router: GroupRouter) -> ApiHandler:
             response = await router.forward(
                 sync.group_id, "SyncGroup", sync, lambda r: r.error_code
             )
-        except GroupRouteError as e:
+        except CoordinatorRouteError as e:
             return error(request, context, int(e.code))
         return {
             "throttle_time_ms": 0,
@@ -397,7 +258,7 @@ def _sync_group(router: GroupRouter) -> ApiHandler:
     return ApiHandler(ApiKey.SYNC_GROUP, handle, versions=(0, 5), error_response=error)
 
 
-def _heartbeat(router: GroupRouter) -> ApiHandler:
+def _heartbeat(router: CoordinatorRouter) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         del context
         beat = group_pb2.HeartbeatRequest(
@@ -411,7 +272,7 @@ def _heartbeat(router: GroupRouter) -> ApiHandler:
             response = await router.forward(
                 beat.group_id, "Heartbeat", beat, lambda r: r.error_code
             )
-        except GroupRouteError as e:
+        except CoordinatorRouteError as e:
             return {"throttle_time_ms": 0, "error_code": int(e.code)}
         return {"throttle_time_ms": 0, "error_code": int(response.error_code)}
 
@@ -429,7 +290,7 @@ def _leaving_member(member: Message) -> group_pb2.LeavingMember:
     return leaving
 
 
-def _leave_group(router: GroupRouter) -> ApiHandler:
+def _leave_group(router: CoordinatorRouter) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         batch = context.api_version >= _LEAVE_GROUP_BATCH_MIN_VERSION
         leave = group_pb2.LeaveGroupRequest(
@@ -444,7 +305,7 @@ def _leave_group(router: GroupRouter) -> ApiHandler:
             response = await router.forward(
                 leave.group_id, "LeaveGroup", leave, lambda r: r.error_code
             )
-        except GroupRouteError as e:
+        except CoordinatorRouteError as e:
             return {"throttle_time_ms": 0, "error_code": int(e.code), "members": []}
         code = int(response.error_code)
         if batch:
@@ -470,83 +331,115 @@ def _leave_group(router: GroupRouter) -> ApiHandler:
     return ApiHandler(ApiKey.LEAVE_GROUP, handle, versions=(0, 5))
 
 
-def _offset_commit(backend: Backend, router: GroupRouter) -> ApiHandler:
-    def answer(request: Message, codes: dict[tuple[str, int], int], default: int) -> Message:
-        return {
-            "throttle_time_ms": 0,
-            "topics": [
-                {
-                    "name": t["name"],
-                    "partitions": [
-                        {
-                            "partition_index": p["partition_index"],
-                            "error_code": codes.get((t["name"], p["partition_index"]), default),
-                        }
-                        for p in t["partitions"]
-                    ],
-                }
-                for t in request["topics"]
-            ],
-        }
+def commit_answer(request: Message, codes: dict[tuple[str, int], int], default: int) -> Message:
+    """The OffsetCommit or TxnOffsetCommit answer (the same shape): each requested partition
+    with its code from ``codes``, else ``default``."""
+    return {
+        "throttle_time_ms": 0,
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": codes.get((t["name"], p["partition_index"]), default),
+                    }
+                    for p in t["partitions"]
+                ],
+            }
+            for t in request["topics"]
+        ],
+    }
 
-    def error(request: Message, context: RequestContext, code: int) -> Message:
-        del context
-        return answer(request, {}, code)
 
-    def group_error(response: Any) -> int:
-        codes = {int(p.error_code) for p in response.partitions}
-        return ErrorCode.NOT_COORDINATOR if ErrorCode.NOT_COORDINATOR in codes else 0
+def commit_error(request: Message, context: RequestContext, code: int) -> Message:
+    """OffsetCommit's and TxnOffsetCommit's ErrorResponse: ``code`` for every partition."""
+    del context
+    return commit_answer(request, {}, code)
 
+
+async def unknown(backend: Backend, named: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The (topic, partition)s of ``named`` missing from the metadata, after a wait of up to
+    COMMIT_METADATA_WAIT_MS for them when some are: a topic created a moment ago through
+    another gateway may not have reached this one's metadata yet, and only a request naming an
+    unknown partition pays for the wait."""
+    image = backend.image
+    if not all(image.partition(*tp) is not None for tp in named):
+        await image.wait_until(
+            lambda: all(image.partition(*tp) is not None for tp in named),
+            COMMIT_METADATA_WAIT_MS / 1000,
+        )
+    return {tp for tp in named if image.partition(*tp) is None}
+
+
+async def _committable(
+    backend: Backend, request: Message
+) -> tuple[list[group_pb2.OffsetCommitPartition], dict[tuple[str, int], int]]:
+    """An OffsetCommit's or TxnOffsetCommit's partitions to send the coordinator, and the codes
+    of those answered here: as a Kafka broker does before its coordinator sees the commit, a
+    partition missing from the metadata is UNKNOWN_TOPIC_OR_PARTITION, the others go on."""
+    named = [(t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]]
+    codes = {tp: int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for tp in await unknown(backend, named)}
+    partitions = [
+        group_pb2.OffsetCommitPartition(
+            topic=t["name"],
+            partition=p["partition_index"],
+            committed_offset=p["committed_offset"],
+            committed_leader_epoch=p["committed_leader_epoch"],
+            metadata=p["committed_metadata"] or "",
+        )
+        for t in request["topics"]
+        for p in t["partitions"]
+        if (t["name"], p["partition_index"]) not in codes
+    ]
+    return partitions, codes
+
+
+async def commit_offsets(
+    backend: Backend,
+    router: CoordinatorRouter,
+    request: Message,
+    method: str,
+    build: Callable[[list[group_pb2.OffsetCommitPartition]], Any],
+    code_of: Callable[[int], int] = int,
+) -> Message:
+    """An OffsetCommit or TxnOffsetCommit: its known partitions (``_committable``) sent to the
+    group's coordinator as ``method`` in the request ``build`` makes of them (with the
+    request's group_instance_id, when it has one), and answered per partition, each
+    coordinator code as ``code_of`` gives it."""
+    partitions, codes = await _committable(backend, request)
+    if not partitions:
+        return commit_answer(request, codes, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    commit = build(partitions)
+    if request["group_instance_id"] is not None:
+        commit.group_instance_id = request["group_instance_id"]
+    try:
+        response = await router.forward(commit.group_id, method, commit, partitions_not_coordinator)
+    except CoordinatorRouteError as e:
+        return commit_answer(request, codes, int(e.code))
+    codes.update(((r.topic, r.partition), code_of(int(r.error_code))) for r in response.partitions)
+    return commit_answer(request, codes, int(ErrorCode.UNKNOWN_SERVER_ERROR))
+
+
+def _offset_commit(backend: Backend, router: CoordinatorRouter) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
-        # As a Kafka broker does before its coordinator sees the commit: a partition missing
-        # from the metadata is answered UNKNOWN_TOPIC_OR_PARTITION, the others are committed.
-        image = backend.image
-        named = [
-            (t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]
-        ]
-        if not all(image.partition(*tp) is not None for tp in named):
-            # A topic created a moment ago through another gateway may not have reached this
-            # one's metadata yet: only an unknown partition pays for the wait.
-            await image.wait_until(
-                lambda: all(image.partition(*tp) is not None for tp in named),
-                COMMIT_METADATA_WAIT_MS / 1000,
-            )
-        codes = {
-            tp: int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            for tp in named
-            if image.partition(*tp) is None
-        }
+        del context
         # retention_time_ms (v2-4) is ignored, as by Kafka since 2.1 (KIP-211): offsets
         # expire by offsets.retention.minutes once the group is empty.
-        commit = group_pb2.CommitOffsetsRequest(
-            group_id=request["group_id"],
-            generation_id=request["generation_id_or_member_epoch"],
-            member_id=request["member_id"],
-            partitions=[
-                group_pb2.OffsetCommitPartition(
-                    topic=t["name"],
-                    partition=p["partition_index"],
-                    committed_offset=p["committed_offset"],
-                    committed_leader_epoch=p["committed_leader_epoch"],
-                    metadata=p["committed_metadata"] or "",
-                )
-                for t in request["topics"]
-                for p in t["partitions"]
-                if (t["name"], p["partition_index"]) not in codes
-            ],
+        return await commit_offsets(
+            backend,
+            router,
+            request,
+            "CommitOffsets",
+            lambda partitions: group_pb2.CommitOffsetsRequest(
+                group_id=request["group_id"],
+                generation_id=request["generation_id_or_member_epoch"],
+                member_id=request["member_id"],
+                partitions=partitions,
+            ),
         )
-        if not commit.partitions:
-            return answer(request, codes, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-        if request["group_instance_id"] is not None:
-            commit.group_instance_id = request["group_instance_id"]
-        try:
-            response = await router.forward(commit.group_id, "CommitOffsets", commit, group_error)
-        except GroupRouteError as e:
-            return answer(request, codes, int(e.code))
-        codes.update(((r.topic, r.partition), int(r.error_code)) for r in response.partitions)
-        return answer(request, codes, int(ErrorCode.UNKNOWN_SERVER_ERROR))
 
-    return ApiHandler(ApiKey.OFFSET_COMMIT, handle, versions=(2, 9), error_response=error)
+    return ApiHandler(ApiKey.OFFSET_COMMIT, handle, versions=(2, 9), error_response=commit_error)
 
 
 # OffsetFetch v2 added the top-level error code and "all partitions" (null topics).
@@ -555,7 +448,7 @@ _OFFSET_FETCH_GROUP_ERROR_MIN_VERSION: Final = 2
 _OFFSET_FETCH_BATCH_MIN_VERSION: Final = 8
 
 
-def _offset_fetch(router: GroupRouter) -> ApiHandler:
+def _offset_fetch(router: CoordinatorRouter) -> ApiHandler:
     def no_offset(partition: int, code: int = 0) -> Message:
         return {
             "partition_index": partition,
@@ -603,7 +496,7 @@ def _offset_fetch(router: GroupRouter) -> ApiHandler:
         )
         try:
             response = await router.forward(group_id, "FetchOffsets", fetch, lambda r: r.error_code)
-        except GroupRouteError as e:
+        except CoordinatorRouteError as e:
             return int(e.code), []
         if response.error_code != ErrorCode.NONE:
             return int(response.error_code), []
@@ -640,7 +533,7 @@ def _offset_fetch(router: GroupRouter) -> ApiHandler:
 
     async def handle(request: Message, context: RequestContext) -> Message:
         if context.api_version >= _OFFSET_FETCH_BATCH_MIN_VERSION:
-            groups = await _gather_bounded(
+            groups = await gather_bounded(
                 [partial(fetch_one_of, g, request["require_stable"]) for g in request["groups"]]
             )
             return {"throttle_time_ms": 0, "groups": groups}
@@ -654,7 +547,7 @@ def _offset_fetch(router: GroupRouter) -> ApiHandler:
     return ApiHandler(ApiKey.OFFSET_FETCH, handle, versions=(1, 9), error_response=error)
 
 
-def _describe_groups(router: GroupRouter) -> ApiHandler:
+def _describe_groups(router: CoordinatorRouter) -> ApiHandler:
     def failed(group_id: str, code: int) -> Message:
         return {
             "error_code": code,
@@ -674,7 +567,7 @@ def _describe_groups(router: GroupRouter) -> ApiHandler:
                 group_pb2.DescribeGroupsRequest(group_ids=[group_id]),
                 lambda r: r.groups[0].error_code,
             )
-        except GroupRouteError as e:
+        except CoordinatorRouteError as e:
             return failed(group_id, int(e.code))
         g = response.groups[0]
         if g.error_code != ErrorCode.NONE:
@@ -703,7 +596,7 @@ def _describe_groups(router: GroupRouter) -> ApiHandler:
 
     async def handle(request: Message, context: RequestContext) -> Message:
         del context
-        groups = await _gather_bounded([partial(describe, g) for g in request["groups"]])
+        groups = await gather_bounded([partial(describe, g) for g in request["groups"]])
         return {"throttle_time_ms": 0, "groups": groups}
 
     def error(request: Message, context: RequestContext, code: int) -> Message:
@@ -720,39 +613,15 @@ def _list_groups(backend: Backend) -> ApiHandler:
         states = {state.lower() for state in request["states_filter"]}
         types = {kind.lower() for kind in request["types_filter"]}
         upstreams = backend.upstreams
-        # Each broker lists the groups whose coordinator FindCoordinator names as that broker,
-        # so asking every broker lists each group once (decisions.md, "ListGroups is split by
-        # broker"). A connection to a broker's own port asks for that broker; one to the
-        # bootstrap listener for every broker this gateway presents.
-        image = backend.image
-        brokers = image.kafka_brokers()
-        mine = []
-        for node_id, address in backend.group_coordinator_nodes():
-            broker = image.coordinator_broker(brokers, node_id)
-            if broker is None:
-                continue
-            if context.broker_id is None:
-                if broker.gateway_id == backend.node_id:
-                    mine.append(address)
-            elif broker.node_id == context.broker_id:
-                mine.append(address)
 
         async def ask(address: str) -> Any:
             return await upstreams.call(
                 upstreams.groups(address).ListGroups, group_pb2.ListGroupsRequest()
             )
 
-        answers = await asyncio.gather(*(ask(a) for a in mine), return_exceptions=True)
-        code = ErrorCode.NONE
+        code, answers = await ask_coordinators_listed_here(backend, context, ask)
         groups: dict[str, Message] = {}
         for answer in answers:
-            if isinstance(answer, UpstreamError):
-                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                continue
-            if isinstance(answer, BaseException):
-                raise answer
-            if answer.error_code != ErrorCode.NONE:
-                code = error_code(answer.error_code)
             for g in answer.groups:
                 state = _STATE_NAMES[g.state]
                 if (states and state.lower() not in states) or (
@@ -774,7 +643,7 @@ def _list_groups(backend: Backend) -> ApiHandler:
     return ApiHandler(ApiKey.LIST_GROUPS, handle, versions=(0, 5))
 
 
-def _delete_groups(router: GroupRouter) -> ApiHandler:
+def _delete_groups(router: CoordinatorRouter) -> ApiHandler:
     async def delete(group_id: str) -> Message:
         try:
             response = await router.forward(
@@ -783,13 +652,13 @@ def _delete_groups(router: GroupRouter) -> ApiHandler:
                 group_pb2.DeleteGroupsRequest(group_ids=[group_id]),
                 lambda r: r.results[0].error_code,
             )
-        except GroupRouteError as e:
+        except CoordinatorRouteError as e:
             return {"group_id": group_id, "error_code": int(e.code)}
         return {"group_id": group_id, "error_code": int(response.results[0].error_code)}
 
     async def handle(request: Message, context: RequestContext) -> Message:
         del context
-        results = await _gather_bounded([partial(delete, g) for g in request["groups_names"]])
+        results = await gather_bounded([partial(delete, g) for g in request["groups_names"]])
         return {"throttle_time_ms": 0, "results": results}
 
     def error(request: Message, context: RequestContext, code: int) -> Message:
@@ -802,51 +671,10 @@ def _delete_groups(router: GroupRouter) -> ApiHandler:
     return ApiHandler(ApiKey.DELETE_GROUPS, handle, versions=(0, 2), error_response=error)
 
 
-def _init_producer_id(backend: Backend) -> ApiHandler:
-    def error(request: Message, context: RequestContext, code: int) -> Message:
-        del request, context
-        return {"throttle_time_ms": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
-
-    async def handle(request: Message, context: RequestContext) -> Message:
-        upstreams = backend.upstreams
-        forwarded = storage_pb2.InitProducerIdRequest(
-            transactional_id=request["transactional_id"] or "",
-            transaction_timeout_ms=request["transaction_timeout_ms"],
-            producer_id=request["producer_id"],
-            producer_epoch=request["producer_epoch"],
-        )
-        addresses = backend.storage_addresses()
-        # Any storage node hands out producer ids; spread the calls and try the next node
-        # when one does not answer.
-        start = hash(context.peer) % max(len(addresses), 1)
-        for address in addresses[start:] + addresses[:start]:
-            try:
-                response = await upstreams.call(
-                    upstreams.storage(address).InitProducerId, forwarded
-                )
-            except UpstreamError as e:
-                _log.info(
-                    "InitProducerId not answered",
-                    extra={"storage_node": address, "reason": str(e)},
-                )
-                continue
-            return {
-                "throttle_time_ms": 0,
-                "error_code": int(response.error_code),
-                "producer_id": response.producer_id if response.error_code == 0 else -1,
-                "producer_epoch": response.producer_epoch if response.error_code == 0 else -1,
-            }
-        # What every client retries InitProducerId on; a transport error code (which
-        # librdkafka takes as its own connection failing) would not be.
-        return error(request, context, int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-
-    return ApiHandler(ApiKey.INIT_PRODUCER_ID, handle, versions=(0, 4), error_response=error)
-
-
-def group_handlers(backend: Backend) -> list[ApiHandler]:
-    router = GroupRouter(backend)
+def group_handlers(backend: Backend, routers: Routers) -> list[ApiHandler]:
+    router = routers.groups
     return [
-        _find_coordinator(backend, router),
+        _find_coordinator(backend, routers),
         _join_group(backend, router),
         _sync_group(router),
         _heartbeat(router),
@@ -856,5 +684,4 @@ def group_handlers(backend: Backend) -> list[ApiHandler]:
         _describe_groups(router),
         _list_groups(backend),
         _delete_groups(router),
-        _init_producer_id(backend),
     ]

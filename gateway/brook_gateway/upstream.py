@@ -1,6 +1,6 @@
 """The gateway's gRPC side: one channel per node address (``brook.rpc.channels.ChannelPool``),
 reused by every Kafka connection, and the calls that reach the active controller
-(``brook.rpc.quorum``) and the group coordinators.
+(``brook.rpc.quorum``) and the group and transaction coordinators.
 
 A failed call becomes a Kafka error code (brook.rpc.errors.rpc_error), so handlers answer
 clients in one vocabulary whether a node answered with a code or did not answer at all.
@@ -30,7 +30,7 @@ from brook.rpc.quorum import (
     call_active_controller,
 )
 from brook.telemetry import tracer
-from brook.v1 import group_pb2_grpc, replica_pb2_grpc, storage_pb2_grpc
+from brook.v1 import group_pb2_grpc, replica_pb2_grpc, storage_pb2_grpc, transaction_pb2_grpc
 
 __all__ = ["UpstreamError", "Upstreams"]
 
@@ -89,6 +89,10 @@ class Upstreams:
 
     def groups(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
         return self._stub(self._channels.groups, address)
+
+    def transactions(self, address: str) -> transaction_pb2_grpc.TransactionCoordinatorServiceStub:
+        """A coordinator's transaction service (the same processes as ``groups``)."""
+        return self._stub(self._channels.transactions, address)
 
     async def call(self, method: Any, request: Any, timeout_s: float | None = None) -> Any:
         """One unary call; UpstreamError if it gets no answer."""

@@ -264,12 +264,13 @@ def test_confluent_kafka_idempotent_producer_uses_init_producer_id_v4_and_produc
     assert versions_sent(lines, "Produce") == {10}
 
 
-def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v4(
+def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v5(
     gateways: KafkaGateways,
 ) -> None:
     """kafka-python infers the broker release from the ranges: Produce 9 makes it at least 2.8
     (ListOffsets 7 makes it 3.0), which turns on its KIP-360 epoch bump, which needs
-    InitProducerId 3+."""
+    InitProducerId 3+ (it sends 5, the highest served: v4's layout, TRANSACTION_ABORTABLE
+    allowed)."""
     from kafka import KafkaProducer
     from kafka.protocol.producer.produce import ProduceRequest
     from kafka.protocol.producer.transaction import InitProducerIdRequest
@@ -286,7 +287,7 @@ def test_kafka_python_negotiates_produce_v9_and_init_producer_id_v4(
         assert versions.broker_version >= (2, 8)
         # The version its Sender asks for (it caps Produce at 9).
         assert versions.api_version(ProduceRequest, max_version=9) == 9
-        assert versions.api_version(InitProducerIdRequest, min_version=3) == 4
+        assert versions.api_version(InitProducerIdRequest, min_version=3) == 5
     finally:
         producer.close(timeout=TIMEOUT_S)
     assert offsets == list(range(RECORDS))

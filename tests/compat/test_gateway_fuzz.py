@@ -55,6 +55,7 @@ EXAMPLE_TIMEOUT_S: Final = GATEWAY_REQUEST_TIMEOUT_MS / 1000 + 12.0
 FUZZ_EXAMPLES: Final = 1000
 TARGET_TOPIC: Final = "fuzz-target"
 FUZZ_GROUP: Final = "fuzz-group"
+FUZZ_TXN: Final = "fuzz-txn"
 API_VERSIONS_SERVED_MAX: Final = RECOMMENDED_VERSIONS[ApiKey.API_VERSIONS][1]
 FETCH_BYTES_MAX: Final = 1 << 20
 KAFKA_LISTENER: Final = "PLAINTEXT"
@@ -251,11 +252,11 @@ def _batch() -> bytes:
 
 
 def _real_requests() -> list[bytes]:
-    """Valid request frames of the data-plane and group APIs, one per version the gateway
-    serves. No admin requests that change anything (DescribeConfigs only): a mutation of one
-    could create or delete topics at random. No
-    JoinGroup or SyncGroup: they may rightly wait for a whole rebalance timeout (for members
-    that earlier examples left behind), far beyond any bound worth testing here."""
+    """Valid request frames of the data-plane, group and transaction APIs, one per version
+    the gateway serves. No admin requests that change anything (DescribeConfigs only): a
+    mutation of one could create or delete topics at random. No JoinGroup or SyncGroup: they
+    may rightly wait for a whole rebalance timeout (for members that earlier examples left
+    behind), far beyond any bound worth testing here."""
     batch = _batch()
     bodies: list[tuple[ApiKey, range, Message]] = [
         (
@@ -347,11 +348,89 @@ def _real_requests() -> list[bytes]:
             {"transactional_id": None, "transaction_timeout_ms": 60_000},
         ),
     ]
+    bodies += _transaction_requests()
     return [
         encode_request(api_key, version, 1000 + 16 * api_key + version, "fuzz", body)
         for api_key, versions, body in bodies
         for version in versions
     ]
+
+
+def _transaction_requests() -> list[tuple[ApiKey, range, Message]]:
+    """A request of each transaction API (issue #16) in every version the gateway serves:
+    what the coordinators and storage nodes are asked on a client's behalf, garbage
+    included."""
+    txn = {"transactional_id": FUZZ_TXN, "producer_id": 1, "producer_epoch": 0}
+    partition = {"partition_index": 0, "committed_offset": 1, "committed_metadata": None}
+    return [
+        (ApiKey.FIND_COORDINATOR, range(1, 4), {"key": FUZZ_TXN, "key_type": 1}),
+        (ApiKey.FIND_COORDINATOR, range(4, 5), {"key_type": 1, "coordinator_keys": [FUZZ_TXN]}),
+        (
+            ApiKey.INIT_PRODUCER_ID,
+            _served(ApiKey.INIT_PRODUCER_ID),
+            {"transactional_id": FUZZ_TXN, "transaction_timeout_ms": 60_000},
+        ),
+        (
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            _served(ApiKey.ADD_PARTITIONS_TO_TXN),
+            {
+                "v3_and_below_transactional_id": FUZZ_TXN,
+                "v3_and_below_producer_id": 1,
+                "v3_and_below_producer_epoch": 0,
+                "v3_and_below_topics": [{"name": TARGET_TOPIC, "partitions": [0]}],
+            },
+        ),
+        (
+            ApiKey.ADD_OFFSETS_TO_TXN,
+            _served(ApiKey.ADD_OFFSETS_TO_TXN),
+            txn | {"group_id": FUZZ_GROUP},
+        ),
+        (ApiKey.END_TXN, _served(ApiKey.END_TXN), txn | {"committed": False}),
+        (
+            ApiKey.TXN_OFFSET_COMMIT,
+            _served(ApiKey.TXN_OFFSET_COMMIT),
+            txn
+            | {
+                "group_id": FUZZ_GROUP,
+                "topics": [{"name": TARGET_TOPIC, "partitions": [partition]}],
+            },
+        ),
+        (
+            ApiKey.WRITE_TXN_MARKERS,
+            _served(ApiKey.WRITE_TXN_MARKERS),
+            {
+                "markers": [
+                    {
+                        "producer_id": 1,
+                        "producer_epoch": 0,
+                        "transaction_result": False,
+                        "topics": [{"name": TARGET_TOPIC, "partition_indexes": [0]}],
+                        "coordinator_epoch": -1,
+                    }
+                ]
+            },
+        ),
+        (
+            ApiKey.DESCRIBE_PRODUCERS,
+            _served(ApiKey.DESCRIBE_PRODUCERS),
+            {"topics": [{"name": TARGET_TOPIC, "partition_indexes": [0]}]},
+        ),
+        (
+            ApiKey.DESCRIBE_TRANSACTIONS,
+            _served(ApiKey.DESCRIBE_TRANSACTIONS),
+            {"transactional_ids": [FUZZ_TXN]},
+        ),
+        (
+            ApiKey.LIST_TRANSACTIONS,
+            _served(ApiKey.LIST_TRANSACTIONS),
+            {"state_filters": ["Ongoing"], "producer_id_filters": []},
+        ),
+    ]
+
+
+def _served(api_key: ApiKey) -> range:
+    low, high = RECOMMENDED_VERSIONS[api_key]
+    return range(low, high + 1)
 
 
 REAL_REQUESTS: Final = _real_requests()
@@ -534,15 +613,27 @@ def _assert_well_formed_answers(data: bytes, responses: list[bytes]) -> list[int
 
 
 DATA_PLANE: Final = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA)
+TRANSACTIONS: Final = (
+    ApiKey.ADD_PARTITIONS_TO_TXN,
+    ApiKey.ADD_OFFSETS_TO_TXN,
+    ApiKey.END_TXN,
+    ApiKey.WRITE_TXN_MARKERS,
+    ApiKey.TXN_OFFSET_COMMIT,
+    ApiKey.DESCRIBE_PRODUCERS,
+    ApiKey.DESCRIBE_TRANSACTIONS,
+    ApiKey.LIST_TRANSACTIONS,
+)
+# The APIs whose decoders every run must reach, each with an explicit example.
+ALWAYS_ANSWERED: Final = DATA_PLANE + TRANSACTIONS
 
 
-def _data_plane_examples(test: Callable[[bytes], None]) -> Callable[[bytes], None]:
-    """``test`` with an explicit example per data-plane API: its newest real request with
-    garbage after the body, inside the frame."""
+def _explicit_examples(test: Callable[[bytes], None]) -> Callable[[bytes], None]:
+    """``test`` with an explicit example per API of ALWAYS_ANSWERED: its newest real request
+    with garbage after the body, inside the frame."""
     newest: dict[int, bytes] = {}
     for frame in REAL_REQUESTS:
         newest[int.from_bytes(frame[FRAME_SIZE_BYTES : FRAME_SIZE_BYTES + 2], "big")] = frame
-    for api_key in DATA_PLANE:
+    for api_key in ALWAYS_ANSWERED:
         test = example(_framed(newest[api_key][FRAME_SIZE_BYTES:] + b"\xff" * 7))(test)
     return test
 
@@ -558,8 +649,9 @@ def test_gateway_answers_or_closes_on_hostile_bytes_and_keeps_serving_kafka_clie
     # Seeded from the test's source, but Hypothesis also draws on literals of the modules the
     # process has imported, so which random frames reach which decoder still varies with what
     # else ran (alone: ListOffsets answered 0 times in 1000; in the whole suite: several). So
-    # every data-plane request also goes in as an explicit example, trailing garbage in its
-    # frame (which a Kafka broker ignores): each of those decoders is reached every run.
+    # every data-plane and transaction request also goes in as an explicit example, trailing
+    # garbage in its frame (which a Kafka broker ignores): each of those decoders is reached
+    # every run.
     @settings(
         max_examples=FUZZ_EXAMPLES,
         deadline=None,
@@ -568,7 +660,7 @@ def test_gateway_answers_or_closes_on_hostile_bytes_and_keeps_serving_kafka_clie
         suppress_health_check=[HealthCheck.too_slow],
     )
     @given(_frames())
-    @_data_plane_examples
+    @_explicit_examples
     def throw(data: bytes) -> None:
         nonlocal slowest_s
         responses, elapsed_s = _exchange(gateway.address, data)
@@ -585,7 +677,7 @@ def test_gateway_answers_or_closes_on_hostile_bytes_and_keeps_serving_kafka_clie
         f"close {slowest_s:.2f} s; responses by API key: {sorted(answered_by_api.items())}"
     )
     # Hostile bytes that never got past the framing would prove little.
-    assert set(DATA_PLANE) <= answered_by_api.keys(), answered_by_api
+    assert set(ALWAYS_ANSWERED) <= answered_by_api.keys(), answered_by_api
     assert pid_alive(gateway.pid)
     _confluent_round_trip(gateway.bootstrap, "after-fuzz", "lz4")
 

@@ -18,11 +18,13 @@ import pytest
 from brook_gateway.apis import RECOMMENDED_VERSIONS
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import ClusterImage
+from brook_gateway.coordinator_routing import Routers
 from brook_gateway.group_apis import group_handlers
 from brook_gateway.protocol.codec import Message, codec_for
 from brook_gateway.protocol.frames import decode_request
 from brook_gateway.protocol.kafka_messages import REQUESTS, RESPONSES, ApiKey
 from brook_gateway.server import KafkaServer
+from brook_gateway.txn_apis import txn_handlers
 from brook_gateway.upstream import Upstreams
 from brook_group_coordinator.coordinator_service import GroupCoordinatorServicer
 from brook_group_coordinator.directory import CoordinatorDirectory
@@ -483,7 +485,8 @@ async def gateway(
         node_id=owner_broker.gateway_id, image=image, upstreams=upstreams, controllers=()
     )
     dispatcher = dispatcher_with_api_versions()
-    for handler in group_handlers(backend):
+    routers = Routers.of(backend)
+    for handler in (*group_handlers(backend, routers), *txn_handlers(backend, routers)):
         dispatcher.register(handler)
     try:
         for c in coordinators.values():
@@ -551,26 +554,14 @@ def test_find_coordinator_names_a_listed_broker_picked_by_the_owning_coordinator
                     (c["key"], c["error_code"], c["node_id"], c["port"])
                     for c in answer["coordinators"]
                 ] == [(key, 0, b, port_of(b)) for key, b in zip(keys, expected, strict=True)]
-                answer = await gw.call(
-                    ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["tx"]}
-                )
-                [refused] = answer["coordinators"]
-                assert (refused["key"], refused["error_code"], refused["node_id"]) == (
-                    "tx",
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    -1,
-                )
 
     run(scenario())
 
 
-def test_find_coordinator_for_a_transaction_or_without_coordinators_is_not_available() -> None:
+def test_find_coordinator_of_an_unknown_key_type_or_without_coordinators_is_refused() -> None:
+    # Transactional ids (key type 1) are tests/unit/gateway/test_txn_apis.py's.
     async def scenario() -> None:
         async with gateway() as gw:
-            answer = await gw.call(ApiKey.FIND_COORDINATOR, 1, {"key": "tx", "key_type": 1})
-            assert answer["error_code"] == ErrorCode.COORDINATOR_NOT_AVAILABLE
-            assert "transaction" in answer["error_message"]
-            assert (answer["node_id"], answer["host"], answer["port"]) == (-1, "", -1)
             answer = await gw.call(ApiKey.FIND_COORDINATOR, 1, {"key": "g", "key_type": 5})
             assert answer["error_code"] == ErrorCode.INVALID_REQUEST
         async with gateway(with_coordinators=False) as gw:
