@@ -118,7 +118,9 @@ class GrpcMarkerWriter:
             if isinstance(outcome, BaseException):
                 raise outcome
 
-    async def _retry_rounds(self, remaining: set[_T], one_round: _Round[_T], what: str) -> None:
+    async def _retry_rounds(
+        self, marker: _Marker, remaining: set[_T], one_round: _Round[_T], what: str
+    ) -> None:
         """Runs ``one_round`` over what is left until nothing is, waiting between rounds."""
         failures = 0
         while remaining:
@@ -130,7 +132,12 @@ class GrpcMarkerWriter:
             wait_s = backoff_s(self._settings.retry_backoff, failures)
             _log.warning(
                 "transaction markers not all written; trying again",
-                extra={"what": what, "left": len(remaining), "problems": problems[:5]},
+                extra={
+                    "transactional_id": marker.transactional_id,
+                    "what": what,
+                    "left": len(remaining),
+                    "problems": problems[:5],
+                },
             )
             if self._metadata.offset == seen:
                 await self._metadata.wait_for_change(wait_s)
@@ -167,7 +174,7 @@ class GrpcMarkerWriter:
                 problems.extend(found)
             return problems
 
-        await self._retry_rounds(remaining, one_round, "partitions")
+        await self._retry_rounds(marker, remaining, one_round, "partitions")
 
     async def _write_txn_markers(
         self,
@@ -227,7 +234,7 @@ class GrpcMarkerWriter:
             )
             return [problem for problem in found if problem]
 
-        await self._retry_rounds(remaining, one_round, "groups")
+        await self._retry_rounds(marker, remaining, one_round, "groups")
 
     async def _complete_transaction(self, marker: _Marker, group_id: str, left: set[str]) -> str:
         """One CompleteTransaction; removes the group from ``left`` when done; returns the
