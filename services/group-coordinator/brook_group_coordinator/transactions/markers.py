@@ -16,8 +16,10 @@ Groups: GroupCoordinatorService.CompleteTransaction to the owner of the group's
 __consumer_offsets partition, through gRPC even when that owner is this process (one path,
 the group manager's own checks and ownership), retried the same way until answered NONE.
 
-Bounds: each call within request.timeout.ms; at most ``REQUESTS_IN_FLIGHT_MAX`` calls at once
-from this process, whatever the number of transactions completing.
+Bounds: each call within request.timeout.ms (a WriteTxnMarkers asks the node to wait for
+replication that long, and is cut off ``DEADLINE_MARGIN_MS`` later); at most
+``REQUESTS_IN_FLIGHT_MAX`` calls at once from this process, whatever the number of
+transactions completing.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from brook_group_coordinator.transactions.coordinator import MarkersFencedError
 from brook_group_coordinator.transactions.state import Transaction, TxnState
 
 __all__ = [
+    "DEADLINE_MARGIN_MS",
     "PARTITIONS_PER_REQUEST_MAX",
     "REQUESTS_IN_FLIGHT_MAX",
     "GrpcMarkerWriter",
@@ -54,6 +57,9 @@ _log = logging.getLogger(__name__)
 CLIENT_ID: Final = "transaction-coordinator"
 PARTITIONS_PER_REQUEST_MAX: Final = 1000
 REQUESTS_IN_FLIGHT_MAX: Final = 64
+# A WriteTxnMarkers call's deadline beyond the replication wait it asks the node for, so the
+# node's own answer (REQUEST_TIMED_OUT, retried) arrives before the call is cut off.
+DEADLINE_MARGIN_MS: Final = 1000
 _T = TypeVar("_T")
 # One round of writes over what is left: removes what is done, returns the problems met.
 _Round = Callable[[set[_T]], Awaitable[list[str]]]
@@ -202,7 +208,7 @@ class GrpcMarkerWriter:
         async with self._in_flight:
             try:
                 response = await self._network.storage(address).WriteTxnMarkers(
-                    request, timeout=timeout_ms / 1000
+                    request, timeout=(timeout_ms + DEADLINE_MARGIN_MS) / 1000
                 )
             except grpc.aio.AioRpcError as error:
                 code, message = rpc_error(error)
