@@ -83,8 +83,11 @@ class Log(MemoryOffsetsLog):
         super().__init__()
         self.fail_next: list[ErrorCode] = []
         self.read_hold: asyncio.Event | None = None
+        self.append_hold: asyncio.Event | None = None
 
     async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+        if self.append_hold is not None:
+            await self.append_hold.wait()
         if self.fail_next:
             code = self.fail_next.pop(0)
             raise BrookError(code, f"append failed: {code.name}")
@@ -446,6 +449,23 @@ def test_a_failed_write_leaves_the_state_unchanged() -> None:
             ErrorCode.COORDINATOR_NOT_AVAILABLE
         )
         assert h.coordinator.describe("new")[0] is ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+    run(scenario)
+
+
+def test_a_caller_giving_up_mid_write_neither_loses_nor_half_applies_the_decision() -> None:
+    async def scenario(h: Harness) -> None:
+        producer_id, epoch = await h.init()
+        await h.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
+        h.log.append_hold = asyncio.Event()
+        end = asyncio.create_task(h.coordinator.end_txn(TXN, producer_id, epoch, True))
+        await asyncio.sleep(0.01)
+        end.cancel()  # the client's call was cancelled while PrepareCommit was being written
+        with pytest.raises(asyncio.CancelledError):
+            await end
+        h.log.append_hold.set()
+        await h.until_state(TxnState.COMPLETE_COMMIT)
+        assert [t.state for t, _ in h.markers.written] == [TxnState.PREPARE_COMMIT]
 
     run(scenario)
 

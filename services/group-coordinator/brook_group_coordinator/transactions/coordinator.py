@@ -160,6 +160,8 @@ class TransactionCoordinator:
         self._entries: dict[str, _Entry] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._completions: dict[str, asyncio.Task[None]] = {}
+        # Appends in flight (with what follows them), whoever still waits for them.
+        self._writes: set[asyncio.Task[None]] = set()
 
     # -- ownership --------------------------------------------------------------------------
 
@@ -242,10 +244,29 @@ class TransactionCoordinator:
         self, entry: _Entry, transactional_id: str, target: Transaction | None, shown: TxnState
     ) -> None:
         """Appends ``target`` (None: a tombstone) for the entry's ownership, showing
-        ``shown`` as pending meanwhile, then applies it; raises BrookError with the state
-        unchanged when the append fails."""
-        owned = entry.owned
+        ``shown`` as pending meanwhile, then applies it (and starts the completion of a
+        PrepareCommit/PrepareAbort); raises BrookError with the state unchanged when the append
+        fails. The append and what follows run on whether or not the caller waits to the end:
+        a caller that gives up (a client's call cancelled) neither leaves the append's outcome
+        unknown nor a written state unapplied."""
         entry.pending = shown
+        write = asyncio.get_running_loop().create_task(
+            self._write_now(entry, transactional_id, target),
+            name=f"txn-write-{transactional_id}",
+        )
+        self._writes.add(write)
+        write.add_done_callback(self._write_done)
+        await asyncio.shield(write)
+
+    def _write_done(self, write: asyncio.Task[None]) -> None:
+        self._writes.discard(write)
+        if not write.cancelled():
+            write.exception()  # retrieved: a caller that gave up was told nothing
+
+    async def _write_now(
+        self, entry: _Entry, transactional_id: str, target: Transaction | None
+    ) -> None:
+        owned = entry.owned
         try:
             async with self._lock(owned.partition):
                 if self.owned.get(owned.partition) is not owned:
@@ -269,8 +290,10 @@ class TransactionCoordinator:
             return  # the partition was lost meanwhile: its new owner replays the record
         if target is None:
             del self._entries[transactional_id]
-        else:
-            entry.current = target
+            return
+        entry.current = target
+        if target.state.preparing:
+            self._start_completion(transactional_id)
 
     def _entry(self, transactional_id: str) -> _Entry | None:
         """The loaded entry (check_coordinator first), None if the id is unknown."""
@@ -403,14 +426,13 @@ class TransactionCoordinator:
         )
         entry.pending = TxnState.PREPARE_EPOCH_FENCE  # until the task's write takes over
         task = asyncio.get_running_loop().create_task(
-            self._fence_and_complete(transactional_id, entry, target),
+            self._write_fence(transactional_id, entry, target),
             name=f"txn-fence-{transactional_id}",
         )
         self._track_completion(transactional_id, task)
 
-    async def _fence_and_complete(
-        self, transactional_id: str, entry: _Entry, target: Transaction
-    ) -> None:
+    async def _write_fence(self, transactional_id: str, entry: _Entry, target: Transaction) -> None:
+        """The fencing abort's PrepareAbort (its completion starts once it is written)."""
         try:
             await self._write(entry, transactional_id, target, TxnState.PREPARE_EPOCH_FENCE)
         except BrookError as error:
@@ -418,8 +440,6 @@ class TransactionCoordinator:
                 "the abort of a transaction (epoch fence) was not written",
                 extra={"transactional_id": transactional_id, "error": error.message},
             )
-            return
-        await self._complete(transactional_id, entry)
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------
 
@@ -533,8 +553,6 @@ class TransactionCoordinator:
             await self._write(entry, transactional_id, target, state)
         except BrookError as e:
             return _write_failure(e), e.message
-        if self._entries.get(transactional_id) is entry:
-            self._start_completion(transactional_id)
         return ErrorCode.NONE, ""
 
     # -- completion -------------------------------------------------------------------------
@@ -688,11 +706,14 @@ class TransactionCoordinator:
         return found
 
     async def close(self) -> None:
-        """Stops the completions (a successor resumes them) and drops every partition."""
+        """Stops the completions (a successor resumes them), waits for the appends in flight
+        (each bounded by the log's own timeout) and drops every partition."""
         completions = list(self._completions.values())
         for task in completions:
             task.cancel()
         await asyncio.gather(*completions, return_exceptions=True)
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
         for partition in list(self.owned):
             self.unload_partition(partition)
 
