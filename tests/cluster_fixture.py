@@ -36,6 +36,10 @@ STOP_TIMEOUT_MS = 10_000
 LOG_TAIL_LINES = 60
 CONTROLLER_RPC_TIMEOUT_S = 5.0
 COORDINATOR_BALANCE_TIMEOUT_S = 30.0
+# __transaction_state partitions of a test cluster unless a test sets its own: the default 50
+# (x3 replicas) would make every cluster's storage nodes host 150 more replicas, on 2 shared
+# cores, for the few tests that use transactions.
+TRANSACTION_STATE_PARTITIONS = 2
 
 _FACTORY_KEY = pytest.StashKey["ClusterFactory"]()
 _FAILED_KEY = pytest.StashKey[bool]()
@@ -123,6 +127,7 @@ def replication_cluster(
                 "broker.session.timeout.ms": str(session_timeout_ms),
                 "auto.leader.rebalance.enable": "false",
                 "offsets.topic.num.partitions": "1",
+                "transaction.state.log.num.partitions": "1",
             },
             "storage-node": {
                 "broker.session.timeout.ms": str(session_timeout_ms),
@@ -193,11 +198,15 @@ class ClusterFactory:
     ) -> LocalCluster:
         """A new cluster in its own directory, every process bound to and advertising
         ``host``; started (all SERVING) unless ``start=False``."""
+        overrides = {role: dict(values) for role, values in (config_overrides or {}).items()}
+        overrides.setdefault("controller", {}).setdefault(
+            "transaction.state.log.num.partitions", str(TRANSACTION_STATE_PARTITIONS)
+        )
         cluster = LocalCluster(
             self.root / f"cluster-{len(self.clusters) + 1}",
             Topology(controllers, storage_nodes, group_coordinators, gateways),
             host=host,
-            config_overrides=config_overrides,
+            config_overrides=overrides,
             startup_timeout_ms=self.startup_timeout_ms,
             stop_timeout_ms=self.stop_timeout_ms,
             spawn_prefix=spawn_prefix,

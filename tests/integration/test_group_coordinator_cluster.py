@@ -13,19 +13,18 @@ view, and that a static member's restart causes no rebalance.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-import grpc
 import pytest
 from brook_group_coordinator.ownership import offsets_partition_for
 from cluster_fixture import ClusterFactory
+from coordinator_client import CoordinatorClient, wait_for
 
 from brook.errors import ErrorCode, error_code
 from brook.launcher import LocalCluster, Role
-from brook.v1 import common_pb2, group_pb2, group_pb2_grpc
+from brook.v1 import group_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +33,7 @@ HEARTBEAT_INTERVAL_MS = 200
 BROKER_SESSION_TIMEOUT_MS = 2000
 MEMBER_SESSION_TIMEOUT_MS = 6000
 REBALANCE_TIMEOUT_MS = 10_000
-RPC_TIMEOUT_S = 15.0
 WAIT_TIMEOUT_S = 45.0
-POLL_S = 0.1
 TOPIC = "orders"
 PROTOCOL_TYPE = "consumer"
 ASSIGNOR = "range"
@@ -82,94 +79,18 @@ def _cluster(
 
 
 def _wait(condition: Callable[[], _R | None], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> _R:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(POLL_S)
+    return wait_for(condition, what, timeout_s)
 
 
-class GroupClient:
+class GroupClient(CoordinatorClient):
     """A raw-gRPC group client: finds the coordinator of its group through any coordinator
     and follows it when it moves."""
 
     def __init__(self, cluster: LocalCluster, group_id: str) -> None:
-        self._cluster = cluster
+        super().__init__(
+            cluster, group_id, group_pb2.COORDINATOR_TYPE_GROUP, _TRANSIENT, WAIT_TIMEOUT_S
+        )
         self.group_id = group_id
-        self._channels: dict[str, grpc.Channel] = {}
-
-    def close(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
-
-    def _stub(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.insecure_channel(address)
-            self._channels[address] = channel
-        return group_pb2_grpc.GroupCoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
-
-    def find(self) -> tuple[int, str]:
-        """(node id, address) of the group's coordinator, waiting until one is assigned."""
-
-        def ask() -> tuple[int, str] | None:
-            for name in self._cluster.names(Role.GROUP_COORDINATOR):
-                if not self._cluster.is_running(name):
-                    continue
-                try:
-                    answer = self._stub(self._cluster.grpc_address(name)).FindCoordinator(
-                        group_pb2.FindCoordinatorRequest(
-                            key_type=group_pb2.COORDINATOR_TYPE_GROUP, keys=[self.group_id]
-                        ),
-                        timeout=RPC_TIMEOUT_S,
-                    )
-                except grpc.RpcError:
-                    continue
-                found = answer.coordinators[0]
-                if error_code(found.error_code) is not ErrorCode.NONE:
-                    continue
-                endpoint = _grpc_endpoint(found.endpoints)
-                if endpoint is not None:
-                    return found.node_id, endpoint
-            return None
-
-        return _wait(ask, f"a coordinator for group {self.group_id}")
-
-    def call(self, method: str, request: object, what: str) -> object:
-        """``method`` on the group's coordinator, re-finding it while the answer is
-        NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS."""
-
-        def attempt() -> object | None:
-            _, address = self.find()
-            try:
-                answer = getattr(self._stub(address), method)(request, timeout=RPC_TIMEOUT_S)
-            except grpc.RpcError:
-                return None
-            if _answer_error(answer) in _TRANSIENT:
-                return None
-            return answer
-
-        return _wait(attempt, what)
-
-
-def _answer_error(answer: object) -> ErrorCode:
-    if hasattr(answer, "error_code"):
-        return error_code(answer.error_code)
-    partitions = getattr(answer, "partitions", [])
-    codes = {error_code(p.error_code) for p in partitions}
-    transient = codes & _TRANSIENT
-    return next(iter(transient)) if transient else ErrorCode.NONE
-
-
-def _grpc_endpoint(endpoints: object) -> str | None:
-    for endpoint in endpoints:  # type: ignore[attr-defined]
-        assert isinstance(endpoint, common_pb2.Endpoint)
-        if endpoint.listener == "GRPC":
-            return f"{endpoint.host}:{endpoint.port}"
-    return None
 
 
 @contextmanager

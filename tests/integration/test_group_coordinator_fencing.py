@@ -21,11 +21,11 @@ import grpc
 import pytest
 from brook_group_coordinator.ownership import offsets_partition_for
 from cluster_fixture import ClusterFactory, wait_until
+from coordinator_client import RPC_TIMEOUT_S
 from test_group_coordinator_cluster import (
     BROKER_SESSION_TIMEOUT_MS,
     HEARTBEAT_INTERVAL_MS,
     OFFSETS_PARTITIONS,
-    RPC_TIMEOUT_S,
     TOPIC,
     WAIT_TIMEOUT_S,
     _fetch,

@@ -350,6 +350,42 @@ CONFIG_DEF: Final = service_config_def(
             _H,
             Range(1),
         ),
+        ConfigKey(
+            "transaction.state.log.num.partitions",
+            _INT,
+            50,
+            "The partition count of __transaction_state, where the transaction coordinators "
+            "keep transactions; do not change it once the topic exists.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "transaction.state.log.replication.factor",
+            _INT,
+            3,
+            "The replication factor of __transaction_state. The topic is created only once "
+            "that many storage nodes are registered.",
+            _H,
+            Range(1, 32767),
+        ),
+        ConfigKey(
+            "transaction.state.log.min.isr",
+            _INT,
+            2,
+            "The min.insync.replicas of __transaction_state (at most its replication factor): "
+            "a transaction's state change is refused unless this many replicas have it.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "transaction.state.log.segment.bytes",
+            _INT,
+            104857600,
+            "The segment size of __transaction_state, kept small so compaction and loading "
+            "are fast.",
+            _H,
+            Range(1),
+        ),
     ),
     checks=(
         _check_voters_include_this_node,

@@ -1,5 +1,6 @@
 """The active controller's logic: how a request becomes a committed change, and the work the
-leader does on its own (lease expiry, leader balance, the offsets topic and its coordinators).
+leader does on its own (lease expiry, leader balance, the internal topics and the
+coordinators).
 
 Every change follows the same path (``write``): validate the request against the committed
 view and decide the records, propose them as one command with preconditions on what was read,
@@ -50,7 +51,13 @@ from brook_controller.image import BROKER, TOPIC, ControllerImage
 from brook_controller.metadata_view import MetadataView
 from brook_controller.raft import NotLeaderError, RaftEngine
 from brook_controller.state_machine import ApplyStatus
-from brook_controller.topics import OFFSETS_TOPIC, TopicDefaults, create_topic
+from brook_controller.topics import (
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    InternalTopicSettings,
+    TopicDefaults,
+    create_topic,
+)
 
 __all__ = [
     "ControllerSettings",
@@ -85,9 +92,8 @@ class ControllerSettings:
     imbalance_percentage: int
     topic_defaults: TopicDefaults
     auto_create_topics: bool
-    offsets_partitions: int
-    offsets_replication_factor: int
-    offsets_segment_bytes: int
+    offsets_topic: InternalTopicSettings
+    transaction_state_topic: InternalTopicSettings
     grpc_endpoints: dict[int, Voter]
 
     @classmethod
@@ -106,9 +112,19 @@ class ControllerSettings:
                 config.get_int("num.partitions"), config.get_int("default.replication.factor")
             ),
             auto_create_topics=config.get_bool("auto.create.topics.enable"),
-            offsets_partitions=config.get_int("offsets.topic.num.partitions"),
-            offsets_replication_factor=config.get_int("offsets.topic.replication.factor"),
-            offsets_segment_bytes=config.get_int("offsets.topic.segment.bytes"),
+            offsets_topic=InternalTopicSettings(
+                OFFSETS_TOPIC,
+                partitions=config.get_int("offsets.topic.num.partitions"),
+                replication_factor=config.get_int("offsets.topic.replication.factor"),
+                segment_bytes=config.get_int("offsets.topic.segment.bytes"),
+            ),
+            transaction_state_topic=InternalTopicSettings(
+                TRANSACTION_STATE_TOPIC,
+                partitions=config.get_int("transaction.state.log.num.partitions"),
+                replication_factor=config.get_int("transaction.state.log.replication.factor"),
+                segment_bytes=config.get_int("transaction.state.log.segment.bytes"),
+                min_insync_replicas=config.get_int("transaction.state.log.min.isr"),
+            ),
             grpc_endpoints=quorum_grpc_endpoints(config),
         )
 
@@ -542,7 +558,8 @@ class QuorumController:
             )
 
     async def run_maintenance(self) -> None:
-        """Background task: the cluster id, the offsets topic and its coordinators."""
+        """Background task: the cluster id, the internal topics (__consumer_offsets,
+        __transaction_state) and the offsets partitions' coordinators."""
         while True:
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
             if not self.is_active():
@@ -550,37 +567,31 @@ class QuorumController:
             image = self.view.image
             if image.cluster is None:
                 await self._background_write("write the cluster id", ensure_cluster_id)
-            if (
-                image.topic_by_name(OFFSETS_TOPIC) is None
-                and len(image.live_brokers(common_pb2.NODE_ROLE_STORAGE_NODE))
-                >= self.settings.offsets_replication_factor
-            ):
-                await self._background_write(f"create {OFFSETS_TOPIC}", self._create_offsets_topic)
+            storage_nodes = len(image.live_brokers(common_pb2.NODE_ROLE_STORAGE_NODE))
+            for topic in (self.settings.offsets_topic, self.settings.transaction_state_topic):
+                if (
+                    image.topic_by_name(topic.name) is None
+                    and storage_nodes >= topic.replication_factor
+                ):
+                    await self._background_write(
+                        f"create {topic.name}",
+                        functools.partial(self._create_internal_topic, topic=topic),
+                    )
             if self._coordinators_unbalanced(self.view.image):
                 await self._background_write(
                     "assign offsets partitions to coordinators", self._assign_coordinators
                 )
 
-    def _create_offsets_topic(self, changes: ChangeSet) -> None:
-        if changes.image.topic_by_name(OFFSETS_TOPIC) is not None:
+    def _create_internal_topic(self, changes: ChangeSet, topic: InternalTopicSettings) -> None:
+        if changes.image.topic_by_name(topic.name) is not None:
             return
-        request = admin_pb2.CreatableTopic(
-            name=OFFSETS_TOPIC,
-            num_partitions=self.settings.offsets_partitions,
-            replication_factor=self.settings.offsets_replication_factor,
-            configs={
-                "cleanup.policy": "compact",
-                "compression.type": "producer",
-                "segment.bytes": str(self.settings.offsets_segment_bytes),
-            },
-        )
-        create_topic(changes, request, self.settings.topic_defaults, [], internal=True)
+        create_topic(changes, topic.creatable(), self.settings.topic_defaults, [], internal=True)
 
     def _offsets_partition_count(self, image: ControllerImage) -> int:
         topic = image.topic_by_name(OFFSETS_TOPIC)
         if topic is not None:
             return len(image.topic_partitions(topic.topic_id))
-        return self.settings.offsets_partitions
+        return self.settings.offsets_topic.partitions
 
     def _coordinator_targets(self, image: ControllerImage) -> dict[int, int]:
         """offsets partition -> the coordinator that should own it: current owners keep their

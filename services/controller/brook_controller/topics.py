@@ -35,8 +35,11 @@ from brook_controller.image import (
 from brook_controller.placement import Node, place_replicas
 
 __all__ = [
+    "INTERNAL_TOPICS",
     "OFFSETS_TOPIC",
     "RECORDS_PER_REQUEST_MAX",
+    "TRANSACTION_STATE_TOPIC",
+    "InternalTopicSettings",
     "TopicDefaults",
     "alter_configs",
     "auto_created_topic",
@@ -49,6 +52,9 @@ __all__ = [
 ]
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC: Final = "__transaction_state"
+# Created by the controllers alone (``InternalTopicSettings``), never by a request.
+INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 # Kafka's bound on the records one administrative operation may write (its
 # MAX_RECORDS_PER_USER_OP): a request for more is refused rather than turned into one huge
 # Raft entry.
@@ -59,6 +65,37 @@ RECORDS_PER_REQUEST_MAX: Final = 10_000
 class TopicDefaults:
     num_partitions: int
     replication_factor: int
+
+
+@dataclass(frozen=True)
+class InternalTopicSettings:
+    """An internal topic the controllers create (compacted, like Kafka's) once
+    ``replication_factor`` storage nodes are live."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    segment_bytes: int
+    # None: the cluster's default. Capped at the replication factor, so a small cluster
+    # configured with only a smaller replication factor can still write the topic.
+    min_insync_replicas: int | None = None
+
+    def creatable(self) -> admin_pb2.CreatableTopic:
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(self.segment_bytes),
+        }
+        if self.min_insync_replicas is not None:
+            configs["min.insync.replicas"] = str(
+                min(self.min_insync_replicas, self.replication_factor)
+            )
+        return admin_pb2.CreatableTopic(
+            name=self.name,
+            num_partitions=self.partitions,
+            replication_factor=self.replication_factor,
+            configs=configs,
+        )
 
 
 def _storage_nodes(image: ControllerImage) -> list[Node]:
@@ -161,10 +198,8 @@ def create_topic(
     problem = topic_name_problem(name)
     if problem is not None:
         raise BrookError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
-    if name == OFFSETS_TOPIC and not internal:
-        raise BrookError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION, f"{OFFSETS_TOPIC} is created by the controller"
-        )
+    if name in INTERNAL_TOPICS and not internal:
+        raise BrookError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is created by the controller")
     image = changes.image
     if image.topic_by_name(name) is not None:
         raise BrookError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")

@@ -1,4 +1,5 @@
-"""The group coordinator service: consumer groups and committed offsets.
+"""The group coordinator service: consumer groups and committed offsets, and the transaction
+coordinator (``transactions/``, brook.v1.TransactionCoordinatorService) beside them.
 
 Start-up: join the cluster through the controllers (brook.membership, role GROUP_COORDINATOR,
 meta.properties in group.coordinator.state.dir), read the first metadata snapshot, open the
@@ -19,7 +20,14 @@ by the storage nodes. An append that finds this coordinator fenced drops the par
 the controllers assign it here at a newer epoch; one that leaves its outcome unknown drops it
 and loads it again at once if it is still assigned here.
 
-Offsets retention runs every offsets.retention.check.interval.ms.
+The __transaction_state partitions follow the __consumer_offsets ones: partition p is loaded
+here (claimed, replayed, its decided transactions resumed) while __consumer_offsets partition
+``p % offsets partitions`` is assigned here, at that coordinator epoch, and dropped with it
+(``partition_loader.py`` does both topics' loads and drops).
+
+Offsets retention runs every offsets.retention.check.interval.ms; timed-out transactions are
+aborted every transaction.abort.timed.out.transaction.cleanup.interval.ms, and expired
+transactional ids removed every transaction.remove.expired.transaction.cleanup.interval.ms.
 
 Shutdown: the moment it begins, every partition is dropped (members waiting in JoinGroup or
 SyncGroup are answered NOT_COORDINATOR and go looking for the new owner) and the controlled
@@ -32,26 +40,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from brook.config import Config
 from brook.membership import ClusterMembership
-from brook.rpc.backoff import RetryBackoff, backoff_s
+from brook.producer_ids import ProducerIdManager, controller_blocks
+from brook.rpc.backoff import RetryBackoff
 from brook.server import ServiceContext, ServiceSpec, make_directories
-from brook.v1 import common_pb2, controller_pb2, group_pb2_grpc
+from brook.v1 import common_pb2, controller_pb2, group_pb2_grpc, transaction_pb2_grpc
 from brook_group_coordinator.cluster_metadata import ClusterMetadata
 from brook_group_coordinator.config import CONFIG_DEF
 from brook_group_coordinator.coordinator_service import GroupCoordinatorServicer
 from brook_group_coordinator.directory import CoordinatorDirectory
-from brook_group_coordinator.fencing import OffsetsWriteError
+from brook_group_coordinator.fencing import TRANSACTION_STATE_LOG
 from brook_group_coordinator.group import GroupLimits
 from brook_group_coordinator.group_manager import GroupManager
 from brook_group_coordinator.local_view import LocalViewOffsetsLog
 from brook_group_coordinator.offsets import OffsetLimits
+from brook_group_coordinator.ownership import (
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    offsets_partition_owning,
+)
+from brook_group_coordinator.partition_loader import PartitionLoader
 from brook_group_coordinator.storage_offsets_log import OffsetsLogSettings, StorageOffsetsLog
 from brook_group_coordinator.timers import LoopTimers
+from brook_group_coordinator.transactions.coordinator import (
+    TransactionCoordinator,
+    TransactionSettings,
+)
+from brook_group_coordinator.transactions.markers import GrpcMarkerWriter, MarkerSettings
+from brook_group_coordinator.transactions.service import TransactionCoordinatorServicer
 
 __all__ = ["SPEC", "GroupCoordinator"]
 
@@ -76,9 +97,14 @@ class GroupCoordinator:
         self._log: LocalViewOffsetsLog | None = None
         self._manager: GroupManager | None = None
         self._context: ServiceContext | None = None
-        self._loads: dict[int, tuple[int, asyncio.Task[None]]] = {}
-        # partition → the coordinator epoch at which a newer owner's write was seen.
-        self._fenced: dict[int, int] = {}
+        self._group_loader: PartitionLoader | None = None
+        self._txn_storage_log: StorageOffsetsLog | None = None
+        self._producer_ids: ProducerIdManager | None = None
+        self._markers: GrpcMarkerWriter | None = None
+        self._transactions: TransactionCoordinator | None = None
+        self._txn_loader: PartitionLoader | None = None
+        # (__transaction_state partitions, __consumer_offsets partitions) the txn loader uses.
+        self._txn_layout = (0, 0)
         self._follower: asyncio.Task[None] | None = None
         self._leaving: asyncio.Task[None] | None = None
         self._stopping = False
@@ -123,12 +149,30 @@ class GroupCoordinator:
             on_partition_lost=self._partition_lost,
         )
         self._context = context
+        log = self._log
+        self._group_loader = PartitionLoader(
+            self._manager,
+            OFFSETS_TOPIC,
+            self._spawn,
+            self._backoff,
+            lambda partition: {"replayed_from_offset": log.replayed_from.get(partition)},
+        )
+        transactions = self._start_transactions(config, loop)
         membership.applied.advance(first.offset)
         group_pb2_grpc.add_GroupCoordinatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            GroupCoordinatorServicer(self._manager, self.directory), context.server
+            GroupCoordinatorServicer(self._manager, self.directory, transactions),
+            context.server,
+        )
+        transaction_pb2_grpc.add_TransactionCoordinatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            TransactionCoordinatorServicer(transactions, self.directory, self.metadata),
+            context.server,
         )
         self._follower = context.tasks.spawn(self._follow(updates), name="metadata-follower")
         context.tasks.spawn(self._expire_offsets(), name="offsets-retention")
+        context.tasks.spawn(self._abort_timed_out(transactions), name="transaction-timeouts")
+        context.tasks.spawn(
+            self._expire_transactional_ids(transactions), name="transactional-id-expiry"
+        )
         self._leaving = context.tasks.spawn(
             self._leave_on_shutdown(context.shutdown_requested), name="controlled-shutdown"
         )
@@ -144,6 +188,41 @@ class GroupCoordinator:
             },
         )
 
+    def _start_transactions(
+        self, config: Config, loop: asyncio.AbstractEventLoop
+    ) -> TransactionCoordinator:
+        """The transaction coordinator, its __transaction_state log, producer ids and
+        markers (serving nothing until the reconciliation loads its partitions)."""
+        settings = OffsetsLogSettings.from_config(config)
+        self._txn_storage_log = StorageOffsetsLog(self.metadata, settings, TRANSACTION_STATE_LOG)
+        self._producer_ids = ProducerIdManager(
+            controller_blocks(self._membership, self._node_id), self._backoff
+        )
+        self._markers = GrpcMarkerWriter(
+            self.metadata,
+            self.directory,
+            MarkerSettings(config.get_int("request.timeout.ms"), self._backoff),
+        )
+        self._transactions = TransactionCoordinator(
+            settings=TransactionSettings(
+                max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
+                id_expiration_ms=config.get_int("transactional.id.expiration.ms"),
+                producer_id_wait_ms=config.get_int("request.timeout.ms"),
+                retry_backoff=self._backoff,
+            ),
+            timers=LoopTimers(loop),
+            log=self._txn_storage_log,
+            claims=self._txn_storage_log,
+            producer_ids=self._producer_ids,
+            markers=self._markers,
+            partition_count=0,
+            on_partition_lost=self._txn_partition_lost,
+        )
+        self._txn_loader = PartitionLoader(
+            self._transactions, TRANSACTION_STATE_TOPIC, self._spawn, self._backoff
+        )
+        return self._transactions
+
     # -- ownership ----------------------------------------------------------------------------
 
     def on_lease_acquired(self) -> None:
@@ -153,97 +232,49 @@ class GroupCoordinator:
         self.reconcile()
 
     def reconcile(self) -> None:
-        """Loads the partitions assigned here and drops the others (on the event loop)."""
-        manager = self._manager
-        if manager is None:
+        """Loads the partitions assigned here and drops the others (on the event loop): the
+        __consumer_offsets partitions the metadata assigns to this node, and the
+        __transaction_state partitions that go with them (``offsets_partition_owning``)."""
+        manager, transactions = self._manager, self._transactions
+        group_loader, txn_loader = self._group_loader, self._txn_loader
+        if manager is None or transactions is None or group_loader is None or txn_loader is None:
             return
         count = self.metadata.partition_count
+        txn_count = self.metadata.partition_count_of(TRANSACTION_STATE_TOPIC)
         if count != manager.partition_count:
             # A group's partition is a function of the count: every ownership is void.
-            for partition in list(manager.owned):
-                self._drop(partition)
+            group_loader.drop_all()
             manager.partition_count = count
+        if (txn_count, count) != self._txn_layout:
+            # A transactional id's partition, and its owner, are functions of both counts.
+            txn_loader.drop_all()
+            transactions.partition_count = txn_count
+            self._txn_layout = (txn_count, count)
         wanted: dict[int, int] = {}
         if self._membership.lease.active and not self._stopping:
             wanted = self.directory.partitions_of(self._node_id)
-        for partition in set(manager.owned) | set(self._loads):
-            owned = manager.owned.get(partition)
-            load = self._loads.get(partition)
-            epoch = owned.coordinator_epoch if owned is not None else load[0] if load else -1
-            if wanted.get(partition) != epoch:
-                self._drop(partition)
-        for partition, epoch in list(self._fenced.items()):
-            if wanted.get(partition) != epoch:
-                del self._fenced[partition]
-        for partition, epoch in wanted.items():
-            if self._fenced.get(partition) == epoch:
-                continue
-            if partition not in manager.owned and partition not in self._loads:
-                assert self._context is not None
-                task = self._context.tasks.spawn(
-                    self._load(partition, epoch), name=f"load-offsets-{partition}"
-                )
-                self._loads[partition] = (epoch, task)
+        group_loader.reconcile(wanted)
+        txn_wanted: dict[int, int] = {}
+        if count > 0:
+            for partition in range(txn_count):
+                epoch = wanted.get(offsets_partition_owning(partition, count))
+                if epoch is not None:
+                    txn_wanted[partition] = epoch
+        txn_loader.reconcile(txn_wanted)
 
     def _partition_lost(self, partition: int, coordinator_epoch: int, fenced: bool) -> None:
-        if fenced:
-            self._fenced[partition] = coordinator_epoch
+        assert self._group_loader is not None
+        self._group_loader.lost(partition, coordinator_epoch, fenced)
         self.reconcile()
 
-    def _drop(self, partition: int) -> None:
-        assert self._manager is not None
-        load = self._loads.pop(partition, None)
-        if load is not None:
-            load[1].cancel()
-        self._manager.unload_partition(partition)
+    def _txn_partition_lost(self, partition: int, coordinator_epoch: int, fenced: bool) -> None:
+        assert self._txn_loader is not None
+        self._txn_loader.lost(partition, coordinator_epoch, fenced)
+        self.reconcile()
 
-    async def _load(self, partition: int, epoch: int) -> None:
-        assert self._manager is not None and self._log is not None
-        failures = 0
-        started = asyncio.get_running_loop().time()
-        try:
-            while True:
-                try:
-                    await self._manager.load_partition(partition, epoch)
-                    break
-                except Exception as error:
-                    if isinstance(error, OffsetsWriteError) and error.fenced:
-                        # A newer owner has written: this epoch would be refused anyway; the
-                        # metadata assigning the partition elsewhere is on its way.
-                        self._fenced[partition] = epoch
-                        _log.warning(
-                            "not loading a __consumer_offsets partition: a newer coordinator "
-                            "epoch has written to it",
-                            extra={"partition": partition, "coordinator_epoch": epoch},
-                        )
-                        return
-                    # Whatever failed (a storage node down, a leader moving, the local view),
-                    # the partition stays assigned here: try again rather than stop serving it
-                    # (or the whole process) for good.
-                    failures += 1
-                    wait_s = backoff_s(self._backoff, failures)
-                    _log.warning(
-                        "loading a __consumer_offsets partition failed; trying again",
-                        extra={
-                            "partition": partition,
-                            "error": str(error),
-                            "wait_ms": round(wait_s * 1000),
-                        },
-                    )
-                    await asyncio.sleep(wait_s)
-        finally:
-            current = self._loads.get(partition)
-            if current is not None and current[0] == epoch:
-                del self._loads[partition]
-        _log.info(
-            "loaded a __consumer_offsets partition",
-            extra={
-                "partition": partition,
-                "coordinator_epoch": epoch,
-                "replayed_from_offset": self._log.replayed_from.get(partition),
-                "load_ms": round((asyncio.get_running_loop().time() - started) * 1000),
-            },
-        )
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        assert self._context is not None
+        return self._context.tasks.spawn(coroutine, name=name)
 
     # -- background tasks ---------------------------------------------------------------------
 
@@ -265,6 +296,24 @@ class GroupCoordinator:
             if removed:
                 _log.info("expired committed offsets", extra={"removed": removed})
 
+    async def _abort_timed_out(self, transactions: TransactionCoordinator) -> None:
+        interval_ms = self._config.get_int(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+        )
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            transactions.abort_timed_out()
+
+    async def _expire_transactional_ids(self, transactions: TransactionCoordinator) -> None:
+        interval_ms = self._config.get_int(
+            "transaction.remove.expired.transaction.cleanup.interval.ms"
+        )
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            removed = await transactions.expire_ids()
+            if removed:
+                _log.info("expired transactional ids", extra={"removed": removed})
+
     async def _leave_on_shutdown(self, shutdown: asyncio.Event) -> None:
         await shutdown.wait()
         self._stopping = True
@@ -281,20 +330,29 @@ class GroupCoordinator:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
-        for _, task in list(self._loads.values()):
-            task.cancel()
+        for loader in (self._group_loader, self._txn_loader):
+            if loader is not None:
+                loader.cancel_loads()
+        if self._transactions is not None:
+            await self._transactions.close()
         if self._manager is not None:
             await self._manager.close()
         if self._log is not None:
             await self._log.close()
-        if self._storage_log is not None:
-            await self._storage_log.close()
+        for closing in (
+            self._storage_log,
+            self._txn_storage_log,
+            self._producer_ids,
+            self._markers,
+        ):
+            if closing is not None:
+                await closing.close()
         await self._membership.close()
 
 
 SPEC = ServiceSpec(
     name="group-coordinator",
     config_def=CONFIG_DEF,
-    health_names=("brook.v1.GroupCoordinatorService",),
+    health_names=("brook.v1.GroupCoordinatorService", "brook.v1.TransactionCoordinatorService"),
     create=GroupCoordinator,
 )

@@ -33,8 +33,7 @@ class ClusterMetadata(MetadataCache):
     @property
     def partition_count(self) -> int:
         """Partitions of __consumer_offsets (0 until the controllers have created it)."""
-        topic = self.topic(OFFSETS_TOPIC)
-        return 0 if topic is None else len(topic.partitions)
+        return self.partition_count_of(OFFSETS_TOPIC)
 
     def apply(self, message: controller_pb2.WatchMetadataResponse) -> None:
         # A snapshot resets the directory and hands on everything: no comparison needed.
@@ -61,10 +60,17 @@ class ClusterMetadata(MetadataCache):
         for index, coordinator in coordinators.items():
             self.directory.assign(index, coordinator.coordinator_id, coordinator.coordinator_epoch)
 
-    def leader(self, partition: int) -> tuple[PartitionInfo, str] | None:
-        """__consumer_offsets-``partition`` (its leader and leader epoch) and the leader's
-        address, if it has a leader."""
-        info = self.partition(OFFSETS_TOPIC, partition)
+    def partition_count_of(self, topic: str) -> int:
+        """Partitions of ``topic`` (0 while it does not exist)."""
+        info = self.topic(topic)
+        return 0 if info is None else len(info.partitions)
+
+    def leader(
+        self, partition: int, topic: str = OFFSETS_TOPIC
+    ) -> tuple[PartitionInfo, str] | None:
+        """``topic``-``partition`` (its leader and leader epoch) and the leader's address, if
+        it has a leader."""
+        info = self.partition(topic, partition)
         if info is None or info.leader < 0:
             return None
         address = self.address_of(info.leader)

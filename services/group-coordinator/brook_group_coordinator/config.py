@@ -1,13 +1,16 @@
-"""The group coordinator's settings: the common ones plus Kafka's group.* and offsets.* settings.
+"""The group coordinator's settings: the common ones plus Kafka's group.* and offsets.* settings,
+and the transaction coordinator's transaction.* and transactional.id.* ones.
 
-Listener: GRPC (GroupCoordinatorService, health), default GRPC://127.0.0.1:9401, the local
-launcher's well-known port for coordinator 1. State: group.coordinator.state.dir (the local view
-that makes restarts fast; the durable copy is __consumer_offsets), by default
+Listener: GRPC (GroupCoordinatorService, TransactionCoordinatorService, health), default
+GRPC://127.0.0.1:9401, the local launcher's well-known port for coordinator 1. State:
+group.coordinator.state.dir (the local view that makes restarts fast; the durable copy is
+__consumer_offsets), by default
 ./.brook/group-coordinator-<node.id>.
 
-The partition count and replication factor of __consumer_offsets are the controller's settings
-(offsets.topic.*): the controller creates the topic, and coordinators read its partition count
-from metadata, so the two can never disagree.
+The partition count and replication factor of __consumer_offsets and __transaction_state are
+the controller's settings (offsets.topic.*, transaction.state.log.*): the controller creates
+the topics, and coordinators read their partition counts from metadata, so the two can never
+disagree.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = ["CONFIG_DEF"]
 
 _H = Importance.HIGH
 _M = Importance.MEDIUM
+_L = Importance.LOW
 _INT = ConfigType.INT
 
 
@@ -126,6 +130,40 @@ CONFIG_DEF: Final = service_config_def(
             "How many bytes of __consumer_offsets are read at a time while loading a "
             "partition's groups.",
             _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "transaction.max.timeout.ms",
+            _INT,
+            900000,
+            "The longest transaction timeout a producer may ask for; InitProducerId with a "
+            "longer one fails with INVALID_TRANSACTION_TIMEOUT.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "transactional.id.expiration.ms",
+            _INT,
+            604800000,
+            "How long a transactional id with no transaction in progress is kept without any "
+            "change of its state before it is removed.",
+            _H,
+            Range(1),
+        ),
+        ConfigKey(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            _INT,
+            10000,
+            "How often ongoing transactions past their timeout are looked for and aborted.",
+            _L,
+            Range(1),
+        ),
+        ConfigKey(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            _INT,
+            3600000,
+            "How often expired transactional ids (transactional.id.expiration.ms) are removed.",
+            _L,
             Range(1),
         ),
         *MEMBERSHIP_KEYS,

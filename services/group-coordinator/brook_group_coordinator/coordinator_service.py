@@ -19,6 +19,8 @@ from brook_group_coordinator.ownership import (
     PartitionLoad,
     offsets_partition_for,
 )
+from brook_group_coordinator.transactions.coordinator import TransactionCoordinator
+from brook_group_coordinator.transactions.service import find_transaction_coordinator
 
 __all__ = ["GroupCoordinatorServicer"]
 
@@ -51,9 +53,17 @@ def _unavailable(key: str, message: str) -> group_pb2.Coordinator:
 
 
 class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
-    def __init__(self, manager: GroupManager, directory: CoordinatorDirectory) -> None:
+    def __init__(
+        self,
+        manager: GroupManager,
+        directory: CoordinatorDirectory,
+        transactions: TransactionCoordinator | None = None,
+    ) -> None:
+        """``transactions``: the transaction coordinator FindCoordinator answers for
+        (COORDINATOR_TYPE_TRANSACTION); None: transactional ids have no coordinator here."""
         self._manager = manager
         self._directory = directory
+        self._transactions = transactions
 
     def _hint(self, group_id: str, error: ErrorCode) -> Any:
         if error is not ErrorCode.NOT_COORDINATOR:
@@ -66,14 +76,14 @@ class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
         coordinators = []
         for key in request.keys[:KEYS_PER_REQUEST_MAX]:
             if request.key_type == group_pb2.COORDINATOR_TYPE_TRANSACTION:
-                coordinators.append(
-                    group_pb2.Coordinator(
-                        key=key,
-                        error_code=_wire(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                        error_message="transaction coordinators are not part of Brook yet",
-                        node_id=-1,
+                if self._transactions is None:
+                    coordinators.append(_unavailable(key, "no transaction coordinator here"))
+                else:
+                    coordinators.append(
+                        find_transaction_coordinator(
+                            key, self._transactions, self._directory, self._manager.partition_count
+                        )
                     )
-                )
                 continue
             if not key:
                 coordinators.append(

@@ -56,10 +56,12 @@ from brook_group_coordinator.group import (
 from brook_group_coordinator.offsets import GroupOffsets, OffsetLimits, check_commit_partition
 from brook_group_coordinator.offsets_log import OffsetsLog, PartitionClaims
 from brook_group_coordinator.ownership import (
+    OFFSETS_TOPIC,
     OwnedPartition,
     PartitionLoad,
     offsets_partition_for,
 )
+from brook_group_coordinator.partition_loader import claim_and_replay, drop_lost_partition
 from brook_group_coordinator.records import (
     FENCE_KEY,
     GroupMetadataKey,
@@ -197,30 +199,17 @@ class GroupManager:
     async def load_partition(self, partition: int, coordinator_epoch: int) -> None:
         """Takes ownership of a partition: replays it to rebuild its groups and offsets,
         answering COORDINATOR_LOAD_IN_PROGRESS for them meanwhile."""
-        current = self.owned.get(partition)
-        if current is not None and current.coordinator_epoch >= coordinator_epoch:
+        loaded = await claim_and_replay(
+            self.owned,
+            partition,
+            coordinator_epoch,
+            self._log,
+            self._claims,
+            self._write_lock(partition),
+        )
+        if loaded is None:
             return
-        owned = OwnedPartition(partition, coordinator_epoch)
-        self.owned[partition] = owned
-        # Per key, the latest record (what compaction keeps): its offset and value.
-        latest: dict[bytes, tuple[int, bytes | None]] = {}
-        try:
-            if self._claims is not None:
-                # Before the replay: whatever an older owner appends after the fence is
-                # rejected, and whatever it appended before is replayed.
-                async with self._write_lock(partition):
-                    if self.owned.get(partition) is not owned:
-                        return
-                    await self._claims.claim(partition, coordinator_epoch)
-            async for record in self._log.read(partition, 0):
-                latest[record.key] = (record.offset, record.value)
-        except BaseException:
-            # Not owned rather than loading forever: the caller may start the load again.
-            if self._owned_as(partition, coordinator_epoch) is not None:
-                del self.owned[partition]
-            raise
-        if self.owned.get(partition) is not self._owned_as(partition, coordinator_epoch):
-            return  # lost (or re-assigned) while loading
+        owned, latest = loaded
         for raw_key, (record_offset, raw_value) in latest.items():
             if raw_value is None or raw_key == FENCE_KEY:
                 continue
@@ -258,13 +247,7 @@ class GroupManager:
             elif isinstance(key, TxnEndKey) and isinstance(value, TxnEndValue):
                 self._txn_offsets_of(key.group_id).saw_end(key.producer_id, value)
                 self._group_of(key.group_id)
-        self.owned[partition].load = PartitionLoad.LOADED
-
-    def _owned_as(self, partition: int, coordinator_epoch: int) -> OwnedPartition | None:
-        owned = self.owned.get(partition)
-        if owned is not None and owned.coordinator_epoch == coordinator_epoch:
-            return owned
-        return None
+        owned.load = PartitionLoad.LOADED
 
     def unload_partition(self, partition: int) -> None:
         if self.owned.pop(partition, None) is None:
@@ -436,20 +419,7 @@ class GroupManager:
                 position += len(write.records)
 
     def _lose(self, owned: OwnedPartition, error: OffsetsWriteError) -> None:
-        if self.owned.get(owned.partition) is not owned:
-            return
-        _log.warning(
-            "dropping a __consumer_offsets partition after a failed append",
-            extra={
-                "partition": owned.partition,
-                "coordinator_epoch": owned.coordinator_epoch,
-                "fenced": error.fenced,
-                "error": error.message,
-            },
-        )
-        self.unload_partition(owned.partition)
-        if self._on_partition_lost is not None:
-            self._on_partition_lost(owned.partition, owned.coordinator_epoch, error.fenced)
+        drop_lost_partition(self, OFFSETS_TOPIC, owned, error, self._on_partition_lost)
 
     def _group_changed(self, group: Group) -> None:
         value = GroupMetadataValue(

@@ -1,4 +1,5 @@
-"""__consumer_offsets on the storage nodes: the service's ``OffsetsLog``.
+"""__consumer_offsets on the storage nodes: the service's ``OffsetsLog``; the same writer and
+reader, for another ``FencedTopic``, is the transaction coordinators' __transaction_state.
 
 Append: the records become one RecordBatch v2 (``brook.record.build_batch``), produced to the
 partition's leader with acks=all, so a commit is acknowledged only once every in-sync replica
@@ -8,8 +9,8 @@ one (group commit); here an append is one batch with one sequence, built once, s
 sends the same bytes and nothing joins a batch once it has been sent.
 
 Fencing (``fencing.py``): ``claim`` makes this coordinator the partition's writer for its
-coordinator epoch (producer id ``OFFSETS_FENCING_PRODUCER_ID_BASE + partition``, producer
-epoch = coordinator epoch) before the partition is replayed: it continues the sequence of the
+coordinator epoch (producer id ``FencedTopic.producer_id(partition)``, producer epoch =
+coordinator epoch) before the partition is replayed: it continues the sequence of the
 epoch's last batch in the log (this coordinator wrote it before a restart or a reload) or
 appends a fence batch at sequence 0, after which the leader rejects every batch of an older
 owner. Appends carry the next sequence; a retry sends the same bytes, so the leader's
@@ -50,12 +51,12 @@ from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2, storage_pb2_grpc
 from brook_group_coordinator.cluster_metadata import ClusterMetadata
 from brook_group_coordinator.fencing import (
+    OFFSETS_LOG,
+    FencedTopic,
     OffsetsWriteError,
-    fencing_producer_id,
     producer_epoch_for,
 )
 from brook_group_coordinator.offsets_log import LogRecord
-from brook_group_coordinator.ownership import OFFSETS_TOPIC
 from brook_group_coordinator.records import FENCE_KEY, encode_fence_value
 
 __all__ = ["OffsetsLogSettings", "StorageOffsetsLog"]
@@ -117,9 +118,17 @@ Attempt = Callable[[storage_pb2_grpc.StorageServiceStub, PartitionInfo, float], 
 
 
 class StorageOffsetsLog:
-    def __init__(self, metadata: ClusterMetadata, settings: OffsetsLogSettings) -> None:
+    def __init__(
+        self,
+        metadata: ClusterMetadata,
+        settings: OffsetsLogSettings,
+        topic: FencedTopic = OFFSETS_LOG,
+    ) -> None:
+        """``topic``: which internal topic this log is, and its writers' producer ids."""
         self._metadata = metadata
         self._settings = settings
+        self._fenced_topic = topic
+        self._topic = topic.name
         self._network = ChannelPool(
             channel_options(
                 client_id=CLIENT_ID,
@@ -147,11 +156,11 @@ class StorageOffsetsLog:
             remaining_s = deadline - loop.time()
             if remaining_s <= 0:
                 break
-            route = self._metadata.leader(partition)
+            route = self._metadata.leader(partition, self._topic)
             if route is None:
                 problem = (
                     ErrorCode.LEADER_NOT_AVAILABLE,
-                    f"{OFFSETS_TOPIC}-{partition} has no leader in this coordinator's metadata",
+                    f"{self._topic}-{partition} has no leader in this coordinator's metadata",
                 )
             else:
                 info, address = route
@@ -183,7 +192,7 @@ class StorageOffsetsLog:
         module docstring); returns the offset of the fence record it appended, if it did.
         Raises OffsetsWriteError (``fenced``: a newer epoch has written) or BrookError; the
         caller serializes it with the partition's appends."""
-        epoch = producer_epoch_for(partition, coordinator_epoch)
+        epoch = producer_epoch_for(partition, coordinator_epoch, self._topic)
         writer = self._writers.get(partition)
         if writer is None or writer.producer_epoch < epoch:
             writer = _Writer(epoch, _SEQUENCE_UNKNOWN)
@@ -191,7 +200,7 @@ class StorageOffsetsLog:
         if writer.producer_epoch > epoch or writer.fenced:
             raise OffsetsWriteError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"{OFFSETS_TOPIC}-{partition}: coordinator epoch {coordinator_epoch} is fenced",
+                f"{self._topic}-{partition}: coordinator epoch {coordinator_epoch} is fenced",
                 fenced=True,
             )
         if writer.in_doubt is not None:
@@ -212,7 +221,7 @@ class StorageOffsetsLog:
             writer.next_sequence = _SEQUENCE_UNKNOWN
             raise OffsetsWriteError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"{OFFSETS_TOPIC}-{partition}: the fence was a duplicate at offset {offset}, "
+                f"{self._topic}-{partition}: the fence was a duplicate at offset {offset}, "
                 f"below the high watermark {high_watermark}",
                 fenced=False,
             )
@@ -223,13 +232,13 @@ class StorageOffsetsLog:
         it has none (a fence is due). Only the owner at this epoch writes it, so its batches,
         if any, end the log (above a fence of this epoch nothing older is accepted)."""
         tail = await self._last_batch(partition)
-        if tail is None or tail.producer_id != fencing_producer_id(partition):
+        if tail is None or tail.producer_id != self._fenced_topic.producer_id(partition):
             return 0
         if tail.producer_epoch > writer.producer_epoch:
             writer.fenced = True
             raise OffsetsWriteError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"{OFFSETS_TOPIC}-{partition}: producer epoch {tail.producer_epoch} wrote at "
+                f"{self._topic}-{partition}: producer epoch {tail.producer_epoch} wrote at "
                 f"offset {tail.base_offset}, after coordinator epoch {writer.producer_epoch}",
                 fenced=True,
             )
@@ -243,25 +252,24 @@ class StorageOffsetsLog:
         writer = self._writers.get(partition)
         if writer is None:
             raise BrookError(
-                ErrorCode.NOT_COORDINATOR, f"{OFFSETS_TOPIC}-{partition} is not claimed here"
+                ErrorCode.NOT_COORDINATOR, f"{self._topic}-{partition} is not claimed here"
             )
         if writer.fenced or writer.in_doubt is not None or writer.next_sequence < 0:
             raise OffsetsWriteError(
                 ErrorCode.NOT_COORDINATOR,
-                f"{OFFSETS_TOPIC}-{partition} must be loaded again before it takes writes",
+                f"{self._topic}-{partition} must be loaded again before it takes writes",
                 fenced=writer.fenced,
             )
         batch = self._batch(partition, writer, records)
         return await self._send(partition, writer, batch, len(records))
 
-    @staticmethod
     def _batch(
-        partition: int, writer: _Writer, records: Sequence[tuple[bytes, bytes | None]]
+        self, partition: int, writer: _Writer, records: Sequence[tuple[bytes, bytes | None]]
     ) -> bytes:
         now_ms = time.time_ns() // 1_000_000
         return build_record_batch(
             [(now_ms, key, value, ()) for key, value in records],
-            producer_id=fencing_producer_id(partition),
+            producer_id=self._fenced_topic.producer_id(partition),
             producer_epoch=writer.producer_epoch,
             base_sequence=writer.next_sequence,
         )
@@ -279,12 +287,12 @@ class StorageOffsetsLog:
             request = storage_pb2.ProduceRequest(
                 acks=storage_pb2.ACKS_ALL,
                 timeout_ms=max(1, int(remaining_s * 1000)),
-                # Storage nodes refuse __consumer_offsets and the reserved producer ids to
-                # any other origin.
+                # Storage nodes refuse internal topics and the reserved producer ids to any
+                # other origin.
                 origin=storage_pb2.PRODUCE_ORIGIN_COORDINATOR,
                 partitions=[
                     storage_pb2.PartitionProduceData(
-                        topic=OFFSETS_TOPIC, partition=partition, records=batch
+                        topic=self._topic, partition=partition, records=batch
                     )
                 ],
             )
@@ -293,7 +301,7 @@ class StorageOffsetsLog:
             except BaseException:
                 appended_maybe = True
                 raise
-            answer = _only(response.partitions, partition)
+            answer = _only(response.partitions, self._topic, partition)
             code = error_code(answer.error_code)
             if code is ErrorCode.NONE:
                 return int(answer.base_offset) + count - 1
@@ -318,8 +326,8 @@ class StorageOffsetsLog:
         writer.next_sequence = (writer.next_sequence + count) % (INT32_MAX + 1)
         return last
 
-    @staticmethod
     def _failed(
+        self,
         partition: int,
         writer: _Writer,
         batch: bytes,
@@ -327,7 +335,7 @@ class StorageOffsetsLog:
         error: BrookError,
         appended_maybe: bool,
     ) -> BrookError:
-        where = f"{OFFSETS_TOPIC}-{partition}"
+        where = f"{self._topic}-{partition}"
         if error.code is ErrorCode.INVALID_PRODUCER_EPOCH:
             writer.fenced = True
             writer.in_doubt = None
@@ -368,7 +376,7 @@ class StorageOffsetsLog:
                 request = storage_pb2.ListOffsetsRequest(
                     partitions=[
                         storage_pb2.ListOffsetsPartition(
-                            topic=OFFSETS_TOPIC, partition=partition, spec=spec
+                            topic=self._topic, partition=partition, spec=spec
                         )
                     ]
                 )
@@ -403,7 +411,7 @@ class StorageOffsetsLog:
                         last = header
             except CorruptRecordError as error:
                 raise BrookError(
-                    ErrorCode.CORRUPT_MESSAGE, f"{OFFSETS_TOPIC}-{partition}: {error}"
+                    ErrorCode.CORRUPT_MESSAGE, f"{self._topic}-{partition}: {error}"
                 ) from None
             if last is not None:
                 return last
@@ -413,7 +421,7 @@ class StorageOffsetsLog:
             await asyncio.sleep(backoff_s(self._settings.retry_backoff, stalls))
         raise BrookError(
             ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-            f"{OFFSETS_TOPIC}-{partition} returned no batch below its high watermark "
+            f"{self._topic}-{partition} returned no batch below its high watermark "
             f"{high_watermark} {READ_ATTEMPTS_MAX} times",
         )
 
@@ -443,7 +451,7 @@ class StorageOffsetsLog:
                     offset = max(offset, header.next_offset)
             except CorruptRecordError as error:
                 raise BrookError(
-                    ErrorCode.CORRUPT_MESSAGE, f"{OFFSETS_TOPIC}-{partition}: {error}"
+                    ErrorCode.CORRUPT_MESSAGE, f"{self._topic}-{partition}: {error}"
                 ) from None
             offset = max(offset, int(response.next_fetch_offset))
             if offset > before:
@@ -455,7 +463,7 @@ class StorageOffsetsLog:
             if stalls >= READ_ATTEMPTS_MAX:
                 raise BrookError(
                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                    f"{OFFSETS_TOPIC}-{partition} returned nothing at offset {offset}, below its "
+                    f"{self._topic}-{partition} returned nothing at offset {offset}, below its "
                     f"high watermark {end}, {stalls} times",
                 )
             await asyncio.sleep(backoff_s(self._settings.retry_backoff, stalls))
@@ -472,7 +480,7 @@ class StorageOffsetsLog:
                 max_bytes=buffer_bytes,
                 partitions=[
                     storage_pb2.FetchPartition(
-                        topic=OFFSETS_TOPIC,
+                        topic=self._topic,
                         partition=partition,
                         fetch_offset=offset,
                         partition_max_bytes=buffer_bytes,
@@ -480,7 +488,9 @@ class StorageOffsetsLog:
                 ],
             )
             response = await stub.Fetch(request, timeout=remaining_s)
-            answer: storage_pb2.FetchPartitionResponse = _only(response.partitions, partition)
+            answer: storage_pb2.FetchPartitionResponse = _only(
+                response.partitions, self._topic, partition
+            )
             code = error_code(answer.error_code)
             if code is ErrorCode.NONE:
                 return answer
@@ -500,11 +510,11 @@ _Answer = TypeVar(
 )
 
 
-def _only(answers: Sequence[_Answer], partition: int) -> _Answer:
+def _only(answers: Sequence[_Answer], topic: str, partition: int) -> _Answer:
     for answer in answers:
-        if answer.topic == OFFSETS_TOPIC and answer.partition == partition:
+        if answer.topic == topic and answer.partition == partition:
             return answer
     raise BrookError(
         ErrorCode.UNKNOWN_SERVER_ERROR,
-        f"the storage node's answer did not include {OFFSETS_TOPIC}-{partition}",
+        f"the storage node's answer did not include {topic}-{partition}",
     )

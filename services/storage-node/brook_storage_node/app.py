@@ -36,12 +36,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from brook.config import Config
-from brook.errors import ErrorCode
 from brook.membership import AppliedMetadataOffset, ClusterMembership
 from brook.metadata.delta import MetadataUpdate
+from brook.producer_ids import ProducerIdManager, controller_blocks
 from brook.rpc.backoff import RetryBackoff
 from brook.server import ServiceContext, ServiceSpec, make_directories
-from brook.v1 import common_pb2, controller_pb2, replica_pb2_grpc, storage_pb2_grpc
+from brook.v1 import common_pb2, replica_pb2_grpc, storage_pb2_grpc
 from brook_storage_node.config import CONFIG_DEF
 from brook_storage_node.isr import IsrManager
 from brook_storage_node.limits import StorageLimits
@@ -52,7 +52,6 @@ from brook_storage_node.metadata_source import (
     StaticMetadataSource,
 )
 from brook_storage_node.metadata_view import MetadataView
-from brook_storage_node.producer_ids import ProducerIdBlock, ProducerIdManager
 from brook_storage_node.replica_fetcher import FetcherSettings, ReplicaFetchers
 from brook_storage_node.replica_manager import ReplicaManager, topic_log_configs
 from brook_storage_node.replica_service import ReplicaServiceLimits, ReplicaServicer
@@ -171,7 +170,7 @@ class StorageNode:
         self._log_manager.start()
         if membership is not None:
             self._producer_ids = ProducerIdManager(
-                self._allocate_producer_ids,
+                controller_blocks(membership, config.get_int("node.id")),
                 RetryBackoff(
                     config.get_int("retry.backoff.ms"), config.get_int("retry.backoff.max.ms")
                 ),
@@ -216,22 +215,6 @@ class StorageNode:
                 "cluster_id": view.cluster_id or None,
             },
         )
-
-    async def _allocate_producer_ids(self) -> ProducerIdBlock:
-        """A block of producer ids from the controllers (bounded by request.timeout.ms)."""
-        membership = self._membership
-        assert membership is not None
-        answer = await membership.client.allocate_producer_ids(
-            controller_pb2.AllocateProducerIdsRequest(
-                node_id=self._config.get_int("node.id"), broker_epoch=self.broker_epoch()
-            )
-        )
-        if answer.error_code is not ErrorCode.NONE:
-            raise RuntimeError(
-                f"controller {answer.address}: {answer.error_code.name}: "
-                f"{answer.response.error_message}"
-            )
-        return ProducerIdBlock(answer.response.first_producer_id, answer.response.size)
 
     async def _follow(self, updates: AsyncIterator[MetadataUpdate]) -> None:
         assert self._replicas is not None

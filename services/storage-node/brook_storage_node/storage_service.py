@@ -14,8 +14,8 @@ Kafka's terms:
   entry, as Kafka answers it. The gRPC status is reserved for the whole request failing:
   RESOURCE_EXHAUSTED over a limit (limits.py), UNIMPLEMENTED for InitProducerId on a node
   running without controllers (static.topics: no cluster-unique ids to hand out).
-- InitProducerId hands out ids from the controllers' blocks (producer_ids.py) for idempotent,
-  non-transactional producers; with an id and epoch it bumps the epoch (KIP-360), which
+- InitProducerId hands out ids from the controllers' blocks (brook/producer_ids.py) for
+  idempotent, non-transactional producers; with an id and epoch it bumps the epoch (KIP-360), which
   fences the older instance at every partition it writes to next.
 - A retried idempotent batch is answered with its original offsets and not appended again
   (log/producer_state.py).
@@ -59,6 +59,11 @@ import grpc
 from opentelemetry import propagate, trace
 
 from brook.errors import ErrorCode
+from brook.producer_ids import (
+    ProducerIdManager,
+    ProducerIdUnavailableError,
+    bumped,
+)
 from brook.record import ControlType, build_control_batch
 from brook.telemetry import meter, tracer
 from brook.v1 import common_pb2, storage_pb2, storage_pb2_grpc
@@ -84,11 +89,6 @@ from brook_storage_node.produce import (
     ProducePartitionResult,
     ProducePath,
     address_errors,
-)
-from brook_storage_node.producer_ids import (
-    ProducerIdManager,
-    ProducerIdUnavailableError,
-    bumped,
 )
 from brook_storage_node.replica_manager import ReplicaManager
 

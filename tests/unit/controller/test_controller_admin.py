@@ -18,9 +18,13 @@ from brook.v1 import admin_pb2, admin_pb2_grpc
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessController]:
     """One controller for the module (each test uses topic names of its own). Leases outlast
-    the module, and __consumer_offsets needs more storage nodes than there are, so nothing
+    the module, and the internal topics need more storage nodes than there are, so nothing
     changes in the background while a test compares states."""
-    settings = {"offsets.topic.replication.factor": "4", "broker.session.timeout.ms": "600000"}
+    settings = {
+        "offsets.topic.replication.factor": "4",
+        "transaction.state.log.replication.factor": "4",
+        "broker.session.timeout.ms": "600000",
+    }
     with InProcessController(tmp_path_factory.mktemp("controller"), settings) as running:
         for node_id, rack in ((1, "a"), (2, "b"), (3, "c")):
             running.live_node(node_id, rack=rack)

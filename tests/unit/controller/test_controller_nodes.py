@@ -29,6 +29,7 @@ def controller(tmp_path: Path) -> Iterator[InProcessController]:
     settings = {
         "broker.session.timeout.ms": str(SESSION_MS),
         "offsets.topic.replication.factor": "4",
+        "transaction.state.log.replication.factor": "4",
         "leader.imbalance.check.interval.seconds": "1",
     }
     with InProcessController(tmp_path, settings) as running:
@@ -409,3 +410,44 @@ def test_watch_resumes_after_an_offset_and_sends_a_snapshot_when_the_offset_is_t
         "w1",
         "w2",
     }
+
+
+def test_transaction_state_is_created_like_the_offsets_topic_once_enough_nodes_live(
+    tmp_path: Path,
+) -> None:
+    settings = {
+        "broker.session.timeout.ms": str(SESSION_MS),
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "2",
+        "transaction.state.log.replication.factor": "2",
+        "transaction.state.log.num.partitions": "3",
+        "transaction.state.log.min.isr": "3",
+        "transaction.state.log.segment.bytes": "1048576",
+    }
+    with InProcessController(tmp_path, settings) as controller:
+        first = controller.live_node(1)
+        # The same maintenance pass decides both topics: once the offsets topic exists, the
+        # transaction state was refused for want of a second storage node.
+        alone = _keep_alive_until(
+            controller,
+            {1: first},
+            lambda image: image.topic_by_name("__consumer_offsets") is not None,
+        )
+        second = controller.live_node(2)
+        both = _keep_alive_until(
+            controller,
+            {1: first, 2: second},
+            lambda image: image.topic_by_name("__transaction_state") is not None,
+        )
+
+    assert alone.topic_by_name("__transaction_state") is None
+    topic = both.topic_by_name("__transaction_state")
+    assert topic is not None and topic.internal
+    partitions = both.topic_partitions(topic.topic_id)
+    assert len(partitions) == 3
+    assert all(len(p.replicas) == 2 for p in partitions.values())
+    configs = both.resource_configs(2, "__transaction_state")
+    assert configs["cleanup.policy"] == "compact"
+    assert configs["segment.bytes"] == "1048576"
+    # Capped at the replication factor: 3 of 2 replicas could never be in sync.
+    assert configs["min.insync.replicas"] == "2"

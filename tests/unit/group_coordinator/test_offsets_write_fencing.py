@@ -101,22 +101,29 @@ async def _node(
         yield node, sources[0]
 
 
-@asynccontextmanager
-async def _log(node: Node) -> AsyncIterator[StorageOffsetsLog]:
+def coordinator_metadata(
+    port: int, topic: str = OFFSETS_TOPIC, partitions: int = PARTITIONS
+) -> ClusterMetadata:
+    """A coordinator's metadata: the in-process node leading every partition of ``topic``."""
     metadata = ClusterMetadata(CoordinatorDirectory())
     metadata.apply(
         controller_pb2.WatchMetadataResponse(
             snapshot=True,
             offset=0,
             records=[
-                broker_record(NODE_ID, node.port),
-                topic_record(OFFSETS_TOPIC),
-                *(partition_record(OFFSETS_TOPIC, p) for p in range(PARTITIONS)),
+                broker_record(NODE_ID, port),
+                topic_record(topic),
+                *(partition_record(topic, p) for p in range(partitions)),
             ],
         )
     )
+    return metadata
+
+
+@asynccontextmanager
+async def _log(node: Node) -> AsyncIterator[StorageOffsetsLog]:
     log = StorageOffsetsLog(
-        metadata,
+        coordinator_metadata(node.port),
         OffsetsLogSettings(
             commit_timeout_ms=COMMIT_TIMEOUT_MS,
             load_buffer_bytes=LOAD_BUFFER_BYTES,

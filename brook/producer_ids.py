@@ -1,10 +1,11 @@
 """Producer ids for InitProducerId, from blocks the controllers allocate (Kafka's
-RPCProducerIdManager).
+RPCProducerIdManager): the storage nodes' for idempotent producers, the transaction
+coordinators' for transactional ones.
 
 The controllers hand out disjoint blocks of ids through Raft (AllocateProducerIds), so ids are
-unique across the cluster and across controller failover. This node takes ids from its
+unique across the cluster and across controller failover. A process takes ids from its
 current block; the first request fetches a block, and once ``PREFETCH_RATIO`` of the current
-one is used the next is fetched in the background, so a busy node rarely waits. While no id
+one is used the next is fetched in the background, so a busy process rarely waits. While no id
 is at hand the caller waits for the fetch in flight, for at most the time it is given; after
 that it is told COORDINATOR_LOAD_IN_PROGRESS, Kafka's retriable answer in the same situation
 ("Producer ID block is full. Waiting for next block"). A failed fetch is retried after
@@ -25,7 +26,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from brook.errors import ErrorCode
+from brook.membership import ClusterMembership
 from brook.rpc.backoff import RetryBackoff, backoff_s
+from brook.v1 import controller_pb2
 
 __all__ = [
     "FETCH_ATTEMPTS_MAX",
@@ -34,6 +37,7 @@ __all__ = [
     "ProducerIdBlock",
     "ProducerIdManager",
     "ProducerIdUnavailableError",
+    "controller_blocks",
 ]
 
 _log = logging.getLogger(__name__)
@@ -64,6 +68,26 @@ class ProducerIdUnavailableError(Exception):
 
 
 Allocate = Callable[[], Awaitable[ProducerIdBlock]]
+
+
+def controller_blocks(membership: ClusterMembership, node_id: int) -> Allocate:
+    """``Allocate`` asking the controllers (AllocateProducerIds, bounded by request.timeout.ms,
+    the controller client's deadline) as node ``node_id`` in its current broker epoch."""
+
+    async def allocate() -> ProducerIdBlock:
+        answer = await membership.client.allocate_producer_ids(
+            controller_pb2.AllocateProducerIdsRequest(
+                node_id=node_id, broker_epoch=membership.lifecycle.broker_epoch
+            )
+        )
+        if answer.error_code is not ErrorCode.NONE:
+            raise RuntimeError(
+                f"controller {answer.address}: {answer.error_code.name}: "
+                f"{answer.response.error_message}"
+            )
+        return ProducerIdBlock(answer.response.first_producer_id, answer.response.size)
+
+    return allocate
 
 
 class ProducerIdManager:
@@ -134,7 +158,7 @@ class ProducerIdManager:
             if remaining_s <= 0 or self._closed or not self.fetching:
                 detail = f" (last failure: {self.last_error})" if self.last_error else ""
                 raise ProducerIdUnavailableError(
-                    "this node is still fetching a block of producer ids from the "
+                    "this process is still fetching a block of producer ids from the "
                     f"controllers{detail}; retry shortly"
                 )
             self._arrived.clear()

@@ -1,12 +1,14 @@
-"""Producer ids from controller blocks (producer_ids.py): lazy fetch, prefetch at 90 %, the
-retriable answer while no block is at hand, bounded retries, no id ever handed out twice."""
+"""Producer ids from controller blocks (brook/producer_ids.py): lazy fetch, prefetch at 90 %,
+the retriable answer while no block is at hand, bounded retries, no id ever handed out twice."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from brook_storage_node.producer_ids import (
+
+from brook.errors import ErrorCode
+from brook.producer_ids import (
     FETCH_ATTEMPTS_MAX,
     PRODUCER_EPOCH_MAX,
     ProducerIdBlock,
@@ -14,8 +16,6 @@ from brook_storage_node.producer_ids import (
     ProducerIdUnavailableError,
     bumped,
 )
-
-from brook.errors import ErrorCode
 from brook.rpc.backoff import RetryBackoff
 
 BACKOFF = RetryBackoff(5, 20)
