@@ -30,6 +30,7 @@ from brook.v1 import (
     group_pb2_grpc,
     replica_pb2_grpc,
     storage_pb2_grpc,
+    transaction_pb2_grpc,
 )
 
 __all__ = [
@@ -166,6 +167,9 @@ class ChannelPool:
     def groups(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
         return self._stub(group_pb2_grpc.GroupCoordinatorServiceStub, address)
 
+    def transactions(self, address: str) -> transaction_pb2_grpc.TransactionCoordinatorServiceStub:
+        return self._stub(transaction_pb2_grpc.TransactionCoordinatorServiceStub, address)
+
     def controller(self, address: str) -> controller_pb2_grpc.ControllerServiceStub:
         return self._stub(controller_pb2_grpc.ControllerServiceStub, address)
 
@@ -206,6 +210,9 @@ class SyncChannelPool(Closing):
 
     def groups(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
         return group_pb2_grpc.GroupCoordinatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
+    def transactions(self, address: str) -> transaction_pb2_grpc.TransactionCoordinatorServiceStub:
+        return transaction_pb2_grpc.TransactionCoordinatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
 
     def controller(self, address: str) -> controller_pb2_grpc.ControllerServiceStub:
         return controller_pb2_grpc.ControllerServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
