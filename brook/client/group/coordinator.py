@@ -625,6 +625,10 @@ class ConsumerCoordinator:
                 "FetchOffsets",
                 group_pb2.FetchOffsetsRequest(
                     group_id=self.group_id,
+                    # read_committed: answered UNSTABLE_OFFSET_COMMIT (retried) while a
+                    # transaction's offsets for a partition are pending, as Kafka's consumer.
+                    require_stable=self._config.isolation_level
+                    == common_pb2.ISOLATION_LEVEL_READ_COMMITTED,
                     partitions=[
                         common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
                         for tp in wanted

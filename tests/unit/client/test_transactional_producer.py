@@ -4,13 +4,11 @@ they carry, and how each kind of error answer ends (retried, abortable, fatal)."
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
-from typing import Any
 
-import grpc
 import pytest
-from storage_double import RunningDouble, StorageDouble, answer_all
+from storage_double import RunningDouble
+from transaction_doubles import GROUP, PRODUCER_ID, RESULT_TIMEOUT_S, TXN_ID, Cluster
 
 from brook.client import Producer
 from brook.client.admin import OffsetAndMetadata
@@ -22,164 +20,10 @@ from brook.client.errors import (
     TransactionAbortedError,
     TransactionStateError,
 )
-from brook.client.group.coordinator import ConsumerGroupMetadata
 from brook.client.types import TopicPartition
 from brook.errors import ErrorCode
-from brook.record import read_header, scan_batches
-from brook.v1 import (
-    common_pb2,
-    group_pb2,
-    group_pb2_grpc,
-    transaction_pb2,
-    transaction_pb2_grpc,
-)
-
-TOPICS = {"events": 3, "single": 1}
-TXN_ID = "copier-1"
-PRODUCER_ID = 4000
-COORDINATOR_NODE_ID = 2
-FAST = {
-    "transactional.id": TXN_ID,
-    "transaction.timeout.ms": 3000,
-    "linger.ms": 0,
-    "retry.backoff.ms": 10,
-    "retry.backoff.max.ms": 50,
-    "request.timeout.ms": 2000,
-    "delivery.timeout.ms": 8000,
-    "max.block.ms": 5000,
-}
-RESULT_TIMEOUT_S = 15.0
-GROUP = ConsumerGroupMetadata("billing", 7, "member-1", None)
-
-
-class ScriptedCoordinator(
-    group_pb2_grpc.GroupCoordinatorServiceServicer,
-    transaction_pb2_grpc.TransactionCoordinatorServiceServicer,
-):
-    """Answers every transaction and group call with the next scripted code (NONE when the
-    script is empty) and logs (method, request) in ``log``, which the storage double's
-    Produce calls are logged to as well, in arrival order."""
-
-    def __init__(self, double: StorageDouble, log: list[tuple[str, Any]]) -> None:
-        self.double = double
-        self.log = log
-        self.scripts: dict[str, list[ErrorCode]] = {}
-        self.epoch = -1
-        # Seconds AddPartitionsToTxn waits before it answers.
-        self.add_delay_s = 0.0
-
-    def _code(self, method: str, request: Any) -> int:
-        self.log.append((method, request))
-        script = self.scripts.get(method)
-        return int(script.pop(0) if script else ErrorCode.NONE)
-
-    def calls(self, method: str) -> list[Any]:
-        return [request for name, request in self.log if name == method]
-
-    async def FindCoordinator(self, request: Any, context: Any) -> Any:
-        self.log.append(("FindCoordinator", request))
-        host, port = self.double.address.rsplit(":", 1)
-        return group_pb2.FindCoordinatorResponse(
-            coordinators=[
-                group_pb2.Coordinator(
-                    key=key,
-                    node_id=COORDINATOR_NODE_ID,
-                    endpoints=[common_pb2.Endpoint(listener="GRPC", host=host, port=int(port))],
-                )
-                for key in request.keys
-            ]
-        )
-
-    async def InitProducerId(self, request: Any, context: Any) -> Any:
-        code = self._code("InitProducerId", request)
-        if code:
-            return transaction_pb2.TransactionCoordinatorServiceInitProducerIdResponse(
-                error_code=code  # type: ignore[arg-type]
-            )
-        self.epoch += 1
-        return transaction_pb2.TransactionCoordinatorServiceInitProducerIdResponse(
-            producer_id=PRODUCER_ID, producer_epoch=self.epoch
-        )
-
-    async def AddPartitionsToTxn(self, request: Any, context: Any) -> Any:
-        code = self._code("AddPartitionsToTxn", request)
-        await asyncio.sleep(self.add_delay_s)
-        return transaction_pb2.AddPartitionsToTxnResponse(
-            partitions=[
-                transaction_pb2.TxnPartitionResult(
-                    topic=p.topic,
-                    partition=p.partition,
-                    error_code=code,  # type: ignore[arg-type]
-                )
-                for p in request.partitions
-            ]
-        )
-
-    async def AddOffsetsToTxn(self, request: Any, context: Any) -> Any:
-        code = self._code("AddOffsetsToTxn", request)
-        return transaction_pb2.AddOffsetsToTxnResponse(error_code=code)  # type: ignore[arg-type]
-
-    async def EndTxn(self, request: Any, context: Any) -> Any:
-        code = self._code("EndTxn", request)
-        return transaction_pb2.EndTxnResponse(error_code=code)  # type: ignore[arg-type]
-
-    async def TxnCommitOffsets(self, request: Any, context: Any) -> Any:
-        code = self._code("TxnCommitOffsets", request)
-        return group_pb2.TxnCommitOffsetsResponse(
-            partitions=[
-                group_pb2.OffsetCommitPartitionResult(
-                    topic=p.topic,
-                    partition=p.partition,
-                    error_code=code,  # type: ignore[arg-type]
-                )
-                for p in request.partitions
-            ]
-        )
-
-
-class Cluster:
-    def __init__(self) -> None:
-        self.log: list[tuple[str, Any]] = []
-        double = StorageDouble(dict(TOPICS))
-        double.coordinator_node_id = COORDINATOR_NODE_ID
-        self.coordinator = ScriptedCoordinator(double, self.log)
-        self.produce_errors: list[ErrorCode] = []
-
-        async def produce(request: Any, context: Any) -> Any:
-            self.log.append(("Produce", request))
-            if not self.produce_errors:
-                return None
-            return answer_all(request, self.produce_errors.pop(0))
-
-        double.faults["Produce"] = produce
-
-        def add(server: grpc.aio.Server) -> None:
-            group_pb2_grpc.add_GroupCoordinatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
-                self.coordinator, server
-            )
-            transaction_pb2_grpc.add_TransactionCoordinatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
-                self.coordinator, server
-            )
-
-        self.running = RunningDouble(double, add)
-
-    def producer(self, **settings: object) -> Producer:
-        config: dict[str, object] = {"bootstrap.servers": self.running.address, **FAST}
-        config.update({name.replace("_", "."): value for name, value in settings.items()})
-        return Producer(config)
-
-    def methods(self) -> list[str]:
-        return [name for name, _ in self.log]
-
-    def produced_batches(self) -> list[tuple[str, int, Any]]:
-        """(topic, partition, header) of every batch every Produce carried."""
-        return [
-            (data.topic, data.partition, header)
-            for name, request in self.log
-            if name == "Produce"
-            for data in request.partitions
-            for _, header in scan_batches(data.records)
-        ]
+from brook.record import read_header
+from brook.v1 import group_pb2
 
 
 @pytest.fixture
