@@ -60,7 +60,7 @@ from brook.client.idempotence import (
 from brook.client.metadata import ClusterView
 from brook.client.partitioner import StickyPartitioner, murmur2
 from brook.client.runtime import Notifier, Wakeup, resolve_future
-from brook.client.transactions import TransactionState
+from brook.client.transactions import TransactionTracker
 from brook.client.types import Header, RecordMetadata
 from brook.record import BATCH_OVERHEAD, Compression
 from brook.record.batch import TRANSACTIONAL_MASK
@@ -481,7 +481,7 @@ class RecordAccumulator:
         partitioner: StickyPartitioner | None = None,
         idempotence: IdempotenceState | None = None,
         in_flight_max: int = 5,
-        transactions: TransactionState | None = None,
+        transactions: TransactionTracker | None = None,
     ) -> None:
         """``transactions``: the producer is transactional (``idempotence`` is then given
         too): records are taken only inside a transaction, and a partition's batches are

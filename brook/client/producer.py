@@ -65,7 +65,7 @@ from brook.client.runtime import (
     drive_async,
 )
 from brook.client.sender import Sender
-from brook.client.transactions import Operation, TransactionManager, TransactionState
+from brook.client.transactions import Operation, TransactionManager, TransactionTracker
 from brook.client.types import Header, RecordMetadata, TopicPartition
 from brook.closing import AsyncClosing, Closing
 
@@ -89,7 +89,7 @@ class _ProducerCore(ClientCore):
         self.config = config
         sender_wakeup = Wakeup(loop)
         state = (
-            None if config.transactional_id is None else TransactionState(config.transactional_id)
+            None if config.transactional_id is None else TransactionTracker(config.transactional_id)
         )
         self.accumulator = RecordAccumulator(
             metadata=self.metadata,

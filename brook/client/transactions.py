@@ -40,7 +40,7 @@ each operation bounded (``max.block.ms`` for the caller's wait; the operation it
 in the background when the caller's timeout passes, and calling the same method again waits
 for it, as in Kafka).
 
-``TransactionState`` is the bookkeeping the caller threads and the accumulator share (under
+``TransactionTracker`` is the bookkeeping the caller threads and the accumulator share (under
 its own lock); ``TransactionManager`` does the I/O on the producer's loop.
 """
 
@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from brook.client.admin import OffsetAndMetadata
     from brook.client.group.coordinator import ConsumerGroupMetadata, CoordinatorLocator
 
-__all__ = ["Operation", "TransactionManager", "TransactionState", "TxnState"]
+__all__ = ["Operation", "TransactionManager", "TransactionTracker", "TxnState"]
 
 _log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class TxnState(enum.Enum):
     FATAL_ERROR = "fatal-error"
 
 
-class TransactionState:
+class TransactionTracker:
     """The transaction as the caller threads, the accumulator and the sender share it."""
 
     def __init__(self, transactional_id: str) -> None:
@@ -281,7 +281,7 @@ class TransactionManager:
     def __init__(
         self,
         *,
-        state: TransactionState,
+        state: TransactionTracker,
         transaction_timeout_ms: int,
         accumulator: RecordAccumulator,
         network: ChannelPool,

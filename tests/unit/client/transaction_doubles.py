@@ -4,19 +4,23 @@ server), for the transactional producer's and read_committed consumer's unit tes
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import grpc
 from storage_double import RunningDouble, StorageDouble, answer_all
 
-from brook.client import Consumer, Producer
+from brook.client import Admin, Consumer, Producer
 from brook.client.group.coordinator import ConsumerGroupMetadata
 from brook.errors import ErrorCode
-from brook.record import scan_batches
+from brook.record import ControlType, build_control_batch, scan_batches
 from brook.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
     common_pb2,
     group_pb2,
     group_pb2_grpc,
+    storage_pb2,
     transaction_pb2,
     transaction_pb2_grpc,
 )
@@ -41,6 +45,89 @@ GROUP = ConsumerGroupMetadata("billing", 7, "member-1", None)
 COMMITTED_OFFSET = 17
 
 
+class TxnStorageDouble(StorageDouble):
+    """The storage double with a leader's DescribeProducers (``producers`` per partition) and
+    WriteTxnMarkers (the marker is appended as a control batch, and logged in ``markers``)."""
+
+    def __init__(self, topics: dict[str, int]) -> None:
+        super().__init__(topics)
+        self.producers: dict[tuple[str, int], list[storage_pb2.ProducerDescription]] = {}
+        self.markers: list[storage_pb2.WriteTxnMarkersRequest] = []
+
+    async def DescribeProducers(self, request: Any, context: Any) -> Any:
+        return storage_pb2.DescribeProducersResponse(
+            partitions=[
+                storage_pb2.PartitionProducers(
+                    topic=p.topic,
+                    partition=p.partition,
+                    producers=self.producers.get((p.topic, p.partition), []),
+                )
+                for p in request.partitions
+            ]
+        )
+
+    async def WriteTxnMarkers(self, request: Any, context: Any) -> Any:
+        self.markers.append(request)
+        results = []
+        for marker in request.markers:
+            for p in marker.partitions:
+                self.append(
+                    p.topic,
+                    p.partition,
+                    build_control_batch(
+                        ControlType.COMMIT if marker.committed else ControlType.ABORT,
+                        producer_id=marker.producer_id,
+                        producer_epoch=marker.producer_epoch,
+                        coordinator_epoch=marker.coordinator_epoch,
+                        timestamp_ms=1,
+                    ),
+                )
+            results.append(
+                storage_pb2.TxnMarkerResult(
+                    producer_id=marker.producer_id,
+                    partitions=[
+                        storage_pb2.TxnMarkerPartitionResult(topic=p.topic, partition=p.partition)
+                        for p in marker.partitions
+                    ],
+                )
+            )
+        return storage_pb2.WriteTxnMarkersResponse(markers=results)
+
+
+class ScriptedAdmin(admin_pb2_grpc.AdminServiceServicer):
+    """The active controller as Admin sees it: the double is the storage node and the
+    coordinator, and its topics are the cluster's."""
+
+    def __init__(self, double: StorageDouble) -> None:
+        self.double = double
+
+    async def DescribeCluster(self, request: Any, context: Any) -> Any:
+        host, port = self.double.address.rsplit(":", 1)
+        endpoints = [common_pb2.Endpoint(listener="GRPC", host=host, port=int(port))]
+        return admin_pb2.DescribeClusterResponse(
+            cluster_id="double",
+            controller_id=-1,
+            nodes=[
+                admin_pb2.NodeDescription(
+                    node_id=1, role=common_pb2.NODE_ROLE_STORAGE_NODE, endpoints=endpoints
+                ),
+                admin_pb2.NodeDescription(
+                    node_id=COORDINATOR_NODE_ID,
+                    role=common_pb2.NODE_ROLE_GROUP_COORDINATOR,
+                    endpoints=endpoints,
+                ),
+            ],
+        )
+
+    async def DescribeTopics(self, request: Any, context: Any) -> Any:
+        metadata = await self.double.GetMetadata(
+            storage_pb2.GetMetadataRequest(topics=request.names), context
+        )
+        for topic in metadata.topics:
+            topic.topic_id = uuid.uuid5(uuid.NAMESPACE_URL, topic.name).bytes
+        return admin_pb2.DescribeTopicsResponse(topics=metadata.topics)
+
+
 class ScriptedCoordinator(
     group_pb2_grpc.GroupCoordinatorServiceServicer,
     transaction_pb2_grpc.TransactionCoordinatorServiceServicer,
@@ -56,6 +143,8 @@ class ScriptedCoordinator(
         self.epoch = -1
         # Seconds AddPartitionsToTxn waits before it answers.
         self.add_delay_s = 0.0
+        # What DescribeTransactions and ListTransactions answer about, by transactional id.
+        self.transactions: dict[str, transaction_pb2.TransactionDescription] = {}
 
     def _code(self, method: str, request: Any) -> int:
         self.log.append((method, request))
@@ -112,6 +201,32 @@ class ScriptedCoordinator(
         code = self._code("EndTxn", request)
         return transaction_pb2.EndTxnResponse(error_code=code)  # type: ignore[arg-type]
 
+    async def DescribeTransactions(self, request: Any, context: Any) -> Any:
+        self.log.append(("DescribeTransactions", request))
+        return transaction_pb2.DescribeTransactionsResponse(
+            transactions=[
+                self.transactions.get(name)
+                or transaction_pb2.TransactionDescription(
+                    transactional_id=name,
+                    error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,  # type: ignore[arg-type]
+                    error_message=f"no transactional id {name}",
+                )
+                for name in request.transactional_ids
+            ]
+        )
+
+    async def ListTransactions(self, request: Any, context: Any) -> Any:
+        self.log.append(("ListTransactions", request))
+        return transaction_pb2.ListTransactionsResponse(
+            transactions=[
+                transaction_pb2.ListedTransaction(
+                    transactional_id=d.transactional_id, producer_id=d.producer_id, state=d.state
+                )
+                for d in self.transactions.values()
+                if not request.state_filters or d.state in request.state_filters
+            ]
+        )
+
     async def FetchOffsets(self, request: Any, context: Any) -> Any:
         code = self._code("FetchOffsets", request)
         return group_pb2.FetchOffsetsResponse(
@@ -147,7 +262,7 @@ class Cluster:
 
     def __init__(self) -> None:
         self.log: list[tuple[str, Any]] = []
-        double = StorageDouble(dict(TOPICS))
+        double = self.storage = TxnStorageDouble(dict(TOPICS))
         double.coordinator_node_id = COORDINATOR_NODE_ID
         self.coordinator = ScriptedCoordinator(double, self.log)
         self.produce_errors: list[ErrorCode] = []
@@ -167,6 +282,9 @@ class Cluster:
             transaction_pb2_grpc.add_TransactionCoordinatorServiceServicer_to_server(  # type: ignore[no-untyped-call]
                 self.coordinator, server
             )
+            admin_pb2_grpc.add_AdminServiceServicer_to_server(  # type: ignore[no-untyped-call]
+                ScriptedAdmin(double), server
+            )
 
         self.running = RunningDouble(double, add)
 
@@ -174,6 +292,9 @@ class Cluster:
         config: dict[str, object] = {"bootstrap.servers": self.running.address, **FAST}
         config.update({name.replace("_", "."): value for name, value in settings.items()})
         return Producer(config)
+
+    def admin(self) -> Admin:
+        return Admin(self.running.address, default_api_timeout_ms=5000, retry_backoff_ms=10)
 
     def consumer(self, **settings: object) -> Consumer:
         config: dict[str, object] = {
