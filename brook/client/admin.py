@@ -26,6 +26,11 @@ coordinator and merges. Log end offsets come from ListOffsets at each partition'
         for tp, lag in admin.describe_consumer_group_lag("billing").items():
             print(tp.topic, tp.partition, lag.committed_offset, lag.log_end_offset, lag.lag)
         admin.reset_consumer_group_offsets("billing", ["events"], to="earliest")
+
+Transactions (Kafka's Admin meanings): ``list_transactions`` asks every coordinator,
+``describe_transactions`` each id's coordinator (FindCoordinator with key type TRANSACTION),
+``describe_producers`` and ``abort_transaction`` (an ABORT marker, for a hanging transaction)
+each partition's leader.
 """
 
 from __future__ import annotations
