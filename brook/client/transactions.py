@@ -216,13 +216,9 @@ class TransactionTracker:
         return (topic, partition) in self.added
 
     def take_new(self) -> list[tuple[str, int]]:
+        """The partitions to add now; they stay queued until their add is acknowledged."""
         with self._lock:
             return sorted(self.new - self.added)
-
-    def partitions_pending(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """Partitions whose add must be tried again."""
-        with self._lock:
-            self.new.update(partitions)
 
     def partitions_added(self, partitions: Iterable[tuple[str, int]]) -> None:
         with self._lock:
@@ -437,6 +433,7 @@ class TransactionManager:
             group_instance_id=group.group_instance_id,
             partitions=offset_commit_partitions(offsets),
         )
+        failures = 0
         while True:
             committed = await self._coordinator_call(
                 (group_pb2.COORDINATOR_TYPE_GROUP, group.group_id),
@@ -467,7 +464,8 @@ class TransactionManager:
                     )
                 )
             if all(c.retriable for c in codes):
-                await self._sleep_before_retry(1, deadline, text)
+                failures += 1
+                await self._sleep_before_retry(failures, deadline, text)
                 continue
             raise self._abort_required(api_error(min(codes), text))
 
@@ -605,29 +603,37 @@ class TransactionManager:
         partitions: list[tuple[str, int]],
         response: transaction_pb2.AddPartitionsToTxnResponse,
     ) -> None:
+        """Apply the answer: the partitions are in the transaction, or (they stay queued)
+        asked again after a back-off, or the transaction is abortable or the producer
+        fenced."""
         results = {(p.topic, p.partition): p for p in response.partitions}
-        codes = {
-            error_code(r.error_code)
-            for r in results.values()
-            if error_code(r.error_code) is not ErrorCode.OPERATION_NOT_ATTEMPTED
-        }
-        codes.discard(ErrorCode.NONE)
-        if not codes:
+        if all(
+            tp in results and error_code(results[tp].error_code) is ErrorCode.NONE
+            for tp in partitions
+        ):
             self._add_failures = 0
             self.state.partitions_added(partitions)
             return
-        failed = next(r for r in results.values() if error_code(r.error_code) in codes)
+        refused = [
+            r
+            for r in results.values()
+            if error_code(r.error_code) not in (ErrorCode.NONE, ErrorCode.OPERATION_NOT_ATTEMPTED)
+        ]
+        codes = {error_code(r.error_code) for r in refused}
         text = (
-            f"AddPartitionsToTxn of {failed.topic}-{failed.partition}: "
-            f"{failed.error_message or error_code(failed.error_code).name}"
+            f"AddPartitionsToTxn of {refused[0].topic}-{refused[0].partition}: "
+            f"{refused[0].error_message or error_code(refused[0].error_code).name}"
+            if refused
+            else "AddPartitionsToTxn answered without every partition"
         )
         if codes & FATAL_CODES:
             self._fatal_answer("AddPartitionsToTxn", min(codes & FATAL_CODES), text)
         elif all(code.retriable for code in codes):
-            # UNKNOWN_TOPIC_OR_PARTITION while metadata catches up, for one: asked again.
+            # UNKNOWN_TOPIC_OR_PARTITION while metadata catches up, for one: the partitions
+            # are still queued (state.new) and asked again after the back-off.
             self._add_failures += 1
             self._add_retry_at = time.monotonic() + backoff_s(self._backoff, self._add_failures)
-            self.state.partitions_pending(partitions)
+            _log.debug("%s; retrying", text)
         else:
             self.state.abortable(api_error(min(codes), text))
 

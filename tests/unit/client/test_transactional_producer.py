@@ -4,13 +4,14 @@ they carry, and how each kind of error answer ends (retried, abortable, fatal)."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
 from storage_double import RunningDouble
-from transaction_doubles import GROUP, PRODUCER_ID, RESULT_TIMEOUT_S, TXN_ID, Cluster
+from transaction_doubles import FAST, GROUP, PRODUCER_ID, RESULT_TIMEOUT_S, TXN_ID, Cluster
 
-from brook.client import Producer
+from brook.client import AsyncProducer, Producer
 from brook.client.admin import OffsetAndMetadata
 from brook.client.errors import (
     ClientTimeoutError,
@@ -283,3 +284,51 @@ def test_batches_are_marked_transactional_only_in_a_transactional_producer(
         producer.send("single", b"plain").result(RESULT_TIMEOUT_S)
     [batch] = double.call(lambda: list(double.double.partitions[("single", 0)].batches))
     assert not read_header(batch).is_transactional
+
+
+def test_a_partition_the_coordinator_cannot_add_yet_is_asked_again(cluster: Cluster) -> None:
+    cluster.coordinator.scripts["AddPartitionsToTxn"] = [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        future = producer.send("single", b"x")
+        producer.commit_transaction()
+        assert future.result(RESULT_TIMEOUT_S).offset == 0
+    assert len(cluster.coordinator.calls("AddPartitionsToTxn")) == 2
+    methods = cluster.methods()
+    assert methods.index("Produce") > max(
+        i for i, name in enumerate(methods) if name == "AddPartitionsToTxn"
+    )
+
+
+def test_a_partition_the_coordinator_refuses_makes_the_transaction_abortable(
+    cluster: Cluster,
+) -> None:
+    cluster.coordinator.scripts["AddPartitionsToTxn"] = [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        future = producer.send("single", b"x")
+        with pytest.raises(TransactionAbortableError, match="TOPIC_AUTHORIZATION_FAILED"):
+            producer.commit_transaction()
+        assert future.exception(RESULT_TIMEOUT_S) is not None
+        producer.abort_transaction()
+    assert "Produce" not in cluster.methods()
+
+
+def test_the_async_producer_runs_the_same_transaction(cluster: Cluster) -> None:
+    async def main() -> None:
+        async with AsyncProducer(
+            {"bootstrap.servers": cluster.running.address, **FAST}
+        ) as producer:
+            await producer.init_transactions()
+            producer.begin_transaction()
+            future = await producer.send("single", b"x")
+            await producer.send_offsets_to_transaction({TopicPartition("in", 0): 3}, GROUP)
+            await producer.commit_transaction()
+            assert (await future).offset == 0
+
+    asyncio.run(asyncio.wait_for(main(), RESULT_TIMEOUT_S))
+    [end] = cluster.coordinator.calls("EndTxn")
+    assert end.committed
+    assert len(cluster.coordinator.calls("TxnCommitOffsets")) == 1
