@@ -112,12 +112,7 @@ def test_retriable_coordinator_answers_are_retried_and_a_moved_coordinator_found
     ]
     cluster.coordinator.scripts["AddPartitionsToTxn"] = [ErrorCode.CONCURRENT_TRANSACTIONS]
     cluster.coordinator.scripts["EndTxn"] = [ErrorCode.COORDINATOR_NOT_AVAILABLE]
-    with cluster.producer() as producer:
-        producer.init_transactions()
-        producer.begin_transaction()
-        future = producer.send("single", b"x")
-        producer.commit_transaction()
-        assert future.result(RESULT_TIMEOUT_S).offset == 0
+    assert cluster.commit_one().offset == 0
     assert len(cluster.coordinator.calls("InitProducerId")) == 4
     # Looked up again after NOT_COORDINATOR and after COORDINATOR_NOT_AVAILABLE.
     assert len(cluster.coordinator.calls("FindCoordinator")) == 3
@@ -288,12 +283,7 @@ def test_batches_are_marked_transactional_only_in_a_transactional_producer(
 
 def test_a_partition_the_coordinator_cannot_add_yet_is_asked_again(cluster: Cluster) -> None:
     cluster.coordinator.scripts["AddPartitionsToTxn"] = [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
-    with cluster.producer() as producer:
-        producer.init_transactions()
-        producer.begin_transaction()
-        future = producer.send("single", b"x")
-        producer.commit_transaction()
-        assert future.result(RESULT_TIMEOUT_S).offset == 0
+    assert cluster.commit_one().offset == 0
     assert len(cluster.coordinator.calls("AddPartitionsToTxn")) == 2
     methods = cluster.methods()
     assert methods.index("Produce") > max(

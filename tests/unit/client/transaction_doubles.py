@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 from storage_double import RunningDouble, StorageDouble, answer_all
 
-from brook.client import Admin, Consumer, Producer
+from brook.client import Admin, Consumer, Producer, RecordMetadata
 from brook.client.group.coordinator import ConsumerGroupMetadata
 from brook.errors import ErrorCode
 from brook.record import ControlType, build_control_batch, scan_batches
@@ -292,6 +292,15 @@ class Cluster:
         config: dict[str, object] = {"bootstrap.servers": self.running.address, **FAST}
         config.update({name.replace("_", "."): value for name, value in settings.items()})
         return Producer(config)
+
+    def commit_one(self) -> RecordMetadata:
+        """A new producer's first transaction: one record to "single", committed."""
+        with self.producer() as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            future = producer.send("single", b"x")
+            producer.commit_transaction()
+            return future.result(RESULT_TIMEOUT_S)
 
     def admin(self) -> Admin:
         return Admin(self.running.address, default_api_timeout_ms=5000, retry_backoff_ms=10)
