@@ -29,7 +29,15 @@ if TYPE_CHECKING:
     from brook.client.admin import Admin, NodeDescription
     from brook.client.errors import ApiError
 
-__all__ = ["EXIT_OK", "UsageError", "add_admin_commands", "handler", "report"]
+__all__ = [
+    "EXIT_OK",
+    "UsageError",
+    "add_admin_commands",
+    "dash",
+    "handler",
+    "print_table",
+    "report",
+]
 
 DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
 EXIT_OK: Final = 0
@@ -155,6 +163,19 @@ def _run(run: Callable[[Admin, argparse.Namespace], int], args: argparse.Namespa
     except BrookClientError as error:
         print(f"Error: {error}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Columns padded to their widest cell, as Kafka's tool prints them."""
+    cells = [list(header), *([str(cell) for cell in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print(" ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def dash(value: object | None) -> object:
+    """A cell for a value that may be missing: "-" for None or empty."""
+    return "-" if value is None or value == "" else value
 
 
 class UsageError(Exception):

@@ -33,7 +33,11 @@ from brook.client.admin import (
     OffsetAndMetadata,
     PartitionDescription,
     PartitionLag,
+    ProducerState,
     TopicDescription,
+    TransactionDescription,
+    TransactionListing,
+    TransactionState,
 )
 from brook.client.consumer import AsyncConsumer, Consumer
 from brook.client.errors import (
@@ -46,7 +50,11 @@ from brook.client.errors import (
     FencedInstanceIdError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     RecordTooLargeError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionStateError,
     UnknownTopicOrPartitionError,
 )
 from brook.client.group.coordinator import ConsumerGroupMetadata
@@ -91,11 +99,19 @@ __all__ = [
     "PartitionDescription",
     "PartitionLag",
     "Producer",
+    "ProducerFencedError",
+    "ProducerState",
     "RecordFuture",
     "RecordMetadata",
     "RecordTooLargeError",
     "TimestampType",
     "TopicDescription",
     "TopicPartition",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionDescription",
+    "TransactionListing",
+    "TransactionState",
+    "TransactionStateError",
     "UnknownTopicOrPartitionError",
 ]

@@ -60,8 +60,10 @@ from brook.client.idempotence import (
 from brook.client.metadata import ClusterView
 from brook.client.partitioner import StickyPartitioner, murmur2
 from brook.client.runtime import Notifier, Wakeup, resolve_future
+from brook.client.transactions import TransactionTracker
 from brook.client.types import Header, RecordMetadata
 from brook.record import BATCH_OVERHEAD, Compression
+from brook.record.batch import TRANSACTIONAL_MASK
 from brook.record.records import (
     RECORD_FRAMING_BYTES_MAX,
     decode_records,
@@ -160,6 +162,7 @@ class ProducerBatch:
         "solo",
         "stamp",
         "topic",
+        "transactional",
         "unwritten",
     )
 
@@ -191,6 +194,8 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.base_sequence = NO_SEQUENCE
         self.send_order = -1
+        # Part of a transaction: the batch carries the transactional attribute bit.
+        self.transactional = False
         # Whether every earlier batch of the partition was answered when this attempt was
         # sent: only then does OUT_OF_ORDER_SEQUENCE_NUMBER mean a real gap (answers of
         # concurrent requests may arrive in any order).
@@ -239,7 +244,7 @@ class ProducerBatch:
                 self.count,
                 self.base_timestamp,
                 self.max_timestamp,
-                int(compression),
+                int(compression) | (TRANSACTIONAL_MASK if self.transactional else 0),
                 producer_id=stamp[0],
                 producer_epoch=stamp[1],
                 base_sequence=stamp[2],
@@ -476,9 +481,15 @@ class RecordAccumulator:
         partitioner: StickyPartitioner | None = None,
         idempotence: IdempotenceState | None = None,
         in_flight_max: int = 5,
+        transactions: TransactionTracker | None = None,
     ) -> None:
+        """``transactions``: the producer is transactional (``idempotence`` is then given
+        too): records are taken only inside a transaction, and a partition's batches are
+        sent only once its coordinator added the partition to the transaction."""
+        assert transactions is None or idempotence is not None
         self._metadata = metadata
         self.idempotence = idempotence
+        self.transactions = transactions
         # Unacknowledged batches per partition for an idempotent producer.
         self._in_flight_max = in_flight_max
         self._notifier = notifier
@@ -537,6 +548,8 @@ class RecordAccumulator:
         idempotence = self.idempotence
         if idempotence is not None and idempotence.fatal_error is not None:
             raise idempotence.fatal_error.with_traceback(None)
+        if self.transactions is not None:
+            self.transactions.check_send()
         # Everything that does not depend on the batch is encoded (and checked) before the
         # lock is taken.
         tail = encode_record_tail(key, value, headers)
@@ -682,6 +695,8 @@ class RecordAccumulator:
         )
         batch.base_timestamp = timestamp
         batch.limit_bytes = self._batch_size
+        if self.transactions is not None:
+            self.transactions.partition_opened(queue.topic, queue.partition)
         self._incomplete.add(batch)
         if batch.deadline < self._next_expiry:
             self._next_expiry = batch.deadline
@@ -726,6 +741,7 @@ class RecordAccumulator:
                     # Waiting for a producer id: the sender is woken when it arrives.
                     return requests, None, False
                 bumping = bool(idempotence.bump_reason)
+            transactions = self.transactions
             # The clock of last_appended (``now`` may be a caller's "everything is due").
             clock = time.monotonic()
             for queue in self._queues.values():
@@ -743,6 +759,10 @@ class RecordAccumulator:
                 if sequenced:
                     if not self._sendable(queue, bumping):
                         continue
+                    if transactions is not None and not transactions.send_allowed(
+                        queue.topic, queue.partition
+                    ):
+                        continue  # AddPartitionsToTxn first (the sender starts it)
                 elif queue.muted:
                     continue
                 due = self._due(queue, send_now)
@@ -838,6 +858,7 @@ class RecordAccumulator:
                 batch.producer_id = idempotence.producer_id
                 batch.producer_epoch = idempotence.epoch
                 batch.base_sequence = queue.next_sequence
+                batch.transactional = self.transactions is not None
                 queue.next_sequence = add_sequence(queue.next_sequence, batch.count)
             batch.follows_acknowledged = (
                 not queue.in_flight or queue.in_flight[0].send_order > batch.send_order
@@ -1074,6 +1095,7 @@ class RecordAccumulator:
             piece.producer_id = batch.producer_id
             piece.producer_epoch = batch.producer_epoch
             piece.base_sequence = sequence
+            piece.transactional = batch.transactional
             # The node wrote none of it: a pending epoch bump may renumber it safely.
             piece.unwritten = True
             sequence = add_sequence(sequence, piece.count)
@@ -1105,9 +1127,12 @@ class RecordAccumulator:
     def fail(
         self, queue: PartitionQueue | None, batches: list[ProducerBatch], error: BaseException
     ) -> None:
-        """Fail ``batches`` (of a request to ``queue``'s partition, or None: from the queue)."""
+        """Fail ``batches`` (of a request to ``queue``'s partition, or None: from the queue);
+        a transaction they belong to can no longer commit."""
         for batch in batches:
             batch.fail(error)
+        if batches and self.transactions is not None:
+            self.transactions.batch_failed(error)
         self._release(queue, batches)
 
     def _release(
@@ -1202,14 +1227,16 @@ class RecordAccumulator:
     def incomplete_count(self) -> int:
         return len(self._incomplete)
 
-    def abort_queued(self, error: BaseException) -> None:
-        """Fail every batch still queued (not those in requests)."""
+    def abort_queued(self, error: BaseException) -> bool:
+        """Fail every batch still queued (not those in requests); returns whether one of them
+        had been sent before (a retry: its sequence is now a gap in its partition's)."""
         with self._lock:
             aborted = [batch for queue in self._queues.values() for batch in queue.batches]
             for queue in self._queues.values():
                 queue.batches.clear()
                 queue.open = None
         self.fail(None, aborted, error)
+        return any(batch.send_order >= 0 for batch in aborted)
 
 
 def _send_order(batch: ProducerBatch) -> int:

@@ -26,6 +26,11 @@ coordinator and merges. Log end offsets come from ListOffsets at each partition'
         for tp, lag in admin.describe_consumer_group_lag("billing").items():
             print(tp.topic, tp.partition, lag.committed_offset, lag.log_end_offset, lag.lag)
         admin.reset_consumer_group_offsets("billing", ["events"], to="earliest")
+
+Transactions (Kafka's Admin meanings): ``list_transactions`` asks every coordinator,
+``describe_transactions`` each id's coordinator (FindCoordinator with key type TRANSACTION),
+``describe_producers`` and ``abort_transaction`` (an ABORT marker, for a hanging transaction)
+each partition's leader.
 """
 
 from __future__ import annotations
@@ -75,6 +80,8 @@ from brook.v1 import (
     metadata_pb2,
     storage_pb2,
     storage_pb2_grpc,
+    transaction_pb2,
+    transaction_pb2_grpc,
 )
 
 __all__ = [
@@ -93,7 +100,11 @@ __all__ = [
     "OffsetAndMetadata",
     "PartitionDescription",
     "PartitionLag",
+    "ProducerState",
     "TopicDescription",
+    "TransactionDescription",
+    "TransactionListing",
+    "TransactionState",
 ]
 
 DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
@@ -246,6 +257,72 @@ class ConsumerGroupDescription:
     members: tuple[MemberDescription, ...]
 
 
+class TransactionState(enum.StrEnum):
+    """A transaction's state at its coordinator, by Kafka's names."""
+
+    UNKNOWN = "Unknown"
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+
+
+_TRANSACTION_STATES: Final[Mapping[int, TransactionState]] = {
+    transaction_pb2.TRANSACTION_STATE_EMPTY: TransactionState.EMPTY,
+    transaction_pb2.TRANSACTION_STATE_ONGOING: TransactionState.ONGOING,
+    transaction_pb2.TRANSACTION_STATE_PREPARE_COMMIT: TransactionState.PREPARE_COMMIT,
+    transaction_pb2.TRANSACTION_STATE_PREPARE_ABORT: TransactionState.PREPARE_ABORT,
+    transaction_pb2.TRANSACTION_STATE_COMPLETE_COMMIT: TransactionState.COMPLETE_COMMIT,
+    transaction_pb2.TRANSACTION_STATE_COMPLETE_ABORT: TransactionState.COMPLETE_ABORT,
+    transaction_pb2.TRANSACTION_STATE_DEAD: TransactionState.DEAD,
+    transaction_pb2.TRANSACTION_STATE_PREPARE_EPOCH_FENCE: TransactionState.PREPARE_EPOCH_FENCE,
+}
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """A transactional id as listed by its coordinator (node ``coordinator``)."""
+
+    transactional_id: str
+    coordinator: int
+    producer_id: int
+    state: TransactionState
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """A transactional id as its coordinator (node ``coordinator``) sees it; the start time
+    (ms since the epoch) is None when no transaction is open."""
+
+    transactional_id: str
+    coordinator: int
+    state: TransactionState
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int | None
+    topic_partitions: tuple[TopicPartition, ...]
+    groups: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """A producer a partition's leader knows (Kafka's DescribeProducers): the coordinator
+    epoch of its last marker and the first offset of its open transaction, None when there
+    is none."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    coordinator_epoch: int | None
+    current_transaction_start_offset: int | None
+
+
 @dataclass(frozen=True)
 class OffsetAndMetadata:
     """A committed offset: the next offset the group will consume."""
@@ -369,8 +446,8 @@ class Admin(Closing):
         self._retry_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_ms)
         self._channels = SyncChannelPool()
         self._quorum = ControllerQuorum(entries)
-        # group id -> its coordinator, as last found.
-        self._coordinators: dict[str, Coordinator] = {}
+        # (key type, group or transactional id) -> its coordinator, as last found.
+        self._coordinators: dict[tuple[int, str], Coordinator] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ plumbing
@@ -693,48 +770,68 @@ class Admin(Closing):
         codes_of: Callable[[_T], Iterable[int]],
         deadline: float,
     ) -> tuple[int, _T]:
-        """(coordinator node id, answer) of ``rpc`` sent to the group's coordinator
-        (``brook.rpc.coordinators``), finding it again while the answer says it moved, is
-        loading or is not there yet. A NOT_COORDINATOR hint is followed at once, but not twice
-        in a row (the ownership is moving: waiting is better than ping-pong)."""
+        """(coordinator node id, answer) of ``rpc`` sent to the group's coordinator (see
+        ``_coordinator_call``)."""
+        return self._coordinator_call(
+            (group_pb2.COORDINATOR_TYPE_GROUP, group_id),
+            lambda address, t: rpc(self._coordinator_stub(address), t),
+            codes_of,
+            deadline,
+        )
+
+    def _coordinator_call(
+        self,
+        key: tuple[int, str],
+        rpc: Callable[[str, float], _T],
+        codes_of: Callable[[_T], Iterable[int]],
+        deadline: float,
+    ) -> tuple[int, _T]:
+        """(coordinator node id, answer) of ``rpc(address, timeout_s)`` sent to the coordinator
+        of ``key`` ((key type, group or transactional id); ``brook.rpc.coordinators``), finding
+        it again while the answer says it moved, is loading or is not there yet. A
+        NOT_COORDINATOR hint is followed at once, but not twice in a row (the ownership is
+        moving: waiting is better than ping-pong)."""
+        key_type, name = key
+        kind = "group" if key_type == group_pb2.COORDINATOR_TYPE_GROUP else "transactional id"
         redirected = False
         while True:
-            found = self._coordinators.get(group_id)
+            found = self._coordinators.get(key)
             if found is None:
                 try:
                     found = find_coordinator_sync(
-                        group_id,
+                        name,
                         self._node_addresses("group_coordinator", deadline).values(),
                         lambda address, request, timeout_s: self._coordinator_stub(
                             address
                         ).FindCoordinator(request, timeout=min(timeout_s, self._request_timeout_s)),
                         deadline,
+                        key_type,
                     )
                 except CoordinatorNotFoundError as error:
-                    self._backoff(deadline, f"finding the coordinator of {group_id!r}", str(error))
+                    self._backoff(deadline, f"finding the coordinator of {name!r}", str(error))
                     continue
                 except CoordinatorRefusedError as error:
                     raise api_error(error.code, str(error)) from None
             try:
-                answer = rpc(self._coordinator_stub(found.address), self._rpc_timeout(deadline))
+                answer = rpc(found.address, self._rpc_timeout(deadline))
             except grpc.RpcError as error:
                 problem = _unreachable(error, found.address)
-                self._coordinators.pop(group_id, None)
+                self._coordinators.pop(key, None)
             else:
                 codes = {error_code(c) for c in codes_of(answer)}
                 retry = codes & COORDINATOR_ERRORS
                 if not retry:
-                    self._coordinators[group_id] = found
+                    self._coordinators[key] = found
                     return found.node_id, answer
                 problem = f"{found.address}: {', '.join(sorted(c.name for c in retry))}"
                 hinted = hinted_coordinator(codes, getattr(answer, "coordinator", None))
                 if hinted is not None and hinted != found and not redirected:
-                    self._coordinators[group_id] = hinted
+                    self._coordinators[key] = hinted
                     redirected = True
                     continue
-                self._coordinators.pop(group_id, None)
+                self._coordinators.pop(key, None)
             redirected = False
-            self._backoff(deadline, f"a request to the coordinator of group {group_id!r}", problem)
+            self._backoff(deadline, f"a request to the coordinator of {kind} {name!r}", problem)
 
     def list_consumer_groups(
         self,
@@ -929,62 +1026,100 @@ class Admin(Closing):
         self, specs: Mapping[TopicPartition, tuple[int, int]], deadline: float
     ) -> dict[TopicPartition, int | None]:
         """ListOffsets ((spec, timestamp_ms) per partition) answered by each partition's
-        leader; None for a partition of a topic that does not exist. Partitions whose leader
-        moved or is not known yet are asked again after a backoff, until ``deadline``."""
-        found: dict[TopicPartition, int | None] = {}
+        leader; None for a partition of a topic that does not exist (see ``_at_leaders``)."""
+
+        def ask(
+            stub: storage_pb2_grpc.StorageServiceStub, tps: list[TopicPartition], timeout_s: float
+        ) -> list[tuple[TopicPartition, int, str, int]]:
+            request = storage_pb2.ListOffsetsRequest(
+                isolation_level=common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED,
+                partitions=[
+                    storage_pb2.ListOffsetsPartition(
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        spec=specs[tp][0],  # type: ignore[arg-type]
+                        timestamp_ms=specs[tp][1],
+                    )
+                    for tp in tps
+                ],
+            )
+            answer = stub.ListOffsets(request, timeout=timeout_s)
+            return [
+                (TopicPartition(p.topic, p.partition), p.error_code, p.error_message, p.offset)
+                for p in answer.partitions
+            ]
+
+        return self._at_leaders(specs, ask, "looking up offsets", deadline)
+
+    def _at_leaders(
+        self,
+        partitions: Iterable[TopicPartition],
+        ask: Callable[
+            [storage_pb2_grpc.StorageServiceStub, list[TopicPartition], float],
+            list[tuple[TopicPartition, int, str, _T]],
+        ],
+        what: str,
+        deadline: float,
+    ) -> dict[TopicPartition, _T | None]:
+        """Each partition's result from its leader: ``ask(stub, partitions, timeout_s)``
+        answers (partition, error code, message, result) for those of one leader. None for a
+        partition that does not exist; partitions whose leader moved, is not known yet or
+        answered a retriable code are asked again after a backoff, until ``deadline``; any
+        other code raises."""
+        found: dict[TopicPartition, _T | None] = {}
+        wanted = list(dict.fromkeys(partitions))
         problem = ""
         while True:
-            pending = [tp for tp in specs if tp not in found]
+            pending = [tp for tp in wanted if tp not in found]
             if not pending:
                 return found
-            topics = self._topics(
-                sorted({tp.topic for tp in pending}), True, self._remaining_ms(deadline)
-            )
-            nodes = self._node_addresses("storage_node", deadline)
-            by_leader: dict[str, list[TopicPartition]] = {}
-            for tp in pending:
-                topic = topics.get(tp.topic)
-                if topic is None or isinstance(topic, ApiError):
-                    found[tp] = None
-                    continue
-                leader = next(
-                    (p.leader for p in topic.partitions if p.partition == tp.partition), -1
-                )
-                if leader == -1:
-                    found[tp] = None
-                elif leader is None or leader not in nodes:
-                    problem = f"{tp.topic}-{tp.partition} has no live leader"
-                else:
-                    by_leader.setdefault(nodes[leader], []).append(tp)
-            for address, partitions in by_leader.items():
-                request = storage_pb2.ListOffsetsRequest(
-                    isolation_level=common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED,
-                    partitions=[
-                        storage_pb2.ListOffsetsPartition(
-                            topic=tp.topic,
-                            partition=tp.partition,
-                            spec=specs[tp][0],  # type: ignore[arg-type]
-                            timestamp_ms=specs[tp][1],
-                        )
-                        for tp in partitions
-                    ],
-                )
+            by_leader, missing, leaderless = self._partition_leaders(pending, deadline)
+            found.update(dict.fromkeys(missing))
+            problem = leaderless or problem
+            for address, tps in by_leader.items():
                 stub = storage_pb2_grpc.StorageServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
                 try:
-                    answer = stub.ListOffsets(request, timeout=self._rpc_timeout(deadline))
+                    answers = ask(stub, tps, self._rpc_timeout(deadline))
                 except grpc.RpcError as error:
                     problem = _unreachable(error, address)
                     continue
-                for p in answer.partitions:
-                    code = error_code(p.error_code)
+                for tp, raw_code, message, result in answers:
+                    code = error_code(raw_code)
                     if code is ErrorCode.NONE:
-                        found[TopicPartition(p.topic, p.partition)] = p.offset
+                        found[tp] = result
                     elif code.retriable:
-                        problem = f"{p.topic}-{p.partition} on {address}: {code.name}"
+                        problem = f"{tp.topic}-{tp.partition} on {address}: {code.name}"
                     else:
-                        raise api_error(code, p.error_message)
-            if len(found) < len(specs):
-                self._backoff(deadline, "looking up offsets at the partition leaders", problem)
+                        raise api_error(code, f"{tp.topic}-{tp.partition}: {message or code.name}")
+            if len(found) < len(wanted):
+                self._backoff(deadline, f"{what} at the partition leaders", problem)
+
+    def _partition_leaders(
+        self, partitions: Iterable[TopicPartition], deadline: float
+    ) -> tuple[dict[str, list[TopicPartition]], list[TopicPartition], str]:
+        """``partitions`` by the GRPC address of their leader, those that do not exist (their
+        topic or partition), and a problem naming one without a live leader ("" if none)."""
+        wanted = list(partitions)
+        topics = self._topics(
+            sorted({tp.topic for tp in wanted}), True, self._remaining_ms(deadline)
+        )
+        nodes = self._node_addresses("storage_node", deadline)
+        by_leader: dict[str, list[TopicPartition]] = {}
+        missing: list[TopicPartition] = []
+        problem = ""
+        for tp in wanted:
+            topic = topics.get(tp.topic)
+            if topic is None or isinstance(topic, ApiError):
+                missing.append(tp)
+                continue
+            leader = next((p.leader for p in topic.partitions if p.partition == tp.partition), -1)
+            if leader == -1:
+                missing.append(tp)
+            elif leader is None or leader not in nodes:
+                problem = f"{tp.topic}-{tp.partition} has no live leader"
+            else:
+                by_leader.setdefault(nodes[leader], []).append(tp)
+        return by_leader, missing, problem
 
     def describe_consumer_group_lag(
         self, group_id: str, *, timeout_ms: int | None = None
@@ -1091,3 +1226,218 @@ class Admin(Closing):
                 if error is not None:
                     raise error
         return targets
+
+    # ------------------------------------------------------------------ transactions
+
+    def _transactions_stub(
+        self, address: str
+    ) -> transaction_pb2_grpc.TransactionCoordinatorServiceStub:
+        return transaction_pb2_grpc.TransactionCoordinatorServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
+
+    def list_transactions(
+        self,
+        *,
+        states: Iterable[TransactionState] | None = None,
+        producer_ids: Iterable[int] | None = None,
+        duration_ms: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> list[TransactionListing]:
+        """The transactional ids every coordinator knows, by id (only those in ``states``, of
+        ``producer_ids``, or with a transaction open longer than ``duration_ms``, when given).
+        Raises when a registered coordinator does not answer in time: a partial list would
+        look complete."""
+        by_name = {state: code for code, state in _TRANSACTION_STATES.items()}
+        request = transaction_pb2.ListTransactionsRequest(
+            state_filters=[by_name[state] for state in states or ()],  # type: ignore[misc]
+            producer_id_filters=list(producer_ids or ()),
+            duration_filter_ms=-1 if duration_ms is None else duration_ms,
+        )
+        deadline = self._deadline(timeout_ms)
+        listed: dict[str, TransactionListing] = {}
+        answered: set[int] = set()
+        problem = ""
+        while True:
+            coordinators = self._node_addresses("group_coordinator", deadline)
+            for node_id, address in coordinators.items():
+                if node_id in answered:
+                    continue
+                try:
+                    answer = self._transactions_stub(address).ListTransactions(
+                        request, timeout=self._rpc_timeout(deadline)
+                    )
+                except grpc.RpcError as error:
+                    problem = _unreachable(error, address)
+                    continue
+                code = error_code(answer.error_code)
+                if code is not ErrorCode.NONE:
+                    if not code.retriable:
+                        raise api_error(code, answer.error_message or code.name)
+                    problem = f"{address}: {code.name}"
+                    continue
+                answered.add(node_id)
+                for listed_txn in answer.transactions:
+                    listed[listed_txn.transactional_id] = TransactionListing(
+                        listed_txn.transactional_id,
+                        node_id,
+                        listed_txn.producer_id,
+                        _TRANSACTION_STATES.get(listed_txn.state, TransactionState.UNKNOWN),
+                    )
+            if answered.issuperset(coordinators):
+                return [listed[name] for name in sorted(listed)]
+            self._backoff(deadline, "listing the transactions of every coordinator", problem)
+
+    def describe_transactions(
+        self, transactional_ids: Sequence[str], *, timeout_ms: int | None = None
+    ) -> dict[str, TransactionDescription]:
+        """Each transactional id as its coordinator describes it; raises ApiError
+        TRANSACTIONAL_ID_NOT_FOUND for an id no coordinator knows."""
+        deadline = self._deadline(timeout_ms)
+        described = {}
+        for transactional_id in transactional_ids:
+            request = transaction_pb2.DescribeTransactionsRequest(
+                transactional_ids=[transactional_id]
+            )
+            node_id, answer = self._coordinator_call(
+                (group_pb2.COORDINATOR_TYPE_TRANSACTION, transactional_id),
+                lambda address, t, r=request: self._transactions_stub(  # type: ignore[misc]
+                    address
+                ).DescribeTransactions(r, timeout=t),
+                lambda r: [d.error_code for d in r.transactions],
+                deadline,
+            )
+            found = next(
+                (d for d in answer.transactions if d.transactional_id == transactional_id), None
+            )
+            if found is None:
+                raise api_error(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"the coordinator answered without transactional id {transactional_id!r}",
+                )
+            error = _error(found.error_code, found.error_message)
+            if error is not None:
+                raise error
+            described[transactional_id] = TransactionDescription(
+                transactional_id=transactional_id,
+                coordinator=node_id,
+                state=_TRANSACTION_STATES.get(found.state, TransactionState.UNKNOWN),
+                producer_id=found.producer_id,
+                producer_epoch=found.producer_epoch,
+                transaction_timeout_ms=found.transaction_timeout_ms,
+                transaction_start_time_ms=(
+                    found.transaction_start_time_ms
+                    if found.transaction_start_time_ms >= 0
+                    else None
+                ),
+                topic_partitions=tuple(
+                    TopicPartition(p.topic, p.partition) for p in found.partitions
+                ),
+                groups=tuple(found.groups),
+            )
+        return described
+
+    def describe_producers(
+        self, partitions: Sequence[TopicPartition], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        """The producers each partition's leader knows, with their open transactions;
+        raises UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist."""
+
+        def ask(
+            stub: storage_pb2_grpc.StorageServiceStub, tps: list[TopicPartition], timeout_s: float
+        ) -> list[tuple[TopicPartition, int, str, list[ProducerState]]]:
+            answer = stub.DescribeProducers(
+                storage_pb2.DescribeProducersRequest(
+                    partitions=[
+                        common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                        for tp in tps
+                    ]
+                ),
+                timeout=timeout_s,
+            )
+            return [
+                (
+                    TopicPartition(p.topic, p.partition),
+                    p.error_code,
+                    p.error_message,
+                    [
+                        ProducerState(
+                            producer_id=producer.producer_id,
+                            producer_epoch=producer.producer_epoch,
+                            last_sequence=producer.last_sequence,
+                            last_timestamp_ms=producer.last_timestamp,
+                            coordinator_epoch=(
+                                producer.coordinator_epoch
+                                if producer.coordinator_epoch >= 0
+                                else None
+                            ),
+                            current_transaction_start_offset=(
+                                producer.current_txn_start_offset
+                                if producer.current_txn_start_offset >= 0
+                                else None
+                            ),
+                        )
+                        for producer in p.producers
+                    ],
+                )
+                for p in answer.partitions
+            ]
+
+        found = self._at_leaders(
+            partitions, ask, "describing producers", self._deadline(timeout_ms)
+        )
+        return {tp: _existing(tp, producers) for tp, producers in found.items()}
+
+    def abort_transaction(
+        self,
+        partition: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Write an ABORT marker for the producer's open transaction on ``partition`` (Kafka's
+        Admin.abortTransaction, for a hanging transaction its coordinator lost track of). The
+        leader refuses it (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED) when
+        ``producer_epoch`` or ``coordinator_epoch`` is older than the producer's; -1 cannot
+        be fenced by a coordinator epoch."""
+
+        def ask(
+            stub: storage_pb2_grpc.StorageServiceStub, tps: list[TopicPartition], timeout_s: float
+        ) -> list[tuple[TopicPartition, int, str, bool]]:
+            answer = stub.WriteTxnMarkers(
+                storage_pb2.WriteTxnMarkersRequest(
+                    markers=[
+                        storage_pb2.TxnMarker(
+                            producer_id=producer_id,
+                            producer_epoch=producer_epoch,
+                            committed=False,
+                            coordinator_epoch=coordinator_epoch,
+                            partitions=[
+                                common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                                for tp in tps
+                            ],
+                        )
+                    ],
+                    timeout_ms=int(timeout_s * 1000),
+                ),
+                timeout=timeout_s,
+            )
+            return [
+                (TopicPartition(p.topic, p.partition), p.error_code, p.error_message, True)
+                for marker in answer.markers
+                for p in marker.partitions
+            ]
+
+        found = self._at_leaders(
+            [partition], ask, "writing the abort marker", self._deadline(timeout_ms)
+        )
+        _existing(partition, found[partition])
+
+
+def _existing(tp: TopicPartition, result: _T | None) -> _T:
+    """``result`` of a partition asked at its leader, ApiError where it does not exist."""
+    if result is None:
+        raise api_error(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition} does not exist"
+        )
+    return result

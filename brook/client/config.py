@@ -177,7 +177,10 @@ def _idempotence_conflicts(config: Config) -> list[str]:
 
 def _check_idempotence(config: Config) -> str | None:
     # Kafka 3.x: only an explicit enable.idempotence=true makes a conflict an error; the
-    # default gives way to explicitly chosen acks/retries/in-flight settings.
+    # default gives way to explicitly chosen acks/retries/in-flight settings. A
+    # transactional.id needs idempotence, so with one every conflict is an error (as Kafka).
+    if config.get_optional_string("transactional.id") is not None:
+        return _check_transactional(config)
     if config.source("enable.idempotence").startswith("default") or not config.get_bool(
         "enable.idempotence"
     ):
@@ -188,6 +191,22 @@ def _check_idempotence(config: Config) -> str | None:
     return (
         f"enable.idempotence=true conflicts with {', '.join(conflicts)}; set "
         "enable.idempotence=false to use these settings"
+    )
+
+
+def _check_transactional(config: Config) -> str | None:
+    transactional_id = config.get_optional_string("transactional.id")
+    if not config.get_bool("enable.idempotence"):
+        return (
+            f"transactional.id={transactional_id!r} needs enable.idempotence=true (a "
+            "transaction's batches are sequenced under its producer id)"
+        )
+    conflicts = _idempotence_conflicts(config)
+    if not conflicts:
+        return None
+    return (
+        f"transactional.id={transactional_id!r} needs idempotence, which conflicts with "
+        f"{', '.join(conflicts)}"
     )
 
 
@@ -301,6 +320,28 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             Range(1),
         ),
         ConfigKey(
+            "transactional.id",
+            ConfigType.STRING,
+            None,
+            "Makes the producer transactional: init_transactions() registers this id with its "
+            "transaction coordinator (fencing any earlier producer with the same id), and "
+            "records are then sent inside begin_transaction() ... commit_transaction() or "
+            "abort_transaction(). Needs idempotence (acks=all, retries > 0, "
+            "max.in.flight.requests.per.connection <= 5).",
+            _L,
+            NonEmptyString(),
+        ),
+        ConfigKey(
+            "transaction.timeout.ms",
+            _INT,
+            60000,
+            "The longest a transaction may stay open before its coordinator aborts it (and "
+            "fences this producer's epoch); bounded by the coordinators' "
+            "transaction.max.timeout.ms.",
+            _L,
+            Range(1),
+        ),
+        ConfigKey(
             "partitioner.ignore.keys",
             ConfigType.BOOLEAN,
             False,
@@ -393,7 +434,10 @@ CONSUMER_CONFIG_DEF: Final = ConfigDef(
             "isolation.level",
             ConfigType.STRING,
             "read_uncommitted",
-            "read_committed stops at the last stable offset (transactions arrive later).",
+            "read_committed: poll returns only records of committed transactions (and "
+            "non-transactional ones), up to the last stable offset, and a group's committed "
+            "offsets are read only once no transactional commit of them is pending; "
+            "read_uncommitted returns every record up to the high watermark.",
             _M,
             OneOf(("read_uncommitted", "read_committed")),
         ),
@@ -533,6 +577,8 @@ class ProducerConfig(ClientCommon):
     # True when enable.idempotence was given explicitly (not defaulted): a cluster without
     # producer ids is then an error rather than a reason to go on without idempotence.
     idempotence_explicit: bool
+    transactional_id: str | None
+    transaction_timeout_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,7 +622,10 @@ def producer_config(settings: ClientSettings | None = None, **kwargs: object) ->
         partitioner_ignore_keys=config.get_bool("partitioner.ignore.keys"),
         enable_idempotence=config.get_bool("enable.idempotence")
         and not _idempotence_conflicts(config),
-        idempotence_explicit=not config.source("enable.idempotence").startswith("default"),
+        idempotence_explicit=not config.source("enable.idempotence").startswith("default")
+        or config.get_optional_string("transactional.id") is not None,
+        transactional_id=config.get_optional_string("transactional.id"),
+        transaction_timeout_ms=config.get_int("transaction.timeout.ms"),
     )
 
 

@@ -117,9 +117,11 @@ def _topics(topics: object) -> list[str]:
     return result
 
 
-def _commit_offsets(
+def offsets_to_commit(
     offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
 ) -> dict[TopicPartition, OffsetAndMetadata]:
+    """``offsets`` checked, each as an OffsetAndMetadata (what commit and a transactional
+    producer's send_offsets_to_transaction take)."""
     result: dict[TopicPartition, OffsetAndMetadata] = {}
     for tp, value in offsets.items():
         key = _topic_partition(tp)
@@ -606,7 +608,7 @@ class _ConsumerCore(ClientCore):
             if self.subscribed and self._owned is None:
                 return {}
             return self._positions()
-        return _commit_offsets(offsets)
+        return offsets_to_commit(offsets)
 
     def commit_future(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata], timeout_s: float

@@ -28,6 +28,9 @@ __all__ = [
     "OffsetOutOfRangeError",
     "ProducerFencedError",
     "RecordTooLargeError",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionStateError",
     "UnknownTopicOrPartitionError",
     "api_error",
 ]
@@ -93,6 +96,23 @@ class ProducerFencedError(ApiError):
 
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.PRODUCER_FENCED, message)
+
+
+class TransactionStateError(BrookClientError):
+    """A transactional method called in the wrong state (Kafka's IllegalStateException): send
+    outside a transaction, begin_transaction twice, commit before init_transactions... Nothing
+    was done; the producer is as it was."""
+
+
+class TransactionAbortableError(BrookClientError):
+    """The open transaction cannot commit: one of its sends (or its offsets) failed, the cause
+    is ``__cause__``. Call abort_transaction(), then begin a new transaction; the producer
+    stays usable (Kafka's abortable error)."""
+
+
+class TransactionAbortedError(BrookClientError):
+    """The record was not written: its transaction was aborted before it was sent (Kafka's
+    TransactionAbortedException)."""
 
 
 class ClientTimeoutError(BrookClientError, TimeoutError):

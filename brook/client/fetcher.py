@@ -11,6 +11,11 @@ buffered records of a partition the next fetch for it goes out, while the applic
 still busy with those records (Kafka's fetch pipelining). Buffered data is bounded by one
 fetch per node (``fetch.max.bytes``, ``max.partition.fetch.bytes``). Records are decoded only
 when ``poll`` takes them, in the application's thread, so the loop stays free for I/O.
+
+With ``isolation.level=read_committed`` the node answers up to the partition's last stable
+offset (LSO) and lists the aborted transactions overlapping the answer; ``CompletedFetch``
+drops their records as Kafka's consumer does (``AbortedTransactions``), never hands out a
+record at or past the LSO, and never hands out a control record (a transaction marker).
 """
 
 from __future__ import annotations
@@ -34,18 +39,27 @@ from brook.client.types import ConsumerRecord, TopicPartition
 from brook.errors import ErrorCode, error_code
 from brook.record import (
     BATCH_OVERHEAD,
+    BatchHeader,
+    ControlType,
     RecordError,
     RecordFields,
     TimestampType,
     decode_records,
     read_header,
 )
+from brook.record.control import control_type_of
 from brook.rpc.backoff import backoff_s
 from brook.rpc.channels import ChannelPool
 from brook.rpc.errors import rpc_error
-from brook.v1 import storage_pb2
+from brook.v1 import common_pb2, storage_pb2
 
-__all__ = ["CompletedFetch", "Fetcher", "PartitionState", "SubscriptionState"]
+__all__ = [
+    "AbortedTransactions",
+    "CompletedFetch",
+    "Fetcher",
+    "PartitionState",
+    "SubscriptionState",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -105,15 +119,59 @@ class PartitionState:
         self.retry_at = now + backoff_s(config.retry_backoff, self.failures)
 
 
+class AbortedTransactions:
+    """Kafka's read_committed filter over one fetch answer: the aborted transactions it lists,
+    ordered by first offset, and the producers whose records are being skipped.
+
+    For each batch of a producer, in log order: every aborted transaction whose first offset
+    is at or below the batch's last offset makes its producer aborted from then on; a
+    transactional batch of an aborted producer is skipped; that producer's ABORT marker (a
+    control batch) ends it. A committed transaction's batches, and non-transactional ones,
+    pass. (A producer has one transaction open at a time per partition, so a producer id
+    names the aborted transaction until its marker.)"""
+
+    __slots__ = ("_aborted", "_next", "_producers")
+
+    def __init__(self, aborted: Iterable[tuple[int, int]]) -> None:
+        # (first offset, producer id), oldest first.
+        self._aborted = sorted((first, producer) for producer, first in aborted)
+        self._next = 0
+        self._producers: set[int] = set()
+
+    def skips(self, header: BatchHeader, buffer: bytes, position: int, check_crc: bool) -> bool:
+        """Whether the batch at ``position`` of ``buffer`` (whose header is ``header``) holds
+        records of an aborted transaction; an ABORT marker ends its producer's."""
+        producer = header.producer_id
+        if producer < 0:
+            return False
+        aborted = self._aborted
+        while self._next < len(aborted) and aborted[self._next][0] <= header.last_offset:
+            self._producers.add(aborted[self._next][1])
+            self._next += 1
+        if header.is_control:
+            if producer in self._producers:
+                records = decode_records(buffer, position, header=header, check_crc=check_crc)
+                if records and control_type_of(records[0][2]) is ControlType.ABORT:
+                    self._producers.discard(producer)
+            return False
+        return header.is_transactional and producer in self._producers
+
+
 class CompletedFetch:
-    """One partition's fetched bytes, handed out record by record as poll asks."""
+    """One partition's fetched bytes, handed out record by record as poll asks.
+
+    ``aborted`` (read_committed): the answer's aborted transactions, as (producer id, first
+    offset); ``stable_end``: its last stable offset, below which every record handed out
+    lies."""
 
     __slots__ = (
+        "_aborted",
         "_batch_end",
         "_epoch",
         "_index",
         "_pos",
         "_records",
+        "_stable_end",
         "_timestamp_type",
         "buffer",
         "error",
@@ -122,8 +180,17 @@ class CompletedFetch:
         "tp",
     )
 
-    def __init__(self, tp: TopicPartition, generation: int, buffer: bytes) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        generation: int,
+        buffer: bytes,
+        aborted: AbortedTransactions | None = None,
+        stable_end: int | None = None,
+    ) -> None:
         self.tp = tp
+        self._aborted = aborted
+        self._stable_end = stable_end
         self.generation = generation
         self.buffer = buffer
         self.exhausted = False
@@ -188,10 +255,25 @@ class CompletedFetch:
                 # A fetch cut mid-batch: the next fetch starts at this batch again.
                 self.exhausted = True
                 break
+            stable_end = self._stable_end
+            if stable_end is not None and header.base_offset >= stable_end:
+                # Past the last stable offset: not readable yet (the node should not send it).
+                self._pos = len(buffer)
+                self.exhausted = True
+                break
+            try:
+                # Aborted transactions are tracked over every batch, also those before the
+                # position (their markers may end a transaction).
+                skipped = self._aborted is not None and self._aborted.skips(
+                    header, buffer, pos, check_crcs
+                )
+            except RecordError as error:
+                self.error = self._corrupt(error, f"offset {header.base_offset}")
+                break
             if header.next_offset <= position:
                 self._pos = end
                 continue
-            if header.is_control:
+            if header.is_control or skipped:
                 self._pos = end
                 position = header.next_offset
                 continue
@@ -200,10 +282,14 @@ class CompletedFetch:
             except RecordError as error:
                 self.error = self._corrupt(error, f"offset {header.base_offset}")
                 break
+            batch_end = header.next_offset
+            if stable_end is not None and batch_end > stable_end:
+                decoded = [record for record in decoded if record[0] < stable_end]
+                batch_end = stable_end
             self._pos = end
             self._records = decoded
             self._index = 0
-            self._batch_end = header.next_offset
+            self._batch_end = batch_end
             epoch_value = header.partition_leader_epoch
             self._epoch = epoch_value if epoch_value >= 0 else None
             self._timestamp_type = header.timestamp_type
@@ -402,9 +488,8 @@ class Fetcher:
                     state.failures = 0
                     state.high_watermark = answer.high_watermark
                     if answer.records:
-                        self._subscriptions.completed.append(
-                            CompletedFetch(state.tp, generation, answer.records)
-                        )
+                        completed = self._completed(state, generation, answer)
+                        self._subscriptions.completed.append(completed)
                         state.buffered = True
                 elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(state, position)
@@ -413,6 +498,22 @@ class Fetcher:
         if refresh:
             self._metadata.request_update()
         self._notifier.notify()
+
+    def _completed(
+        self, state: PartitionState, generation: int, answer: storage_pb2.FetchPartitionResponse
+    ) -> CompletedFetch:
+        if self._config.isolation_level != common_pb2.ISOLATION_LEVEL_READ_COMMITTED:
+            return CompletedFetch(state.tp, generation, answer.records)
+        return CompletedFetch(
+            state.tp,
+            generation,
+            answer.records,
+            AbortedTransactions(
+                (aborted.producer_id, aborted.first_offset)
+                for aborted in answer.aborted_transactions
+            ),
+            answer.last_stable_offset,
+        )
 
     def _current(self, state: PartitionState, generation: int) -> bool:
         """Whether an answer for ``state`` made at ``generation`` still applies (lock held)."""

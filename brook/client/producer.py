@@ -17,6 +17,19 @@ application's for ``AsyncProducer``.
 Idempotence is on by default (``enable.idempotence``, as in Kafka 3.x): a retried batch is never
 written twice. A producer that another instance fenced fails every pending and later send with
 ``ProducerFencedError``.
+
+Transactions (``transactional.id``; Kafka's API, see brook.client.transactions)::
+
+    producer = Producer(bootstrap_servers="127.0.0.1:9101", transactional_id="copier-1")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("out", b"derived")
+    producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+    producer.commit_transaction()   # or abort_transaction()
+
+The transactional methods take a ``timeout`` in seconds (default ``max.block.ms``); an
+operation that outlives it goes on in the background, and calling the method again waits for
+it.
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from brook.client.accumulator import (
     NeedMemory,
@@ -33,13 +46,17 @@ from brook.client.accumulator import (
     RecordAccumulator,
     RecordFuture,
 )
+from brook.client.admin import OffsetAndMetadata
 from brook.client.config import ClientSettings, ProducerConfig, producer_config
+from brook.client.consumer import offsets_to_commit
 from brook.client.core import CLOSE_MARGIN_S, ClientCore, start_on_thread
 from brook.client.errors import (
     ClientClosedError,
     ClientTimeoutError,
+    TransactionStateError,
     UnknownTopicOrPartitionError,
 )
+from brook.client.group.coordinator import ConsumerGroupMetadata, storage_node_locator
 from brook.client.idempotence import IdempotenceState
 from brook.client.runtime import (
     Steps,
@@ -48,7 +65,8 @@ from brook.client.runtime import (
     drive_async,
 )
 from brook.client.sender import Sender
-from brook.client.types import Header, RecordMetadata
+from brook.client.transactions import Operation, TransactionManager, TransactionTracker
+from brook.client.types import Header, RecordMetadata, TopicPartition
 from brook.closing import AsyncClosing, Closing
 
 __all__ = ["AsyncProducer", "Producer"]
@@ -70,6 +88,9 @@ class _ProducerCore(ClientCore):
         )
         self.config = config
         sender_wakeup = Wakeup(loop)
+        state = (
+            None if config.transactional_id is None else TransactionTracker(config.transactional_id)
+        )
         self.accumulator = RecordAccumulator(
             metadata=self.metadata,
             notifier=self.notifier,
@@ -83,8 +104,30 @@ class _ProducerCore(ClientCore):
             partitioner_ignore_keys=config.partitioner_ignore_keys,
             idempotence=IdempotenceState() if config.enable_idempotence else None,
             in_flight_max=config.max_in_flight_requests_per_connection,
+            transactions=state,
         )
-        self.sender = Sender(config, self.accumulator, self.metadata, self.network, sender_wakeup)
+        self.transactions = (
+            None
+            if state is None
+            else TransactionManager(
+                state=state,
+                transaction_timeout_ms=config.transaction_timeout_ms,
+                accumulator=self.accumulator,
+                network=self.network,
+                locator=storage_node_locator(
+                    self.metadata,
+                    self.network,
+                    config.bootstrap_servers,
+                    config.request_timeout_ms / 1000,
+                ),
+                request_timeout_ms=config.request_timeout_ms,
+                backoff=config.retry_backoff,
+                wake_sender=sender_wakeup.set,
+            )
+        )
+        self.sender = Sender(
+            config, self.accumulator, self.metadata, self.network, sender_wakeup, self.transactions
+        )
         self.metadata.add_listener(sender_wakeup)
 
     @property
@@ -157,6 +200,33 @@ class _ProducerCore(ClientCore):
         suffix = f": {reason}" if reason else ""
         return f"topic {topic!r} not present in metadata {waited}{suffix}"
 
+    def transactional(self, what: str) -> TransactionManager:
+        if self.transactions is None:
+            raise TransactionStateError(f"{what} needs a producer with transactional.id set")
+        return self.transactions
+
+    def transaction_timeout_s(self, timeout: float | None) -> float:
+        """The caller's wait for a transactional method (Kafka: max.block.ms)."""
+        return self.config.max_block_ms / 1000 if timeout is None else max(timeout, 0.0)
+
+    def offsets_operation(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group: ConsumerGroupMetadata | str,
+    ) -> Callable[[], Operation]:
+        """send_offsets_to_transaction's operation, arguments checked."""
+        manager = self.transactional("send_offsets_to_transaction")
+        chosen = offsets_to_commit(offsets)
+        if isinstance(group, str):
+            if not group:
+                raise ValueError("send_offsets_to_transaction needs a group id")
+            # Kafka's deprecated group-id form: no generation check (KIP-447 needs one).
+            group = ConsumerGroupMetadata(group, -1, "", None)
+        elif not isinstance(group, ConsumerGroupMetadata):
+            raise TypeError(f"expected a consumer's group_metadata() or a group id, got {group!r}")
+        metadata = group
+        return lambda: manager.begin_offsets(chosen, metadata)
+
     async def flush(self, timeout_s: float) -> None:
         batches = self.accumulator.begin_flush()
         try:
@@ -189,6 +259,8 @@ class _ProducerCore(ClientCore):
                 if self.accumulator.incomplete_count == 0 or remaining <= 0:
                     break
                 await self.notifier.wait_async(version, remaining)
+            if self.transactions is not None:
+                await self.transactions.close()
             if self.accumulator.incomplete_count:
                 error = ClientClosedError(
                     f"the producer was closed with a {timeout_s} s timeout before the record "
@@ -244,6 +316,56 @@ class Producer(Closing):
         """Send everything now and wait (up to ``timeout`` seconds) until every record sent
         before the call is acknowledged or failed; raises ClientTimeoutError otherwise."""
         self._core.flush_blocking(self._core.default_wait_s if timeout is None else timeout)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id`` with its transaction coordinator: get the producer id
+        and a new epoch, fencing older producers with this id and completing their open
+        transaction. Once, before the first transaction."""
+        manager = self._core.transactional("init_transactions")
+        self._run_transactional("init_transactions", manager.begin_init, timeout)
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: the records sent until commit_transaction or abort_transaction
+        belong to it."""
+        self._core.transactional("begin_transaction").state.begin()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit ``offsets`` (the next offsets to read) for the consumer's group as part of
+        the transaction: they become the group's committed offsets when it commits, and
+        are dropped when it aborts. Pass the consumer's ``group_metadata()``, so that a
+        consumer that lost its partitions in a rebalance cannot commit them (KIP-447)."""
+        prepare = self._core.offsets_operation(offsets, group_metadata)
+        self._run_transactional("send_offsets_to_transaction", prepare, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every pending record of the transaction, then commit it. Raises
+        TransactionAbortableError when one of its sends failed: call abort_transaction."""
+        manager = self._core.transactional("commit_transaction")
+        self._run_transactional("commit_transaction", manager.begin_commit, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: its records not sent yet fail with TransactionAbortedError
+        and those written are never shown to read_committed consumers."""
+        manager = self._core.transactional("abort_transaction")
+        self._run_transactional("abort_transaction", manager.begin_abort, timeout)
+
+    def _run_transactional(
+        self,
+        name: str,
+        prepare: Callable[[], Operation],
+        timeout: float | None,
+    ) -> None:
+        core = self._core
+        timeout_s = core.transaction_timeout_s(timeout)
+        manager = core.transactional(name)
+        self._thread.run(
+            manager.run_operation(name, prepare, timeout_s), timeout_s + CLOSE_MARGIN_S
+        )
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver pending records (up to ``timeout`` seconds; 0 fails them at once), then
@@ -317,6 +439,46 @@ class AsyncProducer(AsyncClosing):
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         core = self._started()
         await core.flush(core.default_wait_s if timeout is None else timeout)
+
+    async def init_transactions(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """As Producer.init_transactions."""
+        core = self._started()
+        manager = core.transactional("init_transactions")
+        await manager.run_operation(
+            "init_transactions", manager.begin_init, core.transaction_timeout_s(timeout)
+        )
+
+    def begin_transaction(self) -> None:
+        self._started().transactional("begin_transaction").state.begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> None:
+        """As Producer.send_offsets_to_transaction."""
+        core = self._started()
+        prepare = core.offsets_operation(offsets, group_metadata)
+        await core.transactional("send_offsets_to_transaction").run_operation(
+            "send_offsets_to_transaction", prepare, core.transaction_timeout_s(timeout)
+        )
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """As Producer.commit_transaction."""
+        core = self._started()
+        manager = core.transactional("commit_transaction")
+        await manager.run_operation(
+            "commit_transaction", manager.begin_commit, core.transaction_timeout_s(timeout)
+        )
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """As Producer.abort_transaction."""
+        core = self._started()
+        manager = core.transactional("abort_transaction")
+        await manager.run_operation(
+            "abort_transaction", manager.begin_abort, core.transaction_timeout_s(timeout)
+        )
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         if self._closed:

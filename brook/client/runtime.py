@@ -196,6 +196,10 @@ class LoopThread:
         try:
             return future.result(timeout_s)
         except concurrent.futures.TimeoutError:
+            if future.done():
+                # The coroutine's own TimeoutError (a ClientTimeoutError saying which bound
+                # ran out): concurrent.futures.TimeoutError is TimeoutError since 3.11.
+                raise
             future.cancel()
             raise ClientTimeoutError(f"operation did not finish within {timeout_s} s") from None
 

@@ -8,7 +8,10 @@ its own; its answer completes, retries or fails every batch it carried.
 
 An idempotent producer first gets a producer id (InitProducerId, from any storage node) and,
 when an answer calls for it, bumps its epoch the same way once nothing is in flight; its
-batches' answers are judged by brook.client.idempotence.
+batches' answers are judged by brook.client.idempotence. A transactional producer gets its id
+from its transaction coordinator instead (brook.client.transactions): each pass lets the
+transaction manager add the partitions that have new batches to the transaction, and an
+answer that would bump the epoch fails the batch and the transaction instead (the abort bumps).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from brook.client.errors import (
 from brook.client.idempotence import FENCING_CODES, Verdict, verdict
 from brook.client.metadata import Metadata
 from brook.client.runtime import Wakeup
+from brook.client.transactions import TransactionManager
 from brook.errors import ErrorCode, error_code
 from brook.rpc.backoff import backoff_s
 from brook.rpc.channels import ChannelPool
@@ -75,8 +79,10 @@ class Sender:
         metadata: Metadata,
         network: ChannelPool,
         wakeup: Wakeup,
+        transactions: TransactionManager | None = None,
     ) -> None:
         self._config = config
+        self._transactions = transactions
         self._accumulator = accumulator
         self._metadata = metadata
         self._network = network
@@ -110,7 +116,10 @@ class Sender:
         """Expire, drain and send; returns how long to sleep (None: until woken)."""
         now = time.monotonic()
         next_expiry = self._accumulator.expire(now)
-        init_due = self._maybe_init_producer_id(now)
+        if self._transactions is None:
+            init_due = self._maybe_init_producer_id(now)
+        else:
+            init_due = self._transactions.poll(now)
         if init_due is not None:
             next_expiry = min(next_expiry, init_due)
         requests, next_ready, unknown_leader = self._accumulator.drain(
@@ -339,6 +348,14 @@ class Sender:
         elif judged is Verdict.FAIL:
             if not (code in SPLIT_CODES and self._split(queue, batch, code, text)):
                 self._accumulator.fail(queue, [batch], api_error(code, text))
+        elif judged is Verdict.RETRY_AFTER_EPOCH_BUMP and self._transactions is not None:
+            # Kafka's transactional producer: the batch fails, the transaction must abort,
+            # and the abort bumps the epoch (KIP-360), which renumbers the partitions.
+            self._accumulator.fail(
+                queue,
+                [batch],
+                api_error(code, f"{text} (the transaction must be aborted)"),
+            )
         else:
             if judged is Verdict.RETRY_AFTER_EPOCH_BUMP:
                 batch.unwritten = True

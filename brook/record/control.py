@@ -20,6 +20,7 @@ __all__ = [
     "END_TXN_MARKER_VERSION",
     "ControlType",
     "build_control_batch",
+    "control_type_of",
     "decode_control_record",
 ]
 
@@ -73,6 +74,18 @@ def decode_control_record(record: Record) -> tuple[ControlType, int, int]:
             f"transaction marker at offset {record.offset} has negative version {marker_version}"
         )
     return control_type, version, coordinator_epoch
+
+
+def control_type_of(key: bytes | None) -> ControlType | None:
+    """The marker type a control record's ``key`` names, None for a key that names none (too
+    short, or another control type): a consumer skips such a record, as Kafka's does."""
+    if key is None or len(key) < _KEY.size:
+        return None
+    _, raw_type = _KEY.unpack_from(key)
+    try:
+        return ControlType(raw_type)
+    except ValueError:
+        return None
 
 
 def build_control_batch(

@@ -211,6 +211,9 @@ class SyncChannelPool(Closing):
     def groups(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
         return group_pb2_grpc.GroupCoordinatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
 
+    def transactions(self, address: str) -> transaction_pb2_grpc.TransactionCoordinatorServiceStub:
+        return transaction_pb2_grpc.TransactionCoordinatorServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
+
     def controller(self, address: str) -> controller_pb2_grpc.ControllerServiceStub:
         return controller_pb2_grpc.ControllerServiceStub(self.channel(address))  # type: ignore[no-untyped-call]
 

@@ -1,17 +1,17 @@
-"""Finding a consumer group's coordinator, and following it when it moves: one set of rules for
-the SDK's consumers, Admin and the gateway (Kafka's FindCoordinator and NOT_COORDINATOR). A
-transactional id's coordinator is found the same way, with ``key_type``
-COORDINATOR_TYPE_TRANSACTION (the coordinator owning its __transaction_state partition).
+"""Finding a consumer group's (or a transactional id's) coordinator, and following it when it
+moves: one set of rules for the SDK's consumers, producers, Admin and the gateway (Kafka's
+FindCoordinator and NOT_COORDINATOR).
 
-Any group coordinator answers FindCoordinator for any group from its directory of owners, so a
-look-up asks the known coordinators in turn until one names the owner (``find_coordinator``,
-``find_coordinator_sync``). An answer of NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or
-COORDINATOR_LOAD_IN_PROGRESS (``COORDINATOR_ERRORS``), or any other retriable code, or no
-answer, moves on to the next; when none names the owner by the caller's deadline the look-up
-raises ``CoordinatorNotFoundError``, which the caller retries after its back-off. Each ask may
-take only the time left before that deadline, so N coordinators that hang cost the caller its
-deadline, not N request timeouts. A code no retry fixes
-(INVALID_GROUP_ID, say) raises ``CoordinatorRefusedError`` at once.
+Any group coordinator answers FindCoordinator for any group from its directory of owners (and,
+with ``key_type`` COORDINATOR_TYPE_TRANSACTION, for any transactional id: the transaction
+coordinator lives in the same processes), so a look-up asks the known coordinators in turn
+until one names the owner (``find_coordinator``, ``find_coordinator_sync``). An answer of
+NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS
+(``COORDINATOR_ERRORS``), or any other retriable code, or no answer, moves on to the next; when
+none names the owner by the caller's deadline the look-up raises ``CoordinatorNotFoundError``,
+which the caller retries after its back-off. Each ask may take only the time left before that
+deadline, so N coordinators that hang cost the caller its deadline, not N request timeouts. A
+code no retry fixes (INVALID_GROUP_ID, say) raises ``CoordinatorRefusedError`` at once.
 
 A group call answered NOT_COORDINATOR carries a NodeHint naming the new owner when the
 answering coordinator knows it; ``hinted_coordinator`` turns it into the coordinator to try
@@ -21,7 +21,7 @@ next, without a look-up.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -103,17 +103,24 @@ def hinted_coordinator(
     return None if address is None else Coordinator(hint.node_id, address)
 
 
+# What a key names, by key type, for messages.
+_KIND: Final[Mapping[int, str]] = {
+    group_pb2.COORDINATOR_TYPE_GROUP: "group",
+    group_pb2.COORDINATOR_TYPE_TRANSACTION: "transactional id",
+}
+
+
 class _Search:
     """One look-up's bookkeeping, without I/O (both drivers below share it)."""
 
-    def __init__(
-        self, group_id: str, address_of: AddressOf, key_type: group_pb2.CoordinatorType
-    ) -> None:
-        self.group_id = group_id
-        self.request = group_pb2.FindCoordinatorRequest(key_type=key_type, keys=[group_id])
+    def __init__(self, key: str, address_of: AddressOf, key_type: int) -> None:
+        self.key = key
+        self.request = group_pb2.FindCoordinatorRequest(
+            key_type=key_type,  # type: ignore[arg-type]
+            keys=[key],
+        )
+        self._kind = _KIND[key_type]
         self._address_of = address_of
-        kind = "transactional id" if key_type == group_pb2.COORDINATOR_TYPE_TRANSACTION else "group"
-        self._key_name = f"{kind} {group_id!r}"
         self._problems: list[str] = []
         self._code = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
@@ -124,9 +131,9 @@ class _Search:
             assert isinstance(response, grpc.Call | grpc.aio.AioRpcError)
             self._problems.append(f"{address}: {rpc_error(response)[1]}")
             return None
-        found = next((c for c in response.coordinators if c.key == self.group_id), None)
+        found = next((c for c in response.coordinators if c.key == self.key), None)
         if found is None:
-            self._problems.append(f"{address} answered without the key")
+            self._problems.append(f"{address} answered without the {self._kind}")
             return None
         code = error_code(found.error_code)
         if code is ErrorCode.NONE:
@@ -139,32 +146,32 @@ class _Search:
             self._problems.append(f"{address}: {code.name} {found.error_message}".rstrip())
         else:
             raise CoordinatorRefusedError(
-                code, f"FindCoordinator({self.group_id}): {found.error_message or code.name}"
+                code, f"FindCoordinator({self.key}): {found.error_message or code.name}"
             )
         return None
 
     def exhausted(self) -> CoordinatorNotFoundError:
         problems = "; ".join(self._problems) or "no group coordinator is registered"
         return CoordinatorNotFoundError(
-            self._code, f"no coordinator named the owner of {self._key_name}: {problems}"
+            self._code, f"no coordinator named the owner of {self._kind} {self.key!r}: {problems}"
         )
 
 
 async def find_coordinator(
-    group_id: str,
+    key: str,
     candidates: Iterable[str],
     ask: Ask,
     deadline_s: float,
     address_of: AddressOf = _endpoint_address,
-    key_type: group_pb2.CoordinatorType = group_pb2.COORDINATOR_TYPE_GROUP,
+    key_type: int = group_pb2.COORDINATOR_TYPE_GROUP,
 ) -> Coordinator:
-    """The coordinator owning ``group_id`` (a transactional id with ``key_type``
+    """The coordinator owning ``key`` (a group id, or a transactional id with ``key_type``
     COORDINATOR_TYPE_TRANSACTION), asking the coordinators at ``candidates`` in
     order with ``ask(address, request, timeout_s)`` (a grpc.aio call). The look-up ends by
     ``deadline_s`` (time.monotonic), the caller's: each ask may take only the time that
     remains, so coordinators that hang cannot hold the caller past it (a
     ``CoordinatorNotFoundError`` then, which is retriable)."""
-    search = _Search(group_id, address_of, key_type)
+    search = _Search(key, address_of, key_type)
 
     async def asked(address: str, timeout_s: float) -> _Response | grpc.RpcError:
         try:
@@ -181,13 +188,14 @@ async def find_coordinator(
 
 
 def find_coordinator_sync(
-    group_id: str,
+    key: str,
     candidates: Iterable[str],
     ask: AskSync,
     deadline_s: float,
+    key_type: int = group_pb2.COORDINATOR_TYPE_GROUP,
 ) -> Coordinator:
     """``find_coordinator`` for blocking callers (Admin), with the same deadline rule."""
-    search = _Search(group_id, _endpoint_address, group_pb2.COORDINATOR_TYPE_GROUP)
+    search = _Search(key, _endpoint_address, key_type)
 
     def asked(address: str, timeout_s: float) -> _Response | grpc.RpcError:
         try:

@@ -18,12 +18,11 @@ refused or did not answer, 2 for bad usage.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 # The `brook topics` plumbing: the same options, error reporting and exit statuses.
-from brook.admin_cli import EXIT_OK, UsageError, handler, report
+from brook.admin_cli import EXIT_OK, UsageError, dash, handler, print_table, report
 
 if TYPE_CHECKING:
     # Imported when a command runs, not when `brook` starts: the SDK pulls in gRPC.
@@ -95,25 +94,13 @@ def add_groups_command(subparsers: Any) -> None:
     handler(reset, _reset)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Columns padded to their widest cell, as Kafka's tool prints them."""
-    cells = [list(header), *([str(cell) for cell in row] for row in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        print(" ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-
-
-def _dash(value: object | None) -> object:
-    return "-" if value is None or value == "" else value
-
-
 def _list(admin: Admin, args: argparse.Namespace) -> int:
     from brook.client.admin import ConsumerGroupState
 
     listed = admin.list_consumer_groups(states=[ConsumerGroupState(s) for s in args.state])
-    _table(
+    print_table(
         ("GROUP", "STATE", "PROTOCOL-TYPE"),
-        [(g.group_id, g.state, _dash(g.protocol_type)) for g in listed],
+        [(g.group_id, g.state, dash(g.protocol_type)) for g in listed],
     )
     return EXIT_OK
 
@@ -139,15 +126,15 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
                     group.group_id,
                     tp.topic,
                     tp.partition,
-                    _dash(lag.committed_offset),
-                    _dash(lag.log_end_offset),
-                    _dash(lag.lag),
-                    _dash(member and member.member_id),
-                    _dash(member and member.host),
-                    _dash(member and member.client_id),
+                    dash(lag.committed_offset),
+                    dash(lag.log_end_offset),
+                    dash(lag.lag),
+                    dash(member and member.member_id),
+                    dash(member and member.host),
+                    dash(member and member.client_id),
                 )
             )
-        _table(
+        print_table(
             (
                 "GROUP",
                 "TOPIC",
@@ -162,31 +149,31 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
             rows,
         )
         return EXIT_OK
-    _table(
+    print_table(
         ("GROUP", "COORDINATOR", "STATE", "PROTOCOL-TYPE", "ASSIGNMENT-STRATEGY", "#MEMBERS"),
         [
             (
                 group.group_id,
                 group.coordinator,
                 group.state,
-                _dash(group.protocol_type),
-                _dash(group.protocol_name),
+                dash(group.protocol_type),
+                dash(group.protocol_name),
                 len(group.members),
             )
         ],
     )
     if group.members:
         print()
-        _table(
+        print_table(
             ("CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"),
             [
                 (
                     m.member_id,
-                    _dash(m.group_instance_id),
-                    _dash(m.host),
-                    _dash(m.client_id),
+                    dash(m.group_instance_id),
+                    dash(m.host),
+                    dash(m.client_id),
                     len(m.assignment),
-                    _dash(",".join(f"{tp.topic}-{tp.partition}" for tp in m.assignment)),
+                    dash(",".join(f"{tp.topic}-{tp.partition}" for tp in m.assignment)),
                 )
                 for m in group.members
             ],
@@ -209,7 +196,7 @@ def _reset(admin: Admin, args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
-    _table(
+    print_table(
         ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
         [(args.group, tp.topic, tp.partition, offset) for tp, offset in targets.items()],
     )

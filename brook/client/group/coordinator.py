@@ -84,6 +84,7 @@ __all__ = [
     "ConsumerGroupMetadata",
     "CoordinatorLocator",
     "MemberState",
+    "offset_commit_partitions",
     "storage_node_locator",
 ]
 
@@ -112,6 +113,22 @@ class ConsumerGroupMetadata:
     generation_id: int
     member_id: str
     group_instance_id: str | None
+
+
+def offset_commit_partitions(
+    offsets: Mapping[TopicPartition, OffsetAndMetadata],
+) -> list[group_pb2.OffsetCommitPartition]:
+    """``offsets`` as a commit request carries them (CommitOffsets, TxnCommitOffsets)."""
+    return [
+        group_pb2.OffsetCommitPartition(
+            topic=tp.topic,
+            partition=tp.partition,
+            committed_offset=om.offset,
+            committed_leader_epoch=-1 if om.leader_epoch is None else om.leader_epoch,
+            metadata=om.metadata,
+        )
+        for tp, om in offsets.items()
+    ]
 
 
 class MemberState(enum.Enum):
@@ -608,6 +625,10 @@ class ConsumerCoordinator:
                 "FetchOffsets",
                 group_pb2.FetchOffsetsRequest(
                     group_id=self.group_id,
+                    # read_committed: answered UNSTABLE_OFFSET_COMMIT (retried) while a
+                    # transaction's offsets for a partition are pending, as Kafka's consumer.
+                    require_stable=self._config.isolation_level
+                    == common_pb2.ISOLATION_LEVEL_READ_COMMITTED,
                     partitions=[
                         common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
                         for tp in wanted
@@ -666,16 +687,7 @@ class ConsumerCoordinator:
             generation_id=generation,
             member_id=member_id,
             group_instance_id=self.group_instance_id if group_managed else None,
-            partitions=[
-                group_pb2.OffsetCommitPartition(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    committed_offset=om.offset,
-                    committed_leader_epoch=-1 if om.leader_epoch is None else om.leader_epoch,
-                    metadata=om.metadata,
-                )
-                for tp, om in offsets.items()
-            ],
+            partitions=offset_commit_partitions(offsets),
         )
 
         async def attempt() -> None:

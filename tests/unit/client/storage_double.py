@@ -74,6 +74,9 @@ class StorageDouble(storage_pb2_grpc.StorageServiceServicer):
         self.produced: list[storage_pb2.ProduceRequest] = []
         # (arrived, answered, record bytes) of every Fetch, in time.monotonic() seconds.
         self.fetches: list[tuple[float, float, int]] = []
+        # A group coordinator's node id served at this double's address too (its servicers
+        # given to RunningDouble): GetMetadata lists it as GetMetadata lists coordinators.
+        self.coordinator_node_id: int | None = None
         self._data_arrived: asyncio.Event | None = None
 
     def _count(self, method: str) -> None:
@@ -126,17 +129,21 @@ class StorageDouble(storage_pb2_grpc.StorageServiceServicer):
                     ],
                 )
             )
-        return storage_pb2.GetMetadataResponse(
-            cluster_id="double",
-            brokers=[
+        endpoints = [common_pb2.Endpoint(listener="GRPC", host=host, port=int(port))]
+        brokers = [
+            storage_pb2.BrokerMetadata(
+                node_id=NODE_ID, role=common_pb2.NODE_ROLE_STORAGE_NODE, endpoints=endpoints
+            )
+        ]
+        if self.coordinator_node_id is not None:
+            brokers.append(
                 storage_pb2.BrokerMetadata(
-                    node_id=NODE_ID,
-                    role=common_pb2.NODE_ROLE_STORAGE_NODE,
-                    endpoints=[common_pb2.Endpoint(listener="GRPC", host=host, port=int(port))],
+                    node_id=self.coordinator_node_id,
+                    role=common_pb2.NODE_ROLE_GROUP_COORDINATOR,
+                    endpoints=endpoints,
                 )
-            ],
-            topics=topics,
-        )
+            )
+        return storage_pb2.GetMetadataResponse(cluster_id="double", brokers=brokers, topics=topics)
 
     async def Produce(self, request: Any, context: Any) -> Any:
         self.produced.append(request)
@@ -246,10 +253,14 @@ class StorageDouble(storage_pb2_grpc.StorageServiceServicer):
 
 
 class RunningDouble:
-    """A StorageDouble served on 127.0.0.1 from a thread of its own (its own event loop)."""
+    """A StorageDouble served on 127.0.0.1 from a thread of its own (its own event loop);
+    ``servicers`` adds more services to the same server (scripted coordinators)."""
 
-    def __init__(self, double: StorageDouble) -> None:
+    def __init__(
+        self, double: StorageDouble, servicers: Callable[[grpc.aio.Server], None] | None = None
+    ) -> None:
         self.double = double
+        self._servicers = servicers
         self.loop = asyncio.new_event_loop()
         self._server: grpc.aio.Server | None = None
         self._ready = threading.Event()
@@ -272,6 +283,8 @@ class RunningDouble:
     async def _start(self) -> None:
         self._server = grpc.aio.server()
         storage_pb2_grpc.add_StorageServiceServicer_to_server(self.double, self._server)
+        if self._servicers is not None:
+            self._servicers(self._server)
         port = self._server.add_insecure_port("127.0.0.1:0")
         self.double.address = f"127.0.0.1:{port}"
         await self._server.start()
@@ -292,6 +305,21 @@ class RunningDouble:
         asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(STOP_TIMEOUT_S)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(STOP_TIMEOUT_S)
+
+
+def answer_all(request: Any, code: ErrorCode) -> storage_pb2.ProduceResponse:
+    """A Produce answer giving every partition of ``request`` the error ``code``."""
+    return storage_pb2.ProduceResponse(
+        partitions=[
+            storage_pb2.PartitionProduceResponse(
+                topic=p.topic,
+                partition=p.partition,
+                error_code=code,  # type: ignore[arg-type]
+                base_offset=-1,
+            )
+            for p in request.partitions
+        ]
+    )
 
 
 def corrupt_first_record(batch: bytes) -> bytes:

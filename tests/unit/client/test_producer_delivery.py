@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from client_test_support import client_threads
-from storage_double import RunningDouble
+from storage_double import RunningDouble, answer_all
 
 from brook.client import (
     ApiError,
@@ -25,7 +25,6 @@ from brook.client import (
 )
 from brook.errors import ErrorCode
 from brook.record import iter_records, scan_batches
-from brook.v1 import storage_pb2
 
 # Settings that keep failing tests short: every bound a few hundred ms.
 FAST = {
@@ -43,20 +42,6 @@ RESULT_TIMEOUT_S = 10.0
 def producer(double: RunningDouble) -> Iterator[Producer]:
     with Producer({"bootstrap.servers": double.address, **FAST}) as producer:
         yield producer
-
-
-def _answer_all(request: Any, code: ErrorCode) -> storage_pb2.ProduceResponse:
-    return storage_pb2.ProduceResponse(
-        partitions=[
-            storage_pb2.PartitionProduceResponse(
-                topic=p.topic,
-                partition=p.partition,
-                error_code=code,  # type: ignore[arg-type]
-                base_offset=-1,
-            )
-            for p in request.partitions
-        ]
-    )
 
 
 def _values_in(records: bytes) -> list[bytes | None]:
@@ -92,7 +77,7 @@ def test_retriable_errors_are_retried_without_reordering_a_partition(
         calls += 1
         await asyncio.sleep(0.01)  # newer batches queue up behind the request meanwhile
         if calls % 2:
-            return _answer_all(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return answer_all(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return None
 
     double.double.faults["Produce"] = every_other_request_fails
@@ -158,7 +143,7 @@ def test_records_fail_with_a_timeout_once_delivery_timeout_passes(
     double: RunningDouble,
 ) -> None:
     async def never_leader(request: Any, context: Any) -> Any:
-        return _answer_all(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return answer_all(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     double.double.faults["Produce"] = never_leader
     settings = {**FAST, "delivery.timeout.ms": 600, "request.timeout.ms": 500}
@@ -178,7 +163,7 @@ def test_non_retriable_errors_fail_the_records_with_the_nodes_code(
     double: RunningDouble, producer: Producer
 ) -> None:
     async def rejects(request: Any, context: Any) -> Any:
-        return _answer_all(request, ErrorCode.INVALID_RECORD)
+        return answer_all(request, ErrorCode.INVALID_RECORD)
 
     double.double.faults["Produce"] = rejects
 
@@ -194,7 +179,7 @@ def test_a_rejected_partition_is_resent_batch_by_batch_so_only_the_bad_batch_fai
 ) -> None:
     async def rejects_poison(request: Any, context: Any) -> Any:
         if any(b"poison" in _values_in(p.records) for p in request.partitions):
-            return _answer_all(request, ErrorCode.INVALID_RECORD)
+            return answer_all(request, ErrorCode.INVALID_RECORD)
         return None
 
     double.double.faults["Produce"] = rejects_poison

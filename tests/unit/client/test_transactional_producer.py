@@ -1,0 +1,324 @@
+"""The transactional producer's protocol against a scripted transaction and group coordinator
+(served beside the storage double, which stores the batches): the order of its requests, what
+they carry, and how each kind of error answer ends (retried, abortable, fatal)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from storage_double import RunningDouble
+from transaction_doubles import FAST, GROUP, PRODUCER_ID, RESULT_TIMEOUT_S, TXN_ID, Cluster
+
+from brook.client import AsyncProducer, Producer
+from brook.client.admin import OffsetAndMetadata
+from brook.client.errors import (
+    ClientTimeoutError,
+    ConfigError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionStateError,
+)
+from brook.client.types import TopicPartition
+from brook.errors import ErrorCode
+from brook.record import read_header
+from brook.v1 import group_pb2
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    running = Cluster()
+    try:
+        yield running
+    finally:
+        running.running.stop()
+
+
+def test_a_transaction_adds_each_partition_before_its_first_batch_and_commits_after_the_last(
+    cluster: Cluster,
+) -> None:
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        futures = [producer.send("events", b"a", partition=p) for p in range(3)]
+        futures.append(producer.send("single", b"b"))
+        producer.send_offsets_to_transaction({TopicPartition("in", 0): 42}, GROUP)
+        producer.commit_transaction()
+        assert all(f.done() and f.exception() is None for f in futures)
+
+    methods = cluster.methods()
+    finds = cluster.coordinator.calls("FindCoordinator")
+    assert finds[0].key_type == group_pb2.COORDINATOR_TYPE_TRANSACTION
+    assert list(finds[0].keys) == [TXN_ID]
+    [init] = cluster.coordinator.calls("InitProducerId")
+    assert (init.transactional_id, init.transaction_timeout_ms) == (TXN_ID, 3000)
+    assert (init.producer_id, init.producer_epoch) == (-1, -1)
+    # Every batch went out after its partition's AddPartitionsToTxn, marked transactional,
+    # under the coordinator's producer id and epoch.
+    added: set[tuple[str, int]] = set()
+    for name, request in cluster.log:
+        if name == "AddPartitionsToTxn":
+            assert (request.producer_id, request.producer_epoch) == (PRODUCER_ID, 0)
+            added |= {(p.topic, p.partition) for p in request.partitions}
+        elif name == "Produce":
+            for data in request.partitions:
+                assert (data.topic, data.partition) in added
+    assert added == {("events", 0), ("events", 1), ("events", 2), ("single", 0)}
+    batches = cluster.produced_batches()
+    assert len(batches) == 4
+    for _, _, header in batches:
+        assert header.is_transactional
+        assert (header.producer_id, header.producer_epoch) == (PRODUCER_ID, 0)
+    # The offsets: AddOffsetsToTxn, then TxnCommitOffsets at the group's coordinator with
+    # the consumer's generation and member (KIP-447); EndTxn(commit) after the last batch.
+    [add_offsets] = cluster.coordinator.calls("AddOffsetsToTxn")
+    assert add_offsets.group_id == "billing"
+    assert any(
+        f.key_type == group_pb2.COORDINATOR_TYPE_GROUP and list(f.keys) == ["billing"]
+        for f in finds
+    )
+    [commit_offsets] = cluster.coordinator.calls("TxnCommitOffsets")
+    assert (commit_offsets.generation_id, commit_offsets.member_id) == (7, "member-1")
+    assert (commit_offsets.producer_id, commit_offsets.transactional_id) == (PRODUCER_ID, TXN_ID)
+    assert [(p.topic, p.partition, p.committed_offset) for p in commit_offsets.partitions] == [
+        ("in", 0, 42)
+    ]
+    assert methods.index("AddOffsetsToTxn") < methods.index("TxnCommitOffsets")
+    [end] = cluster.coordinator.calls("EndTxn")
+    assert end.committed
+    last_produce = max(i for i, name in enumerate(methods) if name == "Produce")
+    assert methods.index("EndTxn") > last_produce
+
+
+def test_an_empty_transaction_commits_without_asking_the_coordinator(cluster: Cluster) -> None:
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.abort_transaction()
+    assert "EndTxn" not in cluster.methods()
+
+
+def test_retriable_coordinator_answers_are_retried_and_a_moved_coordinator_found_again(
+    cluster: Cluster,
+) -> None:
+    cluster.coordinator.scripts["InitProducerId"] = [
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.NOT_COORDINATOR,
+    ]
+    cluster.coordinator.scripts["AddPartitionsToTxn"] = [ErrorCode.CONCURRENT_TRANSACTIONS]
+    cluster.coordinator.scripts["EndTxn"] = [ErrorCode.COORDINATOR_NOT_AVAILABLE]
+    assert cluster.commit_one().offset == 0
+    assert len(cluster.coordinator.calls("InitProducerId")) == 4
+    # Looked up again after NOT_COORDINATOR and after COORDINATOR_NOT_AVAILABLE.
+    assert len(cluster.coordinator.calls("FindCoordinator")) == 3
+    assert len(cluster.coordinator.calls("AddPartitionsToTxn")) == 2
+    assert len(cluster.coordinator.calls("EndTxn")) == 2
+
+
+def test_init_transactions_is_bounded_by_its_timeout_and_can_be_called_again(
+    cluster: Cluster,
+) -> None:
+    cluster.coordinator.scripts["InitProducerId"] = [ErrorCode.CONCURRENT_TRANSACTIONS] * 20
+    with cluster.producer() as producer:
+        with pytest.raises(ClientTimeoutError, match="call init_transactions again"):
+            producer.init_transactions(timeout=0.2)
+        cluster.running.call(lambda: cluster.coordinator.scripts["InitProducerId"].clear())
+        producer.init_transactions()
+        producer.begin_transaction()
+
+
+@pytest.mark.parametrize("code", [ErrorCode.INVALID_RECORD, ErrorCode.UNKNOWN_PRODUCER_ID])
+def test_a_failed_send_makes_commit_raise_and_abort_bumps_the_epoch(
+    cluster: Cluster, code: ErrorCode
+) -> None:
+    cluster.produce_errors = [code]
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        failed = producer.send("single", b"lost")
+        with pytest.raises(TransactionAbortableError) as raised:
+            producer.commit_transaction()
+        assert failed.exception() is not None
+        assert raised.value.__cause__ is not None
+        # Until the abort, the transaction refuses more work with the same error.
+        with pytest.raises(TransactionAbortableError):
+            producer.send("single", b"more")
+        with pytest.raises(TransactionAbortableError):
+            producer.send_offsets_to_transaction({TopicPartition("in", 0): 1}, GROUP)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        kept = producer.send("single", b"kept")
+        producer.commit_transaction()
+        assert kept.result(RESULT_TIMEOUT_S).offset >= 0
+    ends = cluster.coordinator.calls("EndTxn")
+    assert [end.committed for end in ends] == [False, True]
+    inits = cluster.coordinator.calls("InitProducerId")
+    # KIP-360: the abort bumps the epoch with the producer's id and epoch.
+    assert [(i.producer_id, i.producer_epoch) for i in inits] == [(-1, -1), (PRODUCER_ID, 0)]
+    last = cluster.produced_batches()[-1][2]
+    assert (last.producer_epoch, last.base_sequence) == (1, 0)
+
+
+def test_abort_drops_the_records_not_yet_sent(cluster: Cluster) -> None:
+    cluster.coordinator.add_delay_s = 0.5
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        futures = [producer.send("events", b"never", partition=p) for p in range(3)]
+        producer.abort_transaction()
+        for future in futures:
+            assert isinstance(future.exception(RESULT_TIMEOUT_S), TransactionAbortedError)
+    assert "Produce" not in cluster.methods()
+    # The coordinator had the partitions (the add was in flight): the abort tells it.
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")] == [False]
+
+
+@pytest.mark.parametrize(
+    ("method", "code"),
+    [
+        ("EndTxn", ErrorCode.PRODUCER_FENCED),
+        ("AddPartitionsToTxn", ErrorCode.INVALID_PRODUCER_EPOCH),
+        ("AddOffsetsToTxn", ErrorCode.PRODUCER_FENCED),
+    ],
+)
+def test_fencing_is_fatal(cluster: Cluster, method: str, code: ErrorCode) -> None:
+    cluster.coordinator.scripts[method] = [code]
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("single", b"x")
+        with pytest.raises(ProducerFencedError):
+            producer.send_offsets_to_transaction({TopicPartition("in", 0): 1}, "billing")
+            producer.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            producer.abort_transaction()
+        with pytest.raises(ProducerFencedError):
+            producer.begin_transaction()
+        with pytest.raises(ProducerFencedError):
+            producer.send("single", b"y")
+
+
+def test_an_authorization_failure_is_fatal(cluster: Cluster) -> None:
+    cluster.coordinator.scripts["InitProducerId"] = [
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    ]
+    with cluster.producer() as producer:
+        with pytest.raises(Exception, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED") as raised:
+            producer.init_transactions()
+        code = getattr(raised.value, "code", None)
+        assert code is ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        with pytest.raises(Exception, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED"):
+            producer.begin_transaction()
+
+
+def test_a_stale_consumer_generation_makes_the_transaction_abortable(cluster: Cluster) -> None:
+    cluster.coordinator.scripts["TxnCommitOffsets"] = [ErrorCode.ILLEGAL_GENERATION]
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        with pytest.raises(TransactionAbortableError, match="generation"):
+            producer.send_offsets_to_transaction(
+                {TopicPartition("in", 0): OffsetAndMetadata(5, "m")}, GROUP
+            )
+        producer.abort_transaction()
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")] == [False]
+
+
+def test_calls_in_the_wrong_state_raise_at_once(cluster: Cluster) -> None:
+    with cluster.producer() as producer:
+        with pytest.raises(TransactionStateError, match="init_transactions"):
+            producer.send("single", b"x")
+        with pytest.raises(TransactionStateError, match="init_transactions"):
+            producer.begin_transaction()
+        with pytest.raises(TransactionStateError):
+            producer.commit_transaction()
+        producer.init_transactions()
+        with pytest.raises(TransactionStateError):
+            producer.init_transactions()
+        with pytest.raises(TransactionStateError, match="begin_transaction"):
+            producer.send("single", b"x")
+        with pytest.raises(TransactionStateError):
+            producer.abort_transaction()
+        producer.begin_transaction()
+        with pytest.raises(TransactionStateError):
+            producer.begin_transaction()
+        producer.abort_transaction()
+    assert "Produce" not in cluster.methods()
+
+
+def test_a_producer_without_transactional_id_has_no_transactions(double: RunningDouble) -> None:
+    with Producer(bootstrap_servers=double.address) as producer:
+        with pytest.raises(TransactionStateError, match=r"transactional\.id"):
+            producer.init_transactions()
+        with pytest.raises(TransactionStateError, match=r"transactional\.id"):
+            producer.begin_transaction()
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({"acks": "1"}, "acks=1"),
+        ({"enable.idempotence": False}, "enable.idempotence=true"),
+        ({"max.in.flight.requests.per.connection": 6}, "max.in.flight"),
+    ],
+)
+def test_transactional_id_needs_idempotence(settings: dict[str, object], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        Producer({"transactional.id": TXN_ID, **settings})
+
+
+def test_batches_are_marked_transactional_only_in_a_transactional_producer(
+    double: RunningDouble,
+) -> None:
+    with Producer(bootstrap_servers=double.address, linger_ms=0) as producer:
+        producer.send("single", b"plain").result(RESULT_TIMEOUT_S)
+    [batch] = double.call(lambda: list(double.double.partitions[("single", 0)].batches))
+    assert not read_header(batch).is_transactional
+
+
+def test_a_partition_the_coordinator_cannot_add_yet_is_asked_again(cluster: Cluster) -> None:
+    cluster.coordinator.scripts["AddPartitionsToTxn"] = [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert cluster.commit_one().offset == 0
+    assert len(cluster.coordinator.calls("AddPartitionsToTxn")) == 2
+    methods = cluster.methods()
+    assert methods.index("Produce") > max(
+        i for i, name in enumerate(methods) if name == "AddPartitionsToTxn"
+    )
+
+
+def test_a_partition_the_coordinator_refuses_makes_the_transaction_abortable(
+    cluster: Cluster,
+) -> None:
+    cluster.coordinator.scripts["AddPartitionsToTxn"] = [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        future = producer.send("single", b"x")
+        with pytest.raises(TransactionAbortableError, match="TOPIC_AUTHORIZATION_FAILED"):
+            producer.commit_transaction()
+        assert future.exception(RESULT_TIMEOUT_S) is not None
+        producer.abort_transaction()
+    assert "Produce" not in cluster.methods()
+
+
+def test_the_async_producer_runs_the_same_transaction(cluster: Cluster) -> None:
+    async def main() -> None:
+        async with AsyncProducer(
+            {"bootstrap.servers": cluster.running.address, **FAST}
+        ) as producer:
+            await producer.init_transactions()
+            producer.begin_transaction()
+            future = await producer.send("single", b"x")
+            await producer.send_offsets_to_transaction({TopicPartition("in", 0): 3}, GROUP)
+            await producer.commit_transaction()
+            assert (await future).offset == 0
+
+    asyncio.run(asyncio.wait_for(main(), RESULT_TIMEOUT_S))
+    [end] = cluster.coordinator.calls("EndTxn")
+    assert end.committed
+    assert len(cluster.coordinator.calls("TxnCommitOffsets")) == 1
