@@ -642,12 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "benchmark": "gateway",
         "note": NOTE,
-        "machine": {
-            "cpus": len(os.sched_getaffinity(0)),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_average_at_start": [round(x, 2) for x in load_at_start],
-        },
+        "machine": machine_facts(load_at_start),
         "scenario": {
             "partitions": PARTITIONS,
             "record_bytes": RECORD_BYTES,
@@ -673,6 +668,16 @@ def main(argv: list[str] | None = None) -> int:
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+def machine_facts(load_at_start: tuple[float, float, float]) -> dict[str, Any]:
+    """The report's "machine": cores available, Python, platform, load average at the start."""
+    return {
+        "cpus": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_at_start": [round(x, 2) for x in load_at_start],
+    }
 
 
 def _client_version() -> str:

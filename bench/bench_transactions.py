@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -55,6 +54,7 @@ from bench_gateway import (
     _client_version,
     consume,
     create_topics,
+    machine_facts,
     measure,
     produce,
     running_brook,
@@ -263,12 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "benchmark": "transactions",
         "note": NOTE,
-        "machine": {
-            "cpus": len(os.sched_getaffinity(0)),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_average_at_start": [round(x, 2) for x in load_at_start],
-        },
+        "machine": machine_facts(load_at_start),
         "scenario": {
             "partitions": PARTITIONS,
             "record_bytes": RECORD_BYTES,
