@@ -34,8 +34,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 from confluent_kafka import (
@@ -93,6 +94,21 @@ class CopyJob:
     """Stop this process (SIGSTOP to itself) in its n-th transaction, after writing its
     records and before sending its offsets (0: never): a test makes it a zombie, starts a
     successor, and resumes it (SIGCONT) to see it fenced."""
+
+
+def command_line(job: CopyJob) -> list[str]:
+    """The arguments of this script that run ``job`` (without --exit-at-end)."""
+    return [
+        "--bootstrap", job.bootstrap,
+        "--source", job.source,
+        "--destination", job.destination,
+        "--group", job.group,
+        "--transactional-id", job.transactional_id,
+        "--records-per-transaction", str(job.records_per_transaction),
+        "--transactions-per-s", str(job.transactions_per_s),
+        "--abort-every", str(job.abort_every),
+        "--pause-in-transaction", str(job.pause_in_transaction),
+    ]  # fmt: skip
 
 
 def consumer_settings(job: CopyJob) -> dict[str, Any]:
@@ -351,6 +367,71 @@ def read_topics(
     finally:
         consumer.close()
     return records
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    """``group``'s committed offsets of ``topic``'s partitions, asked as a read_committed
+    consumer does (require_stable: offsets of an undecided transaction are not answered)."""
+    reader = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": READ_COMMITTED}
+    )
+    try:
+        asked = [TopicPartition(topic, p) for p in range(partitions)]
+        return [c.offset for c in reader.committed(asked, timeout=CALL_TIMEOUT_S)]
+    finally:
+        reader.close()
+
+
+def by_partition(records: Iterable[Record]) -> dict[tuple[str, int], list[tuple[bytes, bytes]]]:
+    """(topic, partition) -> [(key, value)] in the order given."""
+    out: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
+    for topic, partition, key, value in records:
+        out.setdefault((topic, partition), []).append((key, value))
+    return out
+
+
+def wait_for_records(read: Callable[[], Sequence[Record]], want: Sequence[Record]) -> None:
+    """Until ``read()`` returns ``want``: the same records in each partition, in the same
+    order (partitions may interleave); fails with the difference after READ_TIMEOUT_S.
+
+    Kafka answers a commit or an abort once it is decided, and writes the markers after:
+    a read_committed reader sees a committed transaction a moment later, never sooner."""
+    import pytest
+    from cluster_fixture import wait_until
+
+    last: list[Record] = []
+
+    def matches() -> bool:
+        last[:] = read()
+        return by_partition(last) == by_partition(want)
+
+    try:
+        wait_until(matches, "the records expected", READ_TIMEOUT_S, 0.2)
+    except pytest.fail.Exception:
+        assert by_partition(last) == by_partition(want)
+
+
+def assert_copied_exactly_once(
+    job: CopyJob, source_records: Sequence[Record], partitions: int
+) -> None:
+    """``job.destination`` read with read_committed holds ``source_records`` (all of the
+    source) exactly once, in order, per partition; read with read_uncommitted it holds more
+    (copies written in aborted transactions); the group's committed offsets equal the
+    source's end offsets. Waits, bounded, for the markers of the last transactions."""
+    from cluster_fixture import wait_until
+
+    copies = [(job.destination, p, k, v) for _, p, k, v in source_records]
+    wait_for_records(
+        partial(read_topics, job.bootstrap, [job.destination], READ_COMMITTED, partitions), copies
+    )
+    everything = read_topics(job.bootstrap, [job.destination], READ_UNCOMMITTED, partitions)
+    assert len(everything) > len(source_records), "no aborted copy was written"
+    ends = [sum(1 for r in source_records if r[1] == p) for p in range(partitions)]
+    wait_until(
+        lambda: group_offsets(job.bootstrap, job.group, job.source, partitions) == ends,
+        f"{job.group}'s committed offsets to reach the source's end offsets {ends}",
+        READ_TIMEOUT_S,
+    )
 
 
 def copy_in_transactions(

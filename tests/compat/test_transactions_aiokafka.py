@@ -11,17 +11,13 @@ committed offsets are those the committed transaction sent.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from functools import partial
+from typing import Final
 
 import pytest
-from test_transactions_confluent import (
-    PARTITIONS,
-    TIMEOUT_S,
-    assert_same_records,
-    create_topics,
-    records_for,
-)
-from txn_copy_job import READ_TIMEOUT_S, READ_UNCOMMITTED, Record, read_topics
+from cluster_fixture import wait_until
+from test_transactions_confluent import PARTITIONS, TIMEOUT_S, create_topics, records_for
+from txn_copy_job import READ_TIMEOUT_S, READ_UNCOMMITTED, Record, read_topics, wait_for_records
 
 pytestmark = pytest.mark.integration
 
@@ -36,8 +32,8 @@ class _Abort(Exception):
     """Raised inside a transaction to make aiokafka abort it."""
 
 
-async def _transact(bootstrap: str) -> tuple[list[Record], list[Record]]:
-    """Runs the three transactions; (committed records, aborted records)."""
+async def _transact(bootstrap: str) -> tuple[list[Record], list[Record], list[Record]]:
+    """Runs the three transactions; the records each sent, in order."""
     from aiokafka import AIOKafkaProducer, TopicPartition
     from aiokafka.structs import OffsetAndMetadata
 
@@ -47,25 +43,23 @@ async def _transact(bootstrap: str) -> tuple[list[Record], list[Record]]:
         enable_idempotence=True,
         request_timeout_ms=int(TIMEOUT_S * 1000),
     )
-    await producer.start()
-    committed: list[Record] = []
-    aborted: list[Record] = []
 
     async def send(records: list[Record]) -> None:
         for topic, partition, key, value in records:
             await producer.send_and_wait(topic, value, key=key, partition=partition)
 
     try:
+        # Inside the try: start() waits for a transaction coordinator, and a timeout around
+        # _transact cancels it there; the producer is stopped either way.
+        await producer.start()
         first = records_for([TOPIC], "first", 2)
         async with producer.transaction():
             await send(first)
-        committed += first
-        dropped = records_for([TOPIC], "aborted", 2)
+        aborted = records_for([TOPIC], "aborted", 2)
         with pytest.raises(_Abort):
             async with producer.transaction():
-                await send(dropped)
+                await send(aborted)
                 raise _Abort
-        aborted += dropped
         last = records_for([TOPIC], "last", 2)
         async with producer.transaction():
             await send(last)
@@ -74,28 +68,23 @@ async def _transact(bootstrap: str) -> tuple[list[Record], list[Record]]:
                 for p in range(PARTITIONS)
             }
             await producer.send_offsets_to_transaction(offsets, GROUP)
-        committed += last
     finally:
         await producer.stop()
-    return committed, aborted
+    return first, aborted, last
 
 
-async def _read_committed(bootstrap: str) -> tuple[list[Record], dict[int, int | None]]:
+async def _read_committed(bootstrap: str) -> list[Record]:
     """What an aiokafka read_committed consumer reads from the beginning to the end offsets
-    it is told (the last stable offsets), and GROUP's committed offsets."""
+    it is told (the last stable offsets)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=GROUP,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
     )
     await consumer.start()
     records: list[Record] = []
     try:
         partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-        group_offsets = {tp.partition: await consumer.committed(tp) for tp in partitions}
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
@@ -106,15 +95,32 @@ async def _read_committed(bootstrap: str) -> tuple[list[Record], dict[int, int |
                     records.extend((r.topic, r.partition, r.key, r.value) for r in batch)
     finally:
         await consumer.stop()
-    return records, group_offsets
+    return records
+
+
+async def _group_offsets(bootstrap: str) -> dict[int, int | None]:
+    """GROUP's committed offsets of TOPIC, as aiokafka reads them."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=GROUP)
+    await consumer.start()
+    try:
+        return {p: await consumer.committed(TopicPartition(TOPIC, p)) for p in range(PARTITIONS)}
+    finally:
+        await consumer.stop()
 
 
 def test_aiokafka_transactional_producer_commits_aborts_and_sends_offsets(bootstrap: str) -> None:
     create_topics(bootstrap, [TOPIC])
-    committed, aborted = asyncio.run(asyncio.wait_for(_transact(bootstrap), TRANSACT_TIMEOUT_S))
-    read, group_offsets = asyncio.run(_read_committed(bootstrap))
-    assert_same_records(read, committed)
-    assert group_offsets == dict.fromkeys(range(PARTITIONS), GROUP_OFFSET)
-    everything: list[Any] = read_topics(bootstrap, [TOPIC], READ_UNCOMMITTED, PARTITIONS)
-    first, last = committed[: len(committed) // 2], committed[len(committed) // 2 :]
-    assert_same_records(everything, first + aborted + last)
+    first, aborted, last = asyncio.run(asyncio.wait_for(_transact(bootstrap), TRANSACT_TIMEOUT_S))
+    wait_for_records(lambda: asyncio.run(_read_committed(bootstrap)), first + last)
+    sent = dict.fromkeys(range(PARTITIONS), GROUP_OFFSET)
+    wait_until(
+        lambda: asyncio.run(_group_offsets(bootstrap)) == sent,
+        f"{GROUP}'s offsets committed in the transaction",
+        TIMEOUT_S,
+    )
+    wait_for_records(
+        partial(read_topics, bootstrap, [TOPIC], READ_UNCOMMITTED, PARTITIONS),
+        first + aborted + last,
+    )

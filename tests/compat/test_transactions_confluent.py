@@ -21,6 +21,7 @@ modules too; reading a topic back per isolation level is txn_copy_job.read_topic
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any, Final
 
 import pytest
@@ -31,15 +32,18 @@ from txn_copy_job import (
     READ_UNCOMMITTED,
     CopyJob,
     Record,
+    assert_copied_exactly_once,
     copy_in_transactions,
     produce_all,
     read_topics,
+    wait_for_records,
 )
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS: Final = 3
 TIMEOUT_S: Final = 30.0
+RECORDS_PER_INPUT_PARTITION: Final = 40
 
 
 def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = PARTITIONS) -> None:
@@ -104,19 +108,6 @@ def records_for(topics: Sequence[str], tag: str, per_partition: int) -> list[Rec
     ]
 
 
-def by_partition(records: Iterable[Record]) -> dict[tuple[str, int], list[tuple[bytes, bytes]]]:
-    """(topic, partition) -> [(key, value)] in the order given."""
-    out: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
-    for topic, partition, key, value in records:
-        out.setdefault((topic, partition), []).append((key, value))
-    return out
-
-
-def assert_same_records(got: Sequence[Record], want: Sequence[Record]) -> None:
-    """The same records in each partition, in the same order (partitions may interleave)."""
-    assert by_partition(got) == by_partition(want)
-
-
 def test_committed_records_are_read_committed_and_aborted_ones_only_read_uncommitted(
     bootstrap: str,
 ) -> None:
@@ -133,35 +124,30 @@ def test_committed_records_are_read_committed_and_aborted_ones_only_read_uncommi
             producer.commit_transaction(TIMEOUT_S)
         else:
             producer.abort_transaction(TIMEOUT_S)
-    assert_same_records(read_topics(bootstrap, topics, READ_COMMITTED, PARTITIONS), first + last)
-    assert_same_records(
-        read_topics(bootstrap, topics, READ_UNCOMMITTED, PARTITIONS), first + aborted + last
-    )
+    committed = partial(read_topics, bootstrap, topics, READ_COMMITTED, PARTITIONS)
+    uncommitted = partial(read_topics, bootstrap, topics, READ_UNCOMMITTED, PARTITIONS)
+    wait_for_records(committed, first + last)
+    wait_for_records(uncommitted, first + aborted + last)
 
     # An open transaction: written (read_uncommitted sees it), not visible to read_committed
     # until its commit; the last stable offset holds read_committed consumers before it.
     pending = records_for(topics, "pending", 2)
     producer.begin_transaction()
     produce_all(producer, pending)
-    assert_same_records(read_topics(bootstrap, topics, READ_COMMITTED, PARTITIONS), first + last)
-    assert_same_records(
-        read_topics(bootstrap, topics, READ_UNCOMMITTED, PARTITIONS),
-        first + aborted + last + pending,
-    )
+    wait_for_records(uncommitted, first + aborted + last + pending)
+    wait_for_records(committed, first + last)
     producer.commit_transaction(TIMEOUT_S)
-    assert_same_records(
-        read_topics(bootstrap, topics, READ_COMMITTED, PARTITIONS), first + last + pending
-    )
+    wait_for_records(committed, first + last + pending)
 
 
 def test_consume_transform_produce_copies_exactly_once_and_commits_the_input_end(
     bootstrap: str,
 ) -> None:
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
 
     source, destination, group = "txn-ctp-in", "txn-ctp-out", "txn-ctp-group"
     create_topics(bootstrap, [source, destination])
-    input_records = records_for([source], "input", 40)
+    input_records = records_for([source], "input", RECORDS_PER_INPUT_PARTITION)
     plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     produce_all(plain, input_records)
     events: list[dict[str, Any]] = []
@@ -170,30 +156,7 @@ def test_consume_transform_produce_copies_exactly_once_and_commits_the_input_end
     assert any(e["event"] == "aborted" for e in events), "no transaction was aborted"
     assert events[-1] == {"event": "done"}
 
-    copied = [
-        (source, p, k, v)
-        for _, p, k, v in read_topics(bootstrap, [destination], READ_COMMITTED, PARTITIONS)
-    ]
-    assert_same_records(copied, input_records)
-    # The aborted transactions' copies were written: read_uncommitted sees them.
-    assert len(read_topics(bootstrap, [destination], READ_UNCOMMITTED, PARTITIONS)) > len(
-        input_records
-    )
-    reader = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": READ_COMMITTED}
-    )
-    try:
-        committed = reader.committed(
-            [TopicPartition(source, p) for p in range(PARTITIONS)], timeout=TIMEOUT_S
-        )
-        ends = [
-            reader.get_watermark_offsets(TopicPartition(source, p), TIMEOUT_S)[1]
-            for p in range(PARTITIONS)
-        ]
-    finally:
-        reader.close()
-    assert [c.offset for c in committed] == ends
-    assert sum(ends) == len(input_records)
+    assert_copied_exactly_once(job, input_records, PARTITIONS)
 
 
 def test_a_second_producer_with_the_same_transactional_id_fences_the_first(
@@ -223,10 +186,12 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_first(
     successor_records = records_for(topics, "successor", 2)
     produce_all(successor, successor_records)
     successor.commit_transaction(TIMEOUT_S)
-    assert_same_records(
-        read_topics(bootstrap, topics, READ_COMMITTED, PARTITIONS), successor_records
+    wait_for_records(
+        partial(read_topics, bootstrap, topics, READ_COMMITTED, PARTITIONS), successor_records
     )
-    uncommitted = read_topics(bootstrap, topics, READ_UNCOMMITTED, PARTITIONS)
     # The zombie's first records were written before it was fenced, then aborted; its late
     # ones were refused at the storage nodes (old epoch) and never written.
-    assert_same_records(uncommitted, zombie_records + successor_records)
+    wait_for_records(
+        partial(read_topics, bootstrap, topics, READ_UNCOMMITTED, PARTITIONS),
+        zombie_records + successor_records,
+    )

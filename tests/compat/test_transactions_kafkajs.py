@@ -9,16 +9,27 @@ offsets for the group. Then:
   transactions' records, in order per partition;
 - confluent-kafka with read_uncommitted reads all four transactions' records (the aborts
   really wrote), and with read_committed the same as kafkajs;
-- the group's committed offsets are those of the committed transaction, not the aborted one's.
+- the group's committed offsets (read with confluent-kafka) are those of the committed
+  transaction, not the aborted one's.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
-from test_kafkajs import PARTITIONS, _kafkajs
-from txn_copy_job import READ_COMMITTED, READ_UNCOMMITTED, read_topics
+from cluster_fixture import wait_until
+from test_kafkajs import PARTITIONS, REQUEST_TIMEOUT_S, _kafkajs
+from txn_copy_job import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Record,
+    by_partition,
+    group_offsets,
+    read_topics,
+    wait_for_records,
+)
 
 from brook.launcher import LocalCluster
 
@@ -28,21 +39,14 @@ TOPIC = "kafkajs-transactions"
 GROUP = "kafkajs-transactions-offsets"
 
 
-def _sent(transactions: list[dict[str, Any]], names: set[str]) -> dict[int, list[str]]:
-    """partition -> values the named transactions sent to it, in send order."""
-    out: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
-    for transaction in transactions:
-        if transaction["name"] in names:
-            for message in transaction["sent"]:
-                out[message["partition"]].append(message["value"])
-    return out
-
-
-def _values(records: list[tuple[str, int, bytes, bytes]]) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
-    for _topic, partition, _key, value in records:
-        out[partition].append(value.decode())
-    return out
+def _sent(transactions: list[dict[str, Any]], commit: set[bool]) -> list[Record]:
+    """The records the transactions whose outcome is in ``commit`` sent, in send order."""
+    return [
+        (TOPIC, m["partition"], m["key"].encode(), m["value"].encode())
+        for transaction in transactions
+        if transaction["commit"] in commit
+        for m in transaction["sent"]
+    ]
 
 
 def test_kafkajs_transactions_commit_abort_and_send_offsets(compat_cluster: LocalCluster) -> None:
@@ -55,22 +59,28 @@ def test_kafkajs_transactions_commit_abort_and_send_offsets(compat_cluster: Loca
         ("committed-with-offsets", True),
         ("aborted-with-offsets", False),
     ]
-    committed = _sent(transactions, {t["name"] for t in transactions if t["commit"]})
-    everything = _sent(transactions, {t["name"] for t in transactions})
+    committed = _sent(transactions, {True})
+    # The offsets of the committed transaction, not the aborted one's (99).
+    wait_until(
+        lambda: group_offsets(bootstrap, GROUP, TOPIC, PARTITIONS) == [5] * PARTITIONS,
+        f"{GROUP}'s offsets committed by kafkajs's transaction",
+        REQUEST_TIMEOUT_S,
+    )
 
-    (offsets,) = result["committed"]
-    assert sorted((p["partition"], int(p["offset"])) for p in offsets["partitions"]) == [
-        (p, 5) for p in range(PARTITIONS)
-    ]
+    # kafkajs's own consumer reads exactly the committed records: were an aborted one
+    # delivered, it would be among the first len(committed).
+    consumed = _kafkajs("consume", bootstrap, TOPIC, f"{GROUP}-reader", str(len(committed)))
+    by_offset = sorted(
+        (m["partition"], m["offset"], m["key"], m["value"]) for m in consumed["messages"]
+    )
+    assert by_partition([(TOPIC, p, k.encode(), v.encode()) for p, _, k, v in by_offset]) == (
+        by_partition(committed)
+    )
 
-    count = sum(map(len, committed.values()))
-    consumed = _kafkajs("consume", bootstrap, TOPIC, f"{GROUP}-reader", str(count))
-    by_partition: dict[int, list[tuple[int, str]]] = {p: [] for p in range(PARTITIONS)}
-    for message in consumed["messages"]:
-        by_partition[message["partition"]].append((message["offset"], message["value"]))
-    assert {p: [v for _, v in sorted(m)] for p, m in by_partition.items()} == committed
-
-    topics = [TOPIC]
-    read = read_topics(bootstrap, topics, READ_COMMITTED, PARTITIONS)
-    assert _values(read) == committed
-    assert _values(read_topics(bootstrap, topics, READ_UNCOMMITTED, PARTITIONS)) == everything
+    wait_for_records(
+        partial(read_topics, bootstrap, [TOPIC], READ_COMMITTED, PARTITIONS), committed
+    )
+    wait_for_records(
+        partial(read_topics, bootstrap, [TOPIC], READ_UNCOMMITTED, PARTITIONS),
+        _sent(transactions, {True, False}),
+    )

@@ -10,6 +10,7 @@ it prints all four. Once the fourth commits, read_committed prints it too.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Final
 
 import pytest
@@ -17,13 +18,11 @@ from test_gateway_fuzz import KafkaGateways, kafka_gateways
 from test_kcat import _kcat
 from test_transactions_confluent import (
     TIMEOUT_S,
-    assert_same_records,
     create_topics,
-    produce_all,
     records_for,
     transactional_producer,
 )
-from txn_copy_job import Record
+from txn_copy_job import Record, produce_all, wait_for_records
 
 from brook.launcher import LocalCluster
 
@@ -74,7 +73,10 @@ def test_kcat_read_committed_sees_only_committed_records(gateway: KafkaGateways)
             producer.commit_transaction(TIMEOUT_S)
         elif commit is False:
             producer.abort_transaction(TIMEOUT_S)
-    assert_same_records(_kcat_read(gateway, "read_committed"), first + second)
-    assert_same_records(_kcat_read(gateway, "read_uncommitted"), first + aborted + second + pending)
+    committed = partial(_kcat_read, gateway, "read_committed")
+    wait_for_records(
+        partial(_kcat_read, gateway, "read_uncommitted"), first + aborted + second + pending
+    )
+    wait_for_records(committed, first + second)
     producer.commit_transaction(TIMEOUT_S)
-    assert_same_records(_kcat_read(gateway, "read_committed"), first + second + pending)
+    wait_for_records(committed, first + second + pending)
