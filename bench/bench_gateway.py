@@ -277,12 +277,30 @@ def running_tansu(root: Path, binary: Path) -> Iterator[System]:
 
 @contextlib.contextmanager
 def running_brook(
-    root: Path, name: str, storage_nodes: int, gateway_traces: str
+    root: Path,
+    name: str,
+    storage_nodes: int,
+    gateway_traces: str,
+    *,
+    group_coordinators: int = 0,
+    config_overrides: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[System]:
+    """A Brook cluster of 1 controller, ``storage_nodes`` storage nodes, ``group_coordinators``
+    coordinators and 1 gateway, with ``config_overrides`` (role -> settings) on top of the
+    gateway's traces exporter; stopped on the way out."""
+    overrides: dict[str, dict[str, str]] = {
+        role: dict(settings) for role, settings in (config_overrides or {}).items()
+    }
+    overrides.setdefault(Role.GATEWAY.value, {})["telemetry.traces.exporter"] = gateway_traces
     cluster = LocalCluster(
         root / name,
-        Topology(controllers=1, storage_nodes=storage_nodes, group_coordinators=0, gateways=1),
-        config_overrides={Role.GATEWAY.value: {"telemetry.traces.exporter": gateway_traces}},
+        Topology(
+            controllers=1,
+            storage_nodes=storage_nodes,
+            group_coordinators=group_coordinators,
+            gateways=1,
+        ),
+        config_overrides=overrides,
         log_level="WARNING",
         startup_timeout_ms=STARTUP_TIMEOUT_MS,
         stop_timeout_ms=STOP_TIMEOUT_MS,
@@ -338,7 +356,15 @@ def create_topics(system: System, partitions_by_topic: Mapping[str, int]) -> Non
 # --------------------------------------------------------------------------- the scenarios
 
 
-def produce(bootstrap: str, topic: str, records: int, acks: str) -> dict[str, Any]:
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    acks: str,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``records`` records as fast as one producer sends them (PRODUCER_SETTINGS, then
+    ``settings``), every one acknowledged."""
     errors: list[str] = []
 
     def on_error(error: KafkaError | None, _message: Any) -> None:
@@ -346,7 +372,13 @@ def produce(bootstrap: str, topic: str, records: int, acks: str) -> dict[str, An
             errors.append(str(error))
 
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": acks, "on_delivery": on_error, **PRODUCER_SETTINGS}
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "on_delivery": on_error,
+            **PRODUCER_SETTINGS,
+            **(settings or {}),
+        }
     )
     payload = make_payload(RECORD_BYTES)
     send = producer.produce
@@ -370,9 +402,18 @@ def produce(bootstrap: str, topic: str, records: int, acks: str) -> dict[str, An
     }
 
 
-def consume(bootstrap: str, topic: str, records: int) -> dict[str, Any]:
+def consume(
+    bootstrap: str, topic: str, records: int, settings: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Reads ``records`` records of ``topic`` from the beginning (CONSUMER_SETTINGS, then
+    ``settings``; librdkafka's default isolation.level is read_committed)."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", **CONSUMER_SETTINGS}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{topic}",
+            **CONSUMER_SETTINGS,
+            **(settings or {}),
+        }
     )
     try:
         began = time.perf_counter()
@@ -601,12 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "benchmark": "gateway",
         "note": NOTE,
-        "machine": {
-            "cpus": len(os.sched_getaffinity(0)),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_average_at_start": [round(x, 2) for x in load_at_start],
-        },
+        "machine": machine_facts(load_at_start),
         "scenario": {
             "partitions": PARTITIONS,
             "record_bytes": RECORD_BYTES,
@@ -632,6 +668,16 @@ def main(argv: list[str] | None = None) -> int:
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+def machine_facts(load_at_start: tuple[float, float, float]) -> dict[str, Any]:
+    """The report's "machine": cores available, Python, platform, load average at the start."""
+    return {
+        "cpus": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_at_start": [round(x, 2) for x in load_at_start],
+    }
 
 
 def _client_version() -> str:

@@ -32,6 +32,10 @@ def compat_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
             "controller": {
                 "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
                 "offsets.topic.replication.factor": "1",
+                # Transactions (issue #16): two storage nodes hold one copy of each partition.
+                "transaction.state.log.num.partitions": str(OFFSETS_PARTITIONS),
+                "transaction.state.log.replication.factor": "1",
+                "transaction.state.log.min.isr": "1",
             },
             "group-coordinator": {
                 "group.initial.rebalance.delay.ms": "0",

@@ -7,6 +7,11 @@
 //   node kafkajs_client.mjs consume BOOTSTRAP TOPIC GROUP COUNT
 //     reads COUNT records from the beginning as a member of GROUP (consumer.run, eachMessage),
 //     commits what it read, and reports the group's committed offsets.
+//   node kafkajs_client.mjs transact BOOTSTRAP TOPIC GROUP
+//     creates TOPIC (2 partitions) and runs four transactions with a transactional producer,
+//     each sending TXN_RECORDS records per partition: committed; aborted; committed with
+//     offsets for GROUP (sendOffsets); aborted with other offsets for GROUP. Reports what each
+//     sent.
 //
 // Each prints one JSON object on stdout; kafkajs's own log goes to stderr. The Python test
 // asserts on the JSON; this script checks nothing itself beyond exiting non-zero on an error.
@@ -50,20 +55,33 @@ function recordsOf(partition, send) {
     }));
 }
 
-async function produce() {
+async function createTopic() {
   const admin = kafka.admin();
   await admin.connect();
-  let metadata;
   try {
     const created = await admin.createTopics({
       topics: [{ topic, numPartitions: PARTITIONS, replicationFactor: 1 }],
       waitForLeaders: true,
       timeout: 20000,
     });
-    metadata = { created, ...(await admin.fetchTopicMetadata({ topics: [topic] })) };
+    return { created, ...(await admin.fetchTopicMetadata({ topics: [topic] })) };
   } finally {
     await admin.disconnect();
   }
+}
+
+async function fetchGroupOffsets() {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    return await admin.fetchOffsets({ groupId: group, topics: [topic] });
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+async function produce() {
+  const metadata = await createTopic();
   const producer = kafka.producer({
     allowAutoTopicCreation: false,
     // Every message names its partition; naming the partitioner only silences its warning.
@@ -117,6 +135,8 @@ async function consume() {
   const messages = [];
   await consumer.connect();
   try {
+    // kafkajs reads READ_COMMITTED unless readUncommitted is set: aborted records and open
+    // transactions must stay invisible.
     await consumer.subscribe({ topics: [topic], fromBeginning: true });
     await new Promise((resolve, reject) => {
       const timer = setTimeout(
@@ -151,18 +171,73 @@ async function consume() {
   } finally {
     await consumer.disconnect();
   }
-  const admin = kafka.admin();
-  await admin.connect();
-  let committed;
-  try {
-    committed = await admin.fetchOffsets({ groupId: group, topics: [topic] });
-  } finally {
-    await admin.disconnect();
-  }
-  return { messages, committed };
+  return { messages, committed: await fetchGroupOffsets() };
 }
 
-const phases = { produce, consume };
+const TXN_RECORDS = 3;
+// What each transaction does: commit or abort, and the offset it sends for GROUP (none: -1).
+const TRANSACTIONS = [
+  { name: "committed", commit: true, groupOffset: -1 },
+  { name: "aborted", commit: false, groupOffset: -1 },
+  { name: "committed-with-offsets", commit: true, groupOffset: 5 },
+  { name: "aborted-with-offsets", commit: false, groupOffset: 99 },
+];
+
+async function transact() {
+  await createTopic();
+  const producer = kafka.producer({
+    transactionalId: `${topic}-txn`,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    allowAutoTopicCreation: false,
+    createPartitioner: Partitioners.DefaultPartitioner,
+  });
+  await producer.connect();
+  const transactions = [];
+  try {
+    for (const plan of TRANSACTIONS) {
+      const messages = Array.from({ length: PARTITIONS }, (_, p) => p).flatMap((partition) =>
+        Array.from({ length: TXN_RECORDS }, (_, i) => ({
+          partition,
+          key: `key-${partition}-${i}`,
+          value: `${topic} ${plan.name} ${partition}.${i}`,
+          headers: { transaction: plan.name },
+        })),
+      );
+      const transaction = await producer.transaction();
+      try {
+        await transaction.send({ topic, messages });
+        if (plan.groupOffset >= 0) {
+          await transaction.sendOffsets({
+            consumerGroupId: group,
+            topics: [
+              {
+                topic,
+                partitions: Array.from({ length: PARTITIONS }, (_, partition) => ({
+                  partition,
+                  offset: String(plan.groupOffset),
+                })),
+              },
+            ],
+          });
+        }
+      } catch (error) {
+        await transaction.abort();
+        throw error;
+      }
+      await (plan.commit ? transaction.commit() : transaction.abort());
+      transactions.push({
+        ...plan,
+        sent: messages.map(({ partition, key, value }) => ({ partition, key, value })),
+      });
+    }
+  } finally {
+    await producer.disconnect();
+  }
+  return { transactions };
+}
+
+const phases = { produce, consume, transact };
 try {
   if (!(phase in phases)) throw new Error(`unknown phase ${phase}`);
   process.stdout.write(`${JSON.stringify(await phases[phase]())}\n`);
