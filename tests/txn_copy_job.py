@@ -360,13 +360,16 @@ def read_topics(
 
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
     """``group``'s committed offsets of ``topic``'s partitions, asked as a read_committed
-    consumer does (require_stable: offsets of an undecided transaction are not answered)."""
+    consumer does (require_stable: offsets of an undecided transaction are not answered);
+    [] when the question fails (a coordinator moving: the callers poll)."""
     reader = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": READ_COMMITTED}
     )
     try:
         asked = [TopicPartition(topic, p) for p in range(partitions)]
         return [c.offset for c in reader.committed(asked, timeout=CALL_TIMEOUT_S)]
+    except KafkaException:
+        return []
     finally:
         reader.close()
 
