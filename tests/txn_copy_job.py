@@ -144,7 +144,6 @@ class _TransactionalCopier:
     def __init__(self, job: CopyJob, report: Report) -> None:
         self._job = job
         self._report = report
-        self._in_transaction = False
         self._transactions = 0
         self._fatal: list[KafkaError] = []
         self._consumer = Consumer(consumer_settings(job))
@@ -193,23 +192,17 @@ class _TransactionalCopier:
         self._retrying(
             "init_transactions", lambda: self._producer.init_transactions(CALL_TIMEOUT_S)
         )
-        self._consumer.subscribe(
-            [self._job.source], on_revoke=self._on_revoke, on_lost=self._on_revoke
-        )
+        # Rebalances need no handling here: they happen inside consume(), between
+        # transactions, and a transaction whose offsets name an old generation is refused
+        # (abortable), aborted and rewound.
+        self._consumer.subscribe([self._job.source])
         self._report({"event": "ready"})
-
-    def _on_revoke(self, _consumer: Any, _partitions: list[TopicPartition]) -> None:
-        # The partitions may go to another member: what this one has not committed is
-        # aborted, and whoever gets them resumes from the committed offsets.
-        if self._in_transaction:
-            self.abort("partitions revoked")
 
     def abort(self, why: str) -> None:
         if not self._retrying(
             "abort_transaction", lambda: self._producer.abort_transaction(CALL_TIMEOUT_S)
         ):
             raise RuntimeError(f"abort_transaction ({why}) asked for an abort")
-        self._in_transaction = False
         self._report({"event": "aborted", "why": why})
 
     def rewind(self) -> None:
@@ -245,7 +238,6 @@ class _TransactionalCopier:
         if not records:
             return 0
         self._producer.begin_transaction()
-        self._in_transaction = True
         self._transactions += 1
         every = self._job.abort_every
         deliberate_abort = every > 0 and self._transactions % every == 0
@@ -268,8 +260,6 @@ class _TransactionalCopier:
                 positions, self._consumer.consumer_group_metadata(), CALL_TIMEOUT_S
             ),
         )
-        if not self._in_transaction:
-            return 0  # a rebalance aborted it meanwhile
         if written and deliberate_abort:
             self.abort("deliberate")
             self.rewind()
@@ -282,7 +272,6 @@ class _TransactionalCopier:
             self.abort("abortable error")
             self.rewind()
             return 0
-        self._in_transaction = False
         self._report(
             {"event": "committed", "positions": {tp.partition: tp.offset for tp in positions}}
         )
@@ -371,13 +360,16 @@ def read_topics(
 
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
     """``group``'s committed offsets of ``topic``'s partitions, asked as a read_committed
-    consumer does (require_stable: offsets of an undecided transaction are not answered)."""
+    consumer does (require_stable: offsets of an undecided transaction are not answered);
+    [] when the question fails (a coordinator moving: the callers poll)."""
     reader = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": READ_COMMITTED}
     )
     try:
         asked = [TopicPartition(topic, p) for p in range(partitions)]
         return [c.offset for c in reader.committed(asked, timeout=CALL_TIMEOUT_S)]
+    except KafkaException:
+        return []
     finally:
         reader.close()
 

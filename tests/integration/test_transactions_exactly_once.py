@@ -56,9 +56,9 @@ DESTINATION: Final = "eos-destination"
 GROUP: Final = "eos-copy"
 TRANSACTIONAL_ID: Final = "eos-copy-job"
 PARTITIONS: Final = 3
-RECORDS_PER_PARTITION: Final = 300
+RECORDS_PER_PARTITION: Final = 600
 TOTAL_RECORDS: Final = PARTITIONS * RECORDS_PER_PARTITION
-# 10 records a transaction, at most 4 transactions a second: ~23 s of copying without faults,
+# 10 records a transaction, at most 4 transactions a second: ~45 s of copying without faults,
 # so that every fault lands while the job is still at work.
 RECORDS_PER_TRANSACTION: Final = 10
 TRANSACTIONS_PER_S: Final = 4.0
@@ -77,6 +77,7 @@ EXIT_TIMEOUT_S: Final = 60.0
 CLIENT_TIMEOUT_S: Final = 30.0
 JOB_SCRIPT: Final = Path(__file__).resolve().parents[1] / "txn_copy_job.py"
 LOG_TAIL_CHARS: Final = 4000
+EVENTS_SHOWN: Final = 3
 
 
 class JobRuns:
@@ -117,7 +118,11 @@ class JobRuns:
 
     def describe(self, run: subprocess.Popen[bytes]) -> str:
         err = self._path(run, "err").read_text()[-LOG_TAIL_CHARS:]
-        return f"job run {self.runs.index(run) + 1} (exit {run.poll()}); stderr: {err}"
+        last = self.events(run)[-EVENTS_SHOWN:]
+        return (
+            f"job run {self.runs.index(run) + 1} (exit {run.poll()}); last events {last}; "
+            f"stderr: {err}"
+        )
 
     def committed_records(self) -> int:
         """Records copied and committed so far, by every run: the sum over the partitions of
