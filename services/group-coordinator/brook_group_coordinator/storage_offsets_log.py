@@ -230,7 +230,8 @@ class StorageOffsetsLog:
     async def _sequence_from_log(self, partition: int, writer: _Writer) -> int:
         """The sequence after the last batch of this producer and epoch in the log, or 0 when
         it has none (a fence is due). Only the owner at this epoch writes it, so its batches,
-        if any, end the log (above a fence of this epoch nothing older is accepted)."""
+        if any, end the log (above a fence of this epoch nothing older is accepted), control
+        batches aside (``_last_batch``)."""
         tail = await self._last_batch(partition)
         if tail is None or tail.producer_id != self._fenced_topic.producer_id(partition):
             return 0
@@ -397,17 +398,24 @@ class StorageOffsetsLog:
         )
 
     async def _last_batch(self, partition: int) -> BatchHeader | None:
-        """The header of the partition's last batch below its high watermark (None: empty)."""
-        log_start, high_watermark = await self.bounds(partition)
-        if high_watermark <= log_start:
-            return None
-        for stalls in range(1, READ_ATTEMPTS_MAX + 1):
-            response = await self._fetch(partition, high_watermark - 1)
+        """The header of the partition's last data batch below its high watermark (None:
+        there is none). Control batches are stepped over: no writer of the topic writes one,
+        but a transaction marker could be written into it before the storage nodes refused
+        that, and taking it for the tail would fence at sequence 0 for ever."""
+        log_start, end = await self.bounds(partition)
+        stalls = 0
+        while end > log_start:
+            response = await self._fetch(partition, end - 1)
             records = bytes(response.records)
             last: BatchHeader | None = None
+            first_below_end: int | None = None
             try:
                 for _, header in scan_batches(records):
-                    if header.next_offset <= high_watermark:
+                    if header.next_offset > end:
+                        continue
+                    if first_below_end is None:
+                        first_below_end = header.base_offset
+                    if not header.is_control:
                         last = header
             except CorruptRecordError as error:
                 raise BrookError(
@@ -415,15 +423,22 @@ class StorageOffsetsLog:
                 ) from None
             if last is not None:
                 return last
-            if response.log_start_offset >= high_watermark:
+            if first_below_end is not None:
+                end = first_below_end  # only control batches there: look before them
+                stalls = 0
+                continue
+            if response.log_start_offset >= end:
                 return None  # everything was deleted meanwhile
             # A new leader whose own high watermark has not caught up yet.
+            stalls += 1
+            if stalls >= READ_ATTEMPTS_MAX:
+                raise BrookError(
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                    f"{self._topic}-{partition} returned no batch below offset {end} "
+                    f"{READ_ATTEMPTS_MAX} times",
+                )
             await asyncio.sleep(backoff_s(self._settings.retry_backoff, stalls))
-        raise BrookError(
-            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-            f"{self._topic}-{partition} returned no batch below its high watermark "
-            f"{high_watermark} {READ_ATTEMPTS_MAX} times",
-        )
+        return None
 
     async def read(self, partition: int, from_offset: int) -> AsyncIterator[LogRecord]:
         offset = max(0, from_offset)

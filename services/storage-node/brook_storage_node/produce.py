@@ -19,8 +19,9 @@ order. What it guarantees, in the order it works:
    pipelines them relies on it).
 3. Checks per entry: a malformed or repeated address is INVALID_REQUEST; the node must lead
    the partition (NOT_LEADER_OR_FOLLOWER with a hint, as ``ReplicaManager.leader_partition``
-   says); unless a coordinator writes, no internal topic (INVALID_TOPIC_EXCEPTION) and no
-   producer id reserved for the coordinators (INVALID_RECORD). A ProduceRecords entry's
+   says); unless a coordinator's Produce writes (never a transaction marker), no internal
+   topic (INVALID_TOPIC_EXCEPTION) and no producer id reserved for the coordinators
+   (INVALID_RECORD). A ProduceRecords entry's
    records become one batch in the requested (or the topic's) codec.
 4. Idempotent producers: a retried batch is answered with its original offsets
    (log/producer_state.py); a batch that arrived ahead of its producer's next sequence waits,
@@ -196,7 +197,8 @@ class ProducePath:
     ) -> list[ProducePartitionResult]:
         """Append a request's entries (``acks`` a brook.v1.Acks, ``size_bytes`` what the
         request counts against queued.max.request.bytes, ``coordinator`` whether a
-        coordinator sent it, ``origin`` COORDINATOR for transaction markers, which only
+        coordinator's Produce sent it (internal topics and reserved producer ids allowed; never
+        for markers), ``origin`` COORDINATOR for transaction markers, which only
         WriteTxnMarkers sends); one result per entry, in order. ProduceLimitError before
         anything is done if the node has too many bytes in flight."""
         if not self._bytes.try_acquire(size_bytes):
@@ -343,15 +345,17 @@ class ProducePath:
         return refusals, appends
 
     def _client_write_error(self, entry: ProduceEntry) -> ErrorResult | None:
-        """Why a client may not write this entry, if it may not: Kafka's ReplicaManager
-        refuses internal topics to every origin but the coordinators', and a batch with a
-        coordinator's producer id would fence the coordinators or break their reload."""
+        """Why a client (or a transaction marker) may not write this entry, if it may not:
+        Kafka's ReplicaManager refuses internal topics to every origin but the coordinators',
+        and a batch with a coordinator's producer id would fence the coordinators or break
+        their reload."""
         topic = self._replicas.view.topic(entry.topic)
         if topic is not None and topic.internal:
             return ErrorResult(
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
-                f"{entry.topic} is an internal topic: only the group coordinators write it "
-                "(commit offsets with OffsetCommit instead)",
+                f"{entry.topic} is an internal topic: only its coordinators write it, never a "
+                "client's produce or a transaction marker (commit offsets with OffsetCommit, "
+                "or TxnOffsetCommit in a transaction)",
             )
         reserved = _reserved_producer_batch(entry.records)
         if reserved is None:
@@ -359,8 +363,8 @@ class ProducePath:
         index, producer_id = reserved
         return ErrorResult(
             ErrorCode.INVALID_RECORD,
-            f"record batch {index} carries producer id {producer_id}, reserved for the group "
-            "coordinators; producer ids come from InitProducerId",
+            f"record batch {index} carries producer id {producer_id}, reserved for the "
+            "coordinators' own writes; producer ids come from InitProducerId",
             batch_index=index,
         )
 

@@ -37,7 +37,9 @@ Kafka's terms:
 - READ_COMMITTED (Fetch, Subscribe, ListOffsets) reads up to the last stable offset instead of
   the high watermark (fetch.py); a long poll then waits for the LSO to move.
 - WriteTxnMarkers appends a COMMIT or ABORT control batch per marker and partition through the
-  produce path (gates, FIFO append lock, the log's checks), as a coordinator, acks=all;
+  produce path (gates, FIFO append lock, the log's checks), acks=all, with a client's limits:
+  no internal topic (INVALID_TOPIC_EXCEPTION) and no producer id reserved for the coordinators
+  (INVALID_RECORD), whoever sends it (the gateway forwards any Kafka client's);
   DescribeProducers reports the leader's producer state (log/producer_state.py). Transactional
   producers get their ids from the transaction coordinator: InitProducerId with a
   transactional id is refused here and says so.
@@ -742,7 +744,9 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             acks=storage_pb2.ACKS_ALL,
             timeout_ms=timeout_ms,
             size_bytes=len(records) * len(entries),
-            coordinator=True,
+            # Not a coordinator's Produce: a marker may not go to an internal topic (groups end
+            # transactions with CompleteTransaction) nor carry a coordinator's producer id (it
+            # would raise that fencing producer's epoch): refused as a client's batch would be.
             origin=AppendOrigin.COORDINATOR,
         )
         for produced in appended:

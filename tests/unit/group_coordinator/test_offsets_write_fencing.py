@@ -40,7 +40,7 @@ from memory_offsets_log import MemoryOffsetsLog
 from brook.errors import BrookError, ErrorCode
 from brook.record import scan_batches
 from brook.rpc.backoff import RetryBackoff
-from brook.v1 import controller_pb2
+from brook.v1 import common_pb2, controller_pb2, storage_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage_node"))
 from storage_node_support import (
@@ -225,8 +225,31 @@ def test_a_deposed_coordinator_cannot_delete_the_group_either(tmp_path: Path) ->
     run(scenario)
 
 
+async def _write_foreign_marker(node: Node) -> None:
+    """A transaction marker of another producer in the partition. The storage nodes refuse
+    markers to internal topics now, but a log may have one from before (here
+    __consumer_offsets is not flagged internal, so the node takes it)."""
+    marked = await node.stub.WriteTxnMarkers(
+        storage_pb2.WriteTxnMarkersRequest(
+            markers=[
+                storage_pb2.TxnMarker(
+                    producer_id=7,
+                    producer_epoch=0,
+                    committed=False,
+                    coordinator_epoch=0,
+                    partitions=[
+                        common_pb2.TopicPartition(topic=OFFSETS_TOPIC, partition=PARTITION)
+                    ],
+                )
+            ]
+        )
+    )
+    assert marked.markers[0].partitions[0].error_code == 0
+
+
+@pytest.mark.parametrize("marker_at_tail", [False, True])
 def test_a_claim_fences_once_and_a_restart_at_the_same_epoch_continues_the_sequence(
-    tmp_path: Path,
+    tmp_path: Path, marker_at_tail: bool
 ) -> None:
     async def scenario() -> None:
         async with _node(tmp_path) as (node, _):
@@ -235,6 +258,10 @@ def test_a_claim_fences_once_and_a_restart_at_the_same_epoch_continues_the_seque
                 await first.load_partition(PARTITION, 2)
                 assert await _commit(first, 10) is ErrorCode.NONE
                 assert await _commit(first, 11) is ErrorCode.NONE
+            if marker_at_tail:
+                # Not the owner's tail: the restart below still continues its sequence
+                # (fencing at 0 would be answered as a duplicate, and the load fail for ever).
+                await _write_foreign_marker(node)
             # The same coordinator restarts before any hand-over: same coordinator epoch, a
             # process that remembers nothing. A second fence at sequence 0 would be out of
             # order; it continues after its own last batch instead.

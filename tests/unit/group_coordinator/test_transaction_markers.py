@@ -1,8 +1,8 @@
 """The transaction coordinator's marker writer (transactions/markers.py) against real gRPC
 servers on the loopback that answer as scripted: one WriteTxnMarkers per leader node with the
 transaction's ids and epochs, retried until every partition is written, a deleted partition
-skipped, CompleteTransaction to the group's coordinator retried until NONE, and a fenced
-answer stopping it."""
+and an internal topic's skipped, CompleteTransaction to the group's coordinator retried until
+NONE, and a fenced answer stopping it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,14 @@ from scripted_servers import ScriptedServicer, serving
 
 from brook.errors import ErrorCode
 from brook.rpc.backoff import RetryBackoff
-from brook.v1 import controller_pb2, group_pb2, group_pb2_grpc, storage_pb2, storage_pb2_grpc
+from brook.v1 import (
+    controller_pb2,
+    group_pb2,
+    group_pb2_grpc,
+    metadata_pb2,
+    storage_pb2,
+    storage_pb2_grpc,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage_node"))
 from storage_node_support import broker_record, partition_record, topic_record
@@ -38,7 +45,7 @@ TRANSACTION = Transaction(
     last_producer_epoch=-1,
     timeout_ms=60_000,
     state=TxnState.PREPARE_COMMIT,
-    partitions=frozenset({("t", 0), ("t", 1), ("t", 2), ("gone", 0)}),
+    partitions=frozenset({("t", 0), ("t", 1), ("t", 2), ("gone", 0), (OFFSETS_TOPIC, 0)}),
     groups=frozenset({"g"}),
     start_ms=1,
     update_ms=2,
@@ -94,6 +101,11 @@ class Groups(ScriptedServicer, group_pb2_grpc.GroupCoordinatorServiceServicer):
         return group_pb2.CompleteTransactionResponse(error_code=int(code))  # type: ignore[arg-type]
 
 
+def _internal(record: metadata_pb2.MetadataRecord) -> metadata_pb2.MetadataRecord:
+    record.topic.internal = True
+    return record
+
+
 def _writer(ports: Sequence[int]) -> GrpcMarkerWriter:
     """Nodes 1 and 2 (storage: 1 leads t-0 and t-2, 2 leads t-1) and the group coordinator of
     __consumer_offsets-0 on the third port."""
@@ -111,7 +123,7 @@ def _writer(ports: Sequence[int]) -> GrpcMarkerWriter:
                 partition_record("t", 0, leader=1, replicas=(1,)),
                 partition_record("t", 1, leader=2, replicas=(2,)),
                 partition_record("t", 2, leader=1, replicas=(1,)),
-                topic_record(OFFSETS_TOPIC),
+                _internal(topic_record(OFFSETS_TOPIC)),
                 partition_record(OFFSETS_TOPIC, 0, leader=1, replicas=(1,)),
             ],
         )
@@ -146,7 +158,9 @@ def test_markers_go_once_per_leader_retried_until_written_and_groups_completed()
         assert (first.producer_id, first.producer_epoch, first.committed) == (42, 3, True)
         assert first.coordinator_epoch == COORDINATOR_EPOCH
         assert {(p.topic, p.partition) for p in first.partitions} == {("t", 0), ("t", 2)}
-        # The retry carries only what is left; the deleted topic is never asked for.
+        # The retry carries only what is left; the deleted topic, and the internal one (the
+        # storage nodes refuse markers there, so it would be retried for ever), are never
+        # asked for.
         assert [
             [(p.topic, p.partition) for p in r.markers[0].partitions] for r in storage[0].requests
         ] == [

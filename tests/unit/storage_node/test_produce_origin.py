@@ -1,7 +1,8 @@
 """The storage node takes writes to internal topics, and batches with the producer ids
-reserved for the group coordinators, only from produce requests whose origin is a coordinator
-(in-process node, real logs). tests/integration/test_internal_topic_writes.py proves the same
-against a real cluster and through the Kafka gateway."""
+reserved for the group coordinators, only from produce requests whose origin is a coordinator,
+and never as a transaction marker (in-process node, real logs).
+tests/integration/test_internal_topic_writes.py proves the same against a real cluster and
+through the Kafka gateway."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from storage_node_support import (
 from brook.errors import ErrorCode, error_code
 from brook.record import BatchBuilder
 from brook.reserved import RESERVED_PRODUCER_ID_BASE
-from brook.v1 import metadata_pb2, storage_pb2, storage_pb2_grpc
+from brook.v1 import common_pb2, metadata_pb2, storage_pb2, storage_pb2_grpc
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -111,5 +112,48 @@ def test_a_reserved_producer_id_is_refused_to_clients_on_any_topic(tmp_path: Pat
             plain = await node.stub.Produce(produce_request("orders", 0, batch(1)))
             assert error_code(plain.partitions[0].error_code) is ErrorCode.NONE
             assert await _latest(node.stub, "orders") == 1
+
+    run(scenario)
+
+
+def test_a_marker_may_not_go_to_an_internal_topic_nor_carry_a_reserved_producer_id(
+    tmp_path: Path,
+) -> None:
+    """Anyone may send WriteTxnMarkers (the gateway forwards a Kafka client's): a marker with
+    a coordinator's producer id at the top epoch would fence that coordinator for good, and a
+    marker in __consumer_offsets would end its log with a batch that is not the owner's."""
+
+    def marker(producer_id: int, *partitions: tuple[str, int]) -> storage_pb2.TxnMarker:
+        return storage_pb2.TxnMarker(
+            producer_id=producer_id,
+            producer_epoch=32767,
+            committed=False,
+            coordinator_epoch=-1,
+            partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions],
+        )
+
+    async def scenario() -> None:
+        async with running_node(tmp_path, source_for=_source) as node:
+            answer = await node.stub.WriteTxnMarkers(
+                storage_pb2.WriteTxnMarkersRequest(
+                    markers=[
+                        marker(RESERVED_PRODUCER_ID_BASE, (OFFSETS_TOPIC, 0), ("orders", 0)),
+                        marker(7, (OFFSETS_TOPIC, 0)),
+                    ]
+                )
+            )
+            codes = [[error_code(p.error_code) for p in m.partitions] for m in answer.markers]
+            assert codes == [
+                [ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.INVALID_RECORD],
+                [ErrorCode.INVALID_TOPIC_EXCEPTION],
+            ]
+            assert await _latest(node.stub, OFFSETS_TOPIC) == 0
+            assert await _latest(node.stub, "orders") == 0
+
+            # The coordinator of __consumer_offsets-0 (epoch 0) is not fenced.
+            written = await node.stub.Produce(
+                _as_coordinator(produce_request(OFFSETS_TOPIC, 0, _reserved_batch()))
+            )
+            assert error_code(written.partitions[0].error_code) is ErrorCode.NONE
 
     run(scenario)

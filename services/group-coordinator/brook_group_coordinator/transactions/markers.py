@@ -5,7 +5,9 @@ Data partitions: StorageService.WriteTxnMarkers to each partition's leader (the 
 metadata), one request per leader node for the transaction's partitions there (at most
 ``PARTITIONS_PER_REQUEST_MAX`` each), with the transaction's producer id and epoch and the
 __transaction_state partition's coordinator epoch. A partition is done when its leader answers
-NONE, or skipped when its topic or partition no longer exists (deleted). Every other answer
+NONE, or skipped when its topic or partition no longer exists (deleted) or its topic is internal
+(no client may write there, and the storage nodes refuse markers there: groups end their
+transactions with CompleteTransaction). Every other answer
 or failure (a leader moving, a node down, NOT_ENOUGH_REPLICAS, a timeout) is retried, after
 the next metadata update or a back-off (retry.backoff.ms growing to retry.backoff.max.ms),
 whichever comes first, until it is written: a decided transaction must reach every partition.
@@ -158,6 +160,16 @@ class GrpcMarkerWriter:
                 if self._metadata.partition(topic, partition) is None:
                     _log.info(
                         "no marker for a deleted partition",
+                        extra={"topic": topic, "partition": partition},
+                    )
+                    left.discard((topic, partition))
+                    continue
+                info = self._metadata.topic(topic)
+                if info is not None and info.internal:
+                    # No client batch can be there (the storage nodes refuse them), and the
+                    # storage nodes refuse markers there too: nothing to end.
+                    _log.info(
+                        "no marker for an internal topic",
                         extra={"topic": topic, "partition": partition},
                     )
                     left.discard((topic, partition))
