@@ -27,7 +27,7 @@ from brook_storage_node.log.transaction_index import (
 )
 from log_test_support import FakeClock
 
-from brook.record import ControlType, build_batch, build_control_batch, scan_batches
+from brook.record import BatchBuilder, ControlType, build_batch, build_control_batch, scan_batches
 
 TOPIC_DIR = "events-0"
 NOW_MS = 1_700_000_000_000
@@ -350,6 +350,47 @@ def test_followers_build_the_same_state_and_truncation_rebuilds_it(tmp_path: Pat
         follower.truncate_fully_and_start_at(100)
         assert follower.producer_state.ongoing_transactions == {}
         assert follower.last_stable_offset == follower.high_watermark
+    finally:
+        leader.close()
+        follower.close()
+
+
+def test_a_follower_copies_a_control_batch_that_is_no_marker_as_replay_reads_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older leader accepted control batches that are not markers; a follower must get past
+    one (refusing it would stall replication there for good), applying nothing from it, as
+    recovery replay does."""
+    leader = _open(tmp_path / "leader")
+    follower = _open(tmp_path / "follower")
+    try:
+        leader.append(_data(1, 0), leader_epoch=0)  # 0-1: opens pid 1's transaction
+        copied = bytes(leader.read(0, 1 << 20).records)
+        odd = BatchBuilder(
+            producer_id=1,
+            producer_epoch=0,
+            is_transactional=True,
+            partition_leader_epoch=0,
+            is_control=True,
+        )
+        odd.append(NOW_MS, struct.pack(">hh", 0, 7), struct.pack(">hi", 0, 0), ())  # type 7
+        abort = build_control_batch(
+            ControlType.ABORT,
+            producer_id=1,
+            producer_epoch=0,
+            coordinator_epoch=0,
+            timestamp_ms=NOW_MS,
+            base_offset=3,
+            partition_leader_epoch=0,
+        )
+        follower.append_as_follower(copied + odd.build(2) + abort)
+        assert follower.log_end_offset == 4
+        assert "no marker" in caplog.text
+        assert follower.producer_state.ongoing_transactions == {}
+        assert _aborted(follower) == [(1, 0, 3)]
+        # Replay reads the log the same way.
+        follower.truncate_to(3)
+        assert follower.producer_state.ongoing_transactions == {1: 0}
     finally:
         leader.close()
         follower.close()

@@ -375,7 +375,7 @@ class PartitionLog:
             validated = validate_follower_append(
                 records, log_end_offset=self._log_end_offset, config=self._config
             )
-            markers = _markers_of(validated)
+            markers = _markers_of(validated, copied_into=self.directory)
             now_ms = self._clock_ms()
             info = self._append_locked(validated, now_ms, dense=False)
             with self._storage_errors("index an aborted transaction of"):
@@ -959,15 +959,30 @@ class PartitionLog:
         )
 
 
-def _markers_of(validated: ValidatedAppend) -> _Markers:
-    """The markers among the batches of an append, decoded (RecordError if one is not a
-    COMMIT or ABORT marker: nothing is appended)."""
+def _markers_of(validated: ValidatedAppend, *, copied_into: Path | None = None) -> _Markers:
+    """The markers among the batches of an append, decoded. A leader's append
+    (``copied_into`` None) with a control batch that is not a COMMIT or ABORT marker is a
+    RecordError: nothing is appended. A follower's (``copied_into``: its log directory) keeps
+    such a batch and skips it, logged, as replay does (``_replayed_marker``): the leader has
+    it, and refusing it would stall replication there for good."""
     markers: _Markers = {}
     for index, ((header, _), batch) in enumerate(
         zip(validated.headers, validated.batches, strict=True)
     ):
-        if header.is_control and header.has_producer_id:
+        if not (header.is_control and header.has_producer_id):
+            continue
+        try:
             markers[index] = read_marker(validated.data, batch.position)
+        except RecordError as exc:
+            if copied_into is None:
+                raise
+            _log.warning(
+                "%s: invariant: the leader sent a control batch at offset %d that is no "
+                "marker; copied, not applied: %s",
+                copied_into,
+                header.base_offset,
+                exc,
+            )
     return markers
 
 
