@@ -396,6 +396,40 @@ def test_a_follower_copies_a_control_batch_that_is_no_marker_as_replay_reads_it(
         follower.close()
 
 
+def test_a_transaction_begun_below_the_log_start_survives_a_rebuild(tmp_path: Path) -> None:
+    """DeleteRecords into the segment after the transaction's first one: the transaction is
+    still open (the LSO stays at the log start), and a rebuild of the producer state from that
+    segment (here its aborted index is lost, so recovery replays from its base) still knows it,
+    so its later abort is indexed."""
+    log = _open(tmp_path, segment_bytes=300)
+    try:
+        log.append(_data(1, 0), leader_epoch=0)  # 0-1: opens pid 1's transaction
+        while log.segment_count < 3:
+            log.append(_data(2, log.log_end_offset, txn=False), leader_epoch=0)
+        _commit_everything(log)
+        second = log.segment_base_offsets[1]
+        start = log.delete_records_before(second + 1)
+        assert log.last_stable_offset == start
+    finally:
+        log.close()
+    (tmp_path / TOPIC_DIR / f"{second:020d}{TXN_INDEX_SUFFIX}").unlink()
+    reopened = PartitionLog.open(
+        tmp_path / TOPIC_DIR,
+        LogConfig(segment_bytes=300),
+        log_start_offset=start,
+        high_watermark=1 << 40,
+        had_clean_shutdown=True,
+        clock_ms=FakeClock(NOW_MS),
+    )
+    try:
+        assert reopened.producer_state.ongoing_transactions == {1: 0}
+        assert reopened.last_stable_offset == start
+        abort = _write_marker(reopened, 1, ControlType.ABORT)
+        assert [(pid, last) for pid, _, last in _aborted(reopened)] == [(1, abort)]
+    finally:
+        reopened.close()
+
+
 def test_retention_deletes_a_segments_txnindex_with_it(tmp_path: Path) -> None:
     log = _open(tmp_path, segment_bytes=300, retention_bytes=1)
     try:

@@ -713,7 +713,7 @@ class PartitionLog:
             with self._storage_errors("delete records of"):
                 self.leader_epoch_cache.truncate_from_start(offset)
                 self._delete_old_segments_locked(self._clock_ms())
-                self.producer_state.delete_snapshots_below(self._log_start_offset)
+                self.producer_state.delete_snapshots_below(self._segments[0].base_offset)
             self._update_last_stable_offset_locked()
             return offset
 
@@ -744,7 +744,7 @@ class PartitionLog:
             self.leader_epoch_cache.truncate_from_start(new_start)
             self._update_last_stable_offset_locked()
         self._schedule_delete_locked(doomed, now_ms)
-        self.producer_state.delete_snapshots_below(self._log_start_offset)
+        self.producer_state.delete_snapshots_below(self._segments[0].base_offset)
         _log.info(
             "%s: deleting %d segments (%s): %s; log start offset now %d",
             self.directory,
@@ -883,7 +883,7 @@ class PartitionLog:
         """
         state = self.producer_state
         state.delete_snapshots_above(self._log_end_offset)
-        state.delete_snapshots_below(self._log_start_offset)
+        state.delete_snapshots_below(self._segments[0].base_offset)
         bound = self._log_end_offset
         if txn_index_rebuild_from is not None:
             bound = min(bound, txn_index_rebuild_from)

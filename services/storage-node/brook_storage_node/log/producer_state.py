@@ -531,7 +531,10 @@ class ProducerStateManager:
             (self.directory / snapshot_file_name(offset)).unlink(missing_ok=True)
 
     def delete_snapshots_below(self, offset: int) -> None:
-        """Delete the snapshots below ``offset`` (the log start): no replay starts there."""
+        """Delete the snapshots below ``offset``, the first segment's base offset: no replay
+        starts there. The one at that base is kept even when the log start is above it
+        (DeleteRecords): it holds transactions begun in deleted segments that are still
+        open, which a replay from that segment would otherwise not know."""
         self.delete_snapshots(o for o in self.snapshot_offsets() if o < offset)
 
     def delete_snapshots_above(self, offset: int) -> None:
