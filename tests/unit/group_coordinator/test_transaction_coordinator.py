@@ -231,17 +231,67 @@ def test_kip_360_init_with_the_current_id_and_epoch_bumps_and_a_stale_one_is_fen
     run(scenario)
 
 
+def test_a_bump_without_an_expected_epoch_leaves_the_older_instance_fenced() -> None:
+    """Instance A holds (P, 0); instance B's InitProducerId (no expected epoch) bumps to
+    (P, 1). A's KIP-360 InitProducerId naming (P, 0) is not a retry of B's call: it is
+    PRODUCER_FENCED, never B's (P, 1)."""
+
+    async def scenario(h: Harness) -> None:
+        producer_id, epoch = await h.init()
+        assert await h.init() == (producer_id, epoch + 1)
+        zombie = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS, producer_id, epoch)
+        assert zombie.error is ErrorCode.PRODUCER_FENCED, zombie
+        assert h.state().producer_epoch == epoch + 1
+
+    run(scenario)
+
+
+def test_the_fencing_abort_leaves_the_fenced_instance_fenced() -> None:
+    """Instance A's ongoing transaction is aborted with a bumped epoch when instance B calls
+    InitProducerId; A's KIP-360 InitProducerId naming its old epoch afterwards is
+    PRODUCER_FENCED, never the fencing epoch."""
+
+    async def scenario(h: Harness) -> None:
+        producer_id, epoch = await h.init()
+        await h.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
+        fencing = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS)
+        assert fencing.error is ErrorCode.CONCURRENT_TRANSACTIONS
+        await h.until_state(TxnState.COMPLETE_ABORT)
+        zombie = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS, producer_id, epoch)
+        assert zombie.error is ErrorCode.PRODUCER_FENCED, zombie
+        assert await h.init() == (producer_id, epoch + 2)
+
+    run(scenario)
+
+
+def test_a_new_producer_id_without_an_expected_epoch_is_not_handed_to_the_old_one() -> None:
+    """Epoch exhausted: a plain InitProducerId gets a new producer id; the old id at its
+    last epoch is then fenced, not taken for a retry of that call."""
+
+    async def scenario(h: Harness) -> None:
+        old_id, _ = await h.init()
+        await _exhaust_epoch(h)
+        fresh_id, fresh_epoch = await h.init()
+        assert fresh_id != old_id and fresh_epoch == 0
+        zombie = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS, old_id, PRODUCER_EPOCH_MAX)
+        assert zombie.error is ErrorCode.PRODUCER_FENCED, zombie
+
+    run(scenario)
+
+
+async def _exhaust_epoch(h: Harness) -> None:
+    """Puts TXN at the last epoch the way a log replay would."""
+    partition = transaction_state_partition_for(TXN, PARTITIONS)
+    exhausted = replace(h.state(), producer_epoch=PRODUCER_EPOCH_MAX)
+    await h.log.append(partition, [(encode_transaction_key(TXN), encode_transaction(exhausted))])
+    h.coordinator.unload_partition(partition)
+    await h.coordinator.load_partition(partition, 1)
+
+
 def test_an_exhausted_epoch_gets_a_new_producer_id() -> None:
     async def scenario(h: Harness) -> None:
         old_id, _ = await h.init()
-        # Put the id at the last epoch the way a log replay would.
-        partition = transaction_state_partition_for(TXN, PARTITIONS)
-        exhausted = replace(h.state(), producer_epoch=PRODUCER_EPOCH_MAX)
-        await h.log.append(
-            partition, [(encode_transaction_key(TXN), encode_transaction(exhausted))]
-        )
-        h.coordinator.unload_partition(partition)
-        await h.coordinator.load_partition(partition, 1)
+        await _exhaust_epoch(h)
 
         fresh = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS, old_id, PRODUCER_EPOCH_MAX)
         assert fresh.error is ErrorCode.NONE

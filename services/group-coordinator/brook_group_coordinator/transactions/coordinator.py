@@ -311,7 +311,10 @@ class TransactionCoordinator:
     ) -> InitResult:
         """Kafka's InitProducerId with a transactional id (KIP-360's expected id and epoch,
         or NO_PRODUCER_ID): a new producer id at epoch 0 for a new id, else the epoch bumped
-        (a new producer id once the epoch is exhausted), fencing older instances."""
+        (a new producer id once the epoch is exhausted), fencing older instances. With an
+        expected id and epoch: the current ones bump (and are recorded as the last ones, so a
+        retry of this call whose answer was lost gets the same answer), the recorded last
+        ones get the current ones again, anything else is PRODUCER_FENCED."""
         error, message = self.check_coordinator(transactional_id)
         if error is not ErrorCode.NONE:
             return InitResult(error, message)
@@ -329,10 +332,7 @@ class TransactionCoordinator:
         current = entry.current
         expected = (expected_producer_id, expected_producer_epoch)
         if expected_producer_id != NO_PRODUCER_ID:
-            if (
-                expected == (current.last_producer_id, current.last_producer_epoch)
-                and current.state.idle
-            ):
+            if current.state.idle and _retried(current, expected):
                 # A retry of the InitProducerId that bumped it: its answer again.
                 return InitResult(ErrorCode.NONE, "", current.producer_id, current.producer_epoch)
             if expected != (current.producer_id, current.producer_epoch):
@@ -359,13 +359,20 @@ class TransactionCoordinator:
             producer_epoch = 0
             if self._entries.get(transactional_id) is not entry or entry.current is not current:
                 return _concurrent(transactional_id)
+        # The id and epoch replaced are recorded only when the request named them (KIP-360: a
+        # retry of it is recognised); a plain InitProducerId fences whoever held them.
+        last_id, last_epoch = (
+            (current.producer_id, current.producer_epoch)
+            if expected_producer_id != NO_PRODUCER_ID
+            else (NO_PRODUCER_ID, NO_EPOCH)
+        )
         target = current.to(
             TxnState.EMPTY,
             now_ms,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
-            last_producer_id=current.producer_id,
-            last_producer_epoch=current.producer_epoch,
+            last_producer_id=last_id,
+            last_producer_epoch=last_epoch,
             timeout_ms=timeout_ms,
             partitions=frozenset(),
             groups=frozenset(),
@@ -421,8 +428,9 @@ class TransactionCoordinator:
             TxnState.PREPARE_ABORT,
             self._timers.now_ms(),
             producer_epoch=current.producer_epoch + bump,
-            last_producer_id=current.producer_id,
-            last_producer_epoch=current.producer_epoch,
+            # The fenced instance's epoch is no retry of anything (Kafka's NO_PRODUCER_EPOCH).
+            last_producer_id=NO_PRODUCER_ID,
+            last_producer_epoch=NO_EPOCH,
         )
         entry.pending = TxnState.PREPARE_EPOCH_FENCE  # until the task's write takes over
         task = asyncio.get_running_loop().create_task(
@@ -716,6 +724,19 @@ class TransactionCoordinator:
             await asyncio.gather(*self._writes, return_exceptions=True)
         for partition in list(self.owned):
             self.unload_partition(partition)
+
+
+def _retried(current: Transaction, expected: tuple[int, int]) -> bool:
+    """Whether an InitProducerId naming ``expected`` is a retry of the one that made
+    ``current``: it names the id and epoch that call named (recorded only then, never after
+    a plain bump or a fencing abort). Another producer id than the current one is a retry only
+    of the call that replaced an exhausted epoch with a new id, as in Kafka."""
+    expected_id, expected_epoch = expected
+    return (
+        current.last_producer_epoch != NO_EPOCH
+        and expected == (current.last_producer_id, current.last_producer_epoch)
+        and (expected_id == current.producer_id or expected_epoch >= PRODUCER_EPOCH_MAX)
+    )
 
 
 def _concurrent_error(transactional_id: str) -> tuple[ErrorCode, str]:
