@@ -73,7 +73,6 @@ from brook_group_coordinator.transactions.state import (
 __all__ = [
     "InitResult",
     "MarkerWriter",
-    "MarkersFencedError",
     "ProducerIdSource",
     "TransactionCoordinator",
     "TransactionSettings",
@@ -92,16 +91,12 @@ class ProducerIdSource(Protocol):
         ...
 
 
-class MarkersFencedError(Exception):
-    """A partition refused a marker because a newer coordinator or producer epoch wrote there:
-    this coordinator no longer completes the transaction (its successor does)."""
-
-
 class MarkerWriter(Protocol):
     async def write_markers(self, transaction: Transaction, coordinator_epoch: int) -> None:
         """Writes the transaction's outcome (PrepareCommit: commit, PrepareAbort: abort) to
         each of its partitions and groups, retrying until every one is written or skipped (a
-        deleted topic); raises MarkersFencedError. Cancelled when the partition is lost."""
+        deleted topic, or a marker made obsolete by a marker of a newer epoch written there:
+        ``markers.py``). Cancelled when the partition is lost."""
         ...
 
 
@@ -582,8 +577,12 @@ class TransactionCoordinator:
         task.add_done_callback(done)
 
     async def _complete(self, transactional_id: str, entry: _Entry) -> None:
-        """Markers, then CompleteCommit/CompleteAbort; retried with back-off while the
-        partition is owned here (a lost partition cancels this task)."""
+        """Markers, then CompleteCommit/CompleteAbort; whatever fails (an unexpected exception
+        too: logged with its traceback) is retried with back-off while the partition is owned
+        here (a lost partition cancels this task), so a decided transaction is never left
+        without anyone completing it. Markers refused because a newer epoch wrote there are
+        obsolete (``MarkerWriter``): if a successor owns the partition now, it is the append of
+        the completion that finds out (fenced: the partition is dropped, this task ends)."""
         failures = 0
         while self._entries.get(transactional_id) is entry:
             current = entry.current
@@ -602,12 +601,6 @@ class TransactionCoordinator:
                 )
                 await self._write(entry, transactional_id, target, state)
                 return
-            except MarkersFencedError as error:
-                _log.warning(
-                    "a transaction's markers were fenced; its new coordinator completes it",
-                    extra={"transactional_id": transactional_id, "error": str(error)},
-                )
-                return
             except BrookError as error:
                 failures += 1
                 wait_s = backoff_s(self._settings.retry_backoff, failures)
@@ -618,6 +611,14 @@ class TransactionCoordinator:
                         "error": error.message,
                         "wait_ms": round(wait_s * 1000),
                     },
+                )
+                await asyncio.sleep(wait_s)
+            except Exception:
+                failures += 1
+                wait_s = backoff_s(self._settings.retry_backoff, failures)
+                _log.exception(
+                    "completing a transaction failed unexpectedly; trying again",
+                    extra={"transactional_id": transactional_id, "wait_ms": round(wait_s * 1000)},
                 )
                 await asyncio.sleep(wait_s)
 
