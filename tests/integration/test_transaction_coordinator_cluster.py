@@ -4,8 +4,10 @@ coordinators as processes), over raw gRPC (brook.v1.TransactionCoordinatorServic
 __transaction_state (4 partitions here) is created by the controllers and each partition is
 owned by the coordinator owning __consumer_offsets partition (p % 2). The tests prove
 FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn and DescribeTransactions through
-gRPC, fencing by epoch, and that a coordinator killed -9 with a transaction decided
-(PrepareCommit) is succeeded by the other one, which resumes that transaction's markers.
+gRPC, fencing by epoch, that a coordinator killed -9 with a transaction decided
+(PrepareCommit) is succeeded by the other one, which resumes that transaction's markers, and
+that a transaction whose markers the partitions refuse as fenced (an operator's abort wrote
+there with newer epochs) is still completed.
 
 Markers: until the storage nodes implement WriteTxnMarkers (engineer S's part), every marker
 is answered UNIMPLEMENTED and retried, so the transaction stays in PrepareCommit and the proof
@@ -24,6 +26,7 @@ from brook_group_coordinator.ownership import transaction_state_partition_for
 from cluster_fixture import ClusterFactory, coordinator_owners
 from coordinator_client import RPC_TIMEOUT_S, CoordinatorClient, wait_for
 
+from brook.client import Admin, TopicPartition
 from brook.errors import ErrorCode, error_code
 from brook.launcher import LocalCluster, Role
 from brook.v1 import (
@@ -234,6 +237,12 @@ def test_transactions_through_grpc_with_fencing(cluster_factory: ClusterFactory)
             ErrorCode.OPERATION_NOT_ATTEMPTED,
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ]
+        # Internal topics are never in a transaction (a marker there would break the
+        # coordinators' fenced writers), as Kafka's broker answers.
+        for internal in ("__consumer_offsets", "__transaction_state"):
+            assert client.add(producer, [0], topic=internal) == [
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            ]
         ongoing = client.describe()
         assert ongoing.state == transaction_pb2.TRANSACTION_STATE_ONGOING
         assert {(p.topic, p.partition) for p in ongoing.partitions} == {(TOPIC, 0), (TOPIC, 1)}
@@ -303,5 +312,36 @@ def test_a_killed_coordinators_decided_transaction_is_resumed_by_its_successor(
         )
         # Decided is decided: the successor does not let the producer abort it.
         assert client.end(producer, committed=False) is ErrorCode.INVALID_TXN_STATE
+    finally:
+        client.close()
+
+
+def test_markers_refused_as_fenced_while_still_the_owner_still_complete_the_transaction(
+    cluster_factory: ClusterFactory,
+) -> None:
+    """An operator's abort (Admin.abort_transaction) writes a marker with a newer producer
+    epoch on partition 0 and a newer coordinator epoch on partition 1: the coordinator, still
+    the owner, is answered INVALID_PRODUCER_EPOCH and TRANSACTION_COORDINATOR_FENCED there.
+    Those markers are obsolete (a newer marker ended the producer's transaction there); the
+    transaction reaches CompleteCommit instead of staying in PrepareCommit with nobody
+    completing it, and its producer can go on."""
+    cluster = _cluster(cluster_factory)
+    client = TxnClient(cluster, "operator-aborted-tx")
+    try:
+        producer = client.init()
+        assert client.add(producer, [0, 1]) == [ErrorCode.NONE, ErrorCode.NONE]
+        with Admin(cluster.controller_bootstrap_servers) as admin:
+            admin.abort_transaction(TopicPartition(TOPIC, 0), producer[0], producer[1] + 5, 0)
+            admin.abort_transaction(TopicPartition(TOPIC, 1), producer[0], producer[1], 1_000)
+        assert client.end(producer, committed=True) is ErrorCode.NONE
+        _wait(
+            lambda: (
+                True
+                if client.describe().state == transaction_pb2.TRANSACTION_STATE_COMPLETE_COMMIT
+                else None
+            ),
+            "the transaction to complete",
+        )
+        assert client.init() == (producer[0], producer[1] + 1)
     finally:
         client.close()

@@ -2,7 +2,7 @@
 __transaction_state, real producer id blocks and a manual clock: every transition and Kafka's
 errors, epoch fencing, the timeout abort, expiry, a failed write changing nothing, and a
 successor completing what its predecessor decided. Markers go to an in-process writer that
-records them and can be held, failed or fenced."""
+records them and can be held or failed."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from brook_group_coordinator.ownership import (
 )
 from brook_group_coordinator.records import FENCE_KEY, RecordFormatError, UnknownRecordKindError
 from brook_group_coordinator.transactions.coordinator import (
-    MarkersFencedError,
     TransactionCoordinator,
     TransactionSettings,
 )
@@ -55,21 +54,23 @@ WAIT_S = 5.0
 
 class Markers:
     """The coordinator's MarkerWriter, in process: records what it wrote; ``hold`` keeps
-    writes waiting, ``failures`` fails that many, ``fenced`` refuses them as fenced."""
+    writes waiting, ``failures`` fails that many (a storage error), ``crashes`` that many
+    with an exception no writer is expected to raise (a bug)."""
 
     def __init__(self) -> None:
         self.written: list[tuple[Transaction, int]] = []
         self.hold: asyncio.Event | None = None
         self.failures = 0
-        self.fenced = False
+        self.crashes = 0
         self.attempts = 0
 
     async def write_markers(self, transaction: Transaction, coordinator_epoch: int) -> None:
         self.attempts += 1
         if self.hold is not None:
             await self.hold.wait()
-        if self.fenced:
-            raise MarkersFencedError("a newer coordinator epoch wrote")
+        if self.crashes > 0:
+            self.crashes -= 1
+            raise RuntimeError("a bug in the marker writer")
         if self.failures > 0:
             self.failures -= 1
             raise BrookError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the leader moved")
@@ -231,17 +232,67 @@ def test_kip_360_init_with_the_current_id_and_epoch_bumps_and_a_stale_one_is_fen
     run(scenario)
 
 
+def test_a_bump_without_an_expected_epoch_leaves_the_older_instance_fenced() -> None:
+    """Instance A holds (P, 0); instance B's InitProducerId (no expected epoch) bumps to
+    (P, 1). A's KIP-360 InitProducerId naming (P, 0) is not a retry of B's call: it is
+    PRODUCER_FENCED, never B's (P, 1)."""
+
+    async def scenario(h: Harness) -> None:
+        producer_id, epoch = await h.init()
+        assert await h.init() == (producer_id, epoch + 1)
+        zombie = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS, producer_id, epoch)
+        assert zombie.error is ErrorCode.PRODUCER_FENCED, zombie
+        assert h.state().producer_epoch == epoch + 1
+
+    run(scenario)
+
+
+def test_the_fencing_abort_leaves_the_fenced_instance_fenced() -> None:
+    """Instance A's ongoing transaction is aborted with a bumped epoch when instance B calls
+    InitProducerId; A's KIP-360 InitProducerId naming its old epoch afterwards is
+    PRODUCER_FENCED, never the fencing epoch."""
+
+    async def scenario(h: Harness) -> None:
+        producer_id, epoch = await h.init()
+        await h.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
+        fencing = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS)
+        assert fencing.error is ErrorCode.CONCURRENT_TRANSACTIONS
+        await h.until_state(TxnState.COMPLETE_ABORT)
+        zombie = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS, producer_id, epoch)
+        assert zombie.error is ErrorCode.PRODUCER_FENCED, zombie
+        assert await h.init() == (producer_id, epoch + 2)
+
+    run(scenario)
+
+
+def test_a_new_producer_id_without_an_expected_epoch_is_not_handed_to_the_old_one() -> None:
+    """Epoch exhausted: a plain InitProducerId gets a new producer id; the old id at its
+    last epoch is then fenced, not taken for a retry of that call."""
+
+    async def scenario(h: Harness) -> None:
+        old_id, _ = await h.init()
+        await _exhaust_epoch(h)
+        fresh_id, fresh_epoch = await h.init()
+        assert fresh_id != old_id and fresh_epoch == 0
+        zombie = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS, old_id, PRODUCER_EPOCH_MAX)
+        assert zombie.error is ErrorCode.PRODUCER_FENCED, zombie
+
+    run(scenario)
+
+
+async def _exhaust_epoch(h: Harness) -> None:
+    """Puts TXN at the last epoch the way a log replay would."""
+    partition = transaction_state_partition_for(TXN, PARTITIONS)
+    exhausted = replace(h.state(), producer_epoch=PRODUCER_EPOCH_MAX)
+    await h.log.append(partition, [(encode_transaction_key(TXN), encode_transaction(exhausted))])
+    h.coordinator.unload_partition(partition)
+    await h.coordinator.load_partition(partition, 1)
+
+
 def test_an_exhausted_epoch_gets_a_new_producer_id() -> None:
     async def scenario(h: Harness) -> None:
         old_id, _ = await h.init()
-        # Put the id at the last epoch the way a log replay would.
-        partition = transaction_state_partition_for(TXN, PARTITIONS)
-        exhausted = replace(h.state(), producer_epoch=PRODUCER_EPOCH_MAX)
-        await h.log.append(
-            partition, [(encode_transaction_key(TXN), encode_transaction(exhausted))]
-        )
-        h.coordinator.unload_partition(partition)
-        await h.coordinator.load_partition(partition, 1)
+        await _exhaust_epoch(h)
 
         fresh = await h.coordinator.init_producer_id(TXN, TIMEOUT_MS, old_id, PRODUCER_EPOCH_MAX)
         assert fresh.error is ErrorCode.NONE
@@ -470,27 +521,19 @@ def test_a_caller_giving_up_mid_write_neither_loses_nor_half_applies_the_decisio
     run(scenario)
 
 
-def test_marker_failures_are_retried_and_a_fenced_marker_stops_the_completion() -> None:
+def test_marker_failures_and_unexpected_errors_are_retried_until_complete() -> None:
+    """Whatever the completion meets (a storage error, an exception no writer should raise),
+    it tries again: a transaction is never left in PrepareCommit with nobody completing it."""
+
     async def scenario(h: Harness) -> None:
         producer_id, epoch = await h.init()
         await h.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
+        h.markers.crashes = 2
         h.markers.failures = 3
         await h.coordinator.end_txn(TXN, producer_id, epoch, True)
         await h.until_state(TxnState.COMPLETE_COMMIT)
-        assert h.markers.attempts == 4
-
-        other_id, other_epoch = await h.init("txn-b")
-        await h.coordinator.add_partitions("txn-b", other_id, other_epoch, [("t", 0)])
-        h.markers.fenced = True
-        await h.coordinator.end_txn("txn-b", other_id, other_epoch, False)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT_S
-        while h.markers.attempts < 5:
-            assert loop.time() < deadline
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0.05)
-        assert h.state("txn-b").state is TxnState.PREPARE_ABORT
-        assert h.markers.attempts == 5, "no retry once fenced: the successor completes it"
+        assert h.markers.attempts == 6
+        assert [t.state for t, _ in h.markers.written] == [TxnState.PREPARE_COMMIT]
 
     run(scenario)
 

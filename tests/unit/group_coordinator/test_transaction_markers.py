@@ -2,7 +2,7 @@
 servers on the loopback that answer as scripted: one WriteTxnMarkers per leader node with the
 transaction's ids and epochs, retried until every partition is written, a deleted partition
 and an internal topic's skipped, CompleteTransaction to the group's coordinator retried until
-NONE, and a fenced answer stopping it."""
+NONE, and a fenced answer making that marker obsolete."""
 
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 from brook_group_coordinator.cluster_metadata import ClusterMetadata
 from brook_group_coordinator.directory import CoordinatorDirectory
 from brook_group_coordinator.ownership import OFFSETS_TOPIC
-from brook_group_coordinator.transactions.coordinator import MarkersFencedError
 from brook_group_coordinator.transactions.markers import GrpcMarkerWriter, MarkerSettings
 from brook_group_coordinator.transactions.state import Transaction, TxnState
 from scripted_servers import ScriptedServicer, serving
@@ -183,26 +181,44 @@ def test_markers_go_once_per_leader_retried_until_written_and_groups_completed()
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
-def test_a_fenced_marker_stops_the_writer() -> None:
+def test_a_fenced_answer_makes_that_marker_obsolete_and_the_others_are_written() -> None:
+    """INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED: a marker of a newer epoch has
+    already ended the producer's transaction there; the partition (or group) is done, the
+    writer goes on with the others and returns (the coordinator then completes)."""
+
     async def scenario() -> None:
         calls: list[int] = []
-        storage = Storage(0, calls, {("t", 0): [ErrorCode.TRANSACTION_COORDINATOR_FENCED]})
-        others = [Storage(1, calls, {}), Groups(2, calls, [])]
+        storage = [
+            Storage(
+                0,
+                calls,
+                {
+                    ("t", 0): [ErrorCode.TRANSACTION_COORDINATOR_FENCED],
+                    ("t", 2): [ErrorCode.NOT_LEADER_OR_FOLLOWER],
+                },
+            ),
+            Storage(1, calls, {("t", 1): [ErrorCode.INVALID_PRODUCER_EPOCH]}),
+        ]
+        groups = Groups(2, calls, [ErrorCode.INVALID_PRODUCER_EPOCH])
 
         def add(server: Any, index: int) -> None:
-            if index == 0:
-                storage_pb2_grpc.add_StorageServiceServicer_to_server(storage, server)  # type: ignore[no-untyped-call]
-            elif index == 1:
-                storage_pb2_grpc.add_StorageServiceServicer_to_server(others[0], server)  # type: ignore[no-untyped-call]
+            if index < 2:
+                storage_pb2_grpc.add_StorageServiceServicer_to_server(storage[index], server)  # type: ignore[no-untyped-call]
             else:
-                group_pb2_grpc.add_GroupCoordinatorServiceServicer_to_server(others[1], server)  # type: ignore[no-untyped-call]
+                group_pb2_grpc.add_GroupCoordinatorServiceServicer_to_server(groups, server)  # type: ignore[no-untyped-call]
 
         async with serving(3, add) as ports:
             writer = _writer(ports)
             try:
-                with pytest.raises(MarkersFencedError, match="TRANSACTION_COORDINATOR_FENCED"):
-                    await writer.write_markers(TRANSACTION, COORDINATOR_EPOCH)
+                await writer.write_markers(TRANSACTION, COORDINATOR_EPOCH)
             finally:
                 await writer.close()
+
+        # t-0 and t-1 are asked once; t-2 again until written; the group once.
+        assert [
+            [(p.topic, p.partition) for p in r.markers[0].partitions] for r in storage[0].requests
+        ] == [[("t", 0), ("t", 2)], [("t", 2)]]
+        assert len(storage[1].requests) == 1
+        assert len(groups.requests) == 1
 
     asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -73,7 +73,6 @@ from brook_group_coordinator.transactions.state import (
 __all__ = [
     "InitResult",
     "MarkerWriter",
-    "MarkersFencedError",
     "ProducerIdSource",
     "TransactionCoordinator",
     "TransactionSettings",
@@ -92,16 +91,12 @@ class ProducerIdSource(Protocol):
         ...
 
 
-class MarkersFencedError(Exception):
-    """A partition refused a marker because a newer coordinator or producer epoch wrote there:
-    this coordinator no longer completes the transaction (its successor does)."""
-
-
 class MarkerWriter(Protocol):
     async def write_markers(self, transaction: Transaction, coordinator_epoch: int) -> None:
         """Writes the transaction's outcome (PrepareCommit: commit, PrepareAbort: abort) to
         each of its partitions and groups, retrying until every one is written or skipped (a
-        deleted topic); raises MarkersFencedError. Cancelled when the partition is lost."""
+        deleted topic, or a marker made obsolete by a marker of a newer epoch written there:
+        ``markers.py``). Cancelled when the partition is lost."""
         ...
 
 
@@ -311,7 +306,10 @@ class TransactionCoordinator:
     ) -> InitResult:
         """Kafka's InitProducerId with a transactional id (KIP-360's expected id and epoch,
         or NO_PRODUCER_ID): a new producer id at epoch 0 for a new id, else the epoch bumped
-        (a new producer id once the epoch is exhausted), fencing older instances."""
+        (a new producer id once the epoch is exhausted), fencing older instances. With an
+        expected id and epoch: the current ones bump (and are recorded as the last ones, so a
+        retry of this call whose answer was lost gets the same answer), the recorded last
+        ones get the current ones again, anything else is PRODUCER_FENCED."""
         error, message = self.check_coordinator(transactional_id)
         if error is not ErrorCode.NONE:
             return InitResult(error, message)
@@ -329,10 +327,7 @@ class TransactionCoordinator:
         current = entry.current
         expected = (expected_producer_id, expected_producer_epoch)
         if expected_producer_id != NO_PRODUCER_ID:
-            if (
-                expected == (current.last_producer_id, current.last_producer_epoch)
-                and current.state.idle
-            ):
+            if current.state.idle and _retried(current, expected):
                 # A retry of the InitProducerId that bumped it: its answer again.
                 return InitResult(ErrorCode.NONE, "", current.producer_id, current.producer_epoch)
             if expected != (current.producer_id, current.producer_epoch):
@@ -359,13 +354,20 @@ class TransactionCoordinator:
             producer_epoch = 0
             if self._entries.get(transactional_id) is not entry or entry.current is not current:
                 return _concurrent(transactional_id)
+        # The id and epoch replaced are recorded only when the request named them (KIP-360: a
+        # retry of it is recognised); a plain InitProducerId fences whoever held them.
+        last_id, last_epoch = (
+            (current.producer_id, current.producer_epoch)
+            if expected_producer_id != NO_PRODUCER_ID
+            else (NO_PRODUCER_ID, NO_EPOCH)
+        )
         target = current.to(
             TxnState.EMPTY,
             now_ms,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
-            last_producer_id=current.producer_id,
-            last_producer_epoch=current.producer_epoch,
+            last_producer_id=last_id,
+            last_producer_epoch=last_epoch,
             timeout_ms=timeout_ms,
             partitions=frozenset(),
             groups=frozenset(),
@@ -421,8 +423,9 @@ class TransactionCoordinator:
             TxnState.PREPARE_ABORT,
             self._timers.now_ms(),
             producer_epoch=current.producer_epoch + bump,
-            last_producer_id=current.producer_id,
-            last_producer_epoch=current.producer_epoch,
+            # The fenced instance's epoch is no retry of anything (Kafka's NO_PRODUCER_EPOCH).
+            last_producer_id=NO_PRODUCER_ID,
+            last_producer_epoch=NO_EPOCH,
         )
         entry.pending = TxnState.PREPARE_EPOCH_FENCE  # until the task's write takes over
         task = asyncio.get_running_loop().create_task(
@@ -574,8 +577,12 @@ class TransactionCoordinator:
         task.add_done_callback(done)
 
     async def _complete(self, transactional_id: str, entry: _Entry) -> None:
-        """Markers, then CompleteCommit/CompleteAbort; retried with back-off while the
-        partition is owned here (a lost partition cancels this task)."""
+        """Markers, then CompleteCommit/CompleteAbort; whatever fails (an unexpected exception
+        too: logged with its traceback) is retried with back-off while the partition is owned
+        here (a lost partition cancels this task), so a decided transaction is never left
+        without anyone completing it. Markers refused because a newer epoch wrote there are
+        obsolete (``MarkerWriter``): if a successor owns the partition now, it is the append of
+        the completion that finds out (fenced: the partition is dropped, this task ends)."""
         failures = 0
         while self._entries.get(transactional_id) is entry:
             current = entry.current
@@ -594,12 +601,6 @@ class TransactionCoordinator:
                 )
                 await self._write(entry, transactional_id, target, state)
                 return
-            except MarkersFencedError as error:
-                _log.warning(
-                    "a transaction's markers were fenced; its new coordinator completes it",
-                    extra={"transactional_id": transactional_id, "error": str(error)},
-                )
-                return
             except BrookError as error:
                 failures += 1
                 wait_s = backoff_s(self._settings.retry_backoff, failures)
@@ -610,6 +611,14 @@ class TransactionCoordinator:
                         "error": error.message,
                         "wait_ms": round(wait_s * 1000),
                     },
+                )
+                await asyncio.sleep(wait_s)
+            except Exception:
+                failures += 1
+                wait_s = backoff_s(self._settings.retry_backoff, failures)
+                _log.exception(
+                    "completing a transaction failed unexpectedly; trying again",
+                    extra={"transactional_id": transactional_id, "wait_ms": round(wait_s * 1000)},
                 )
                 await asyncio.sleep(wait_s)
 
@@ -716,6 +725,19 @@ class TransactionCoordinator:
             await asyncio.gather(*self._writes, return_exceptions=True)
         for partition in list(self.owned):
             self.unload_partition(partition)
+
+
+def _retried(current: Transaction, expected: tuple[int, int]) -> bool:
+    """Whether an InitProducerId naming ``expected`` is a retry of the one that made
+    ``current``: it names the id and epoch that call named (recorded only then, never after
+    a plain bump or a fencing abort). Another producer id than the current one is a retry only
+    of the call that replaced an exhausted epoch with a new id, as in Kafka."""
+    expected_id, expected_epoch = expected
+    return (
+        current.last_producer_epoch != NO_EPOCH
+        and expected == (current.last_producer_id, current.last_producer_epoch)
+        and (expected_id == current.producer_id or expected_epoch >= PRODUCER_EPOCH_MAX)
+    )
 
 
 def _concurrent_error(transactional_id: str) -> tuple[ErrorCode, str]:

@@ -11,12 +11,28 @@ transactions with CompleteTransaction). Every other answer
 or failure (a leader moving, a node down, NOT_ENOUGH_REPLICAS, a timeout) is retried, after
 the next metadata update or a back-off (retry.backoff.ms growing to retry.backoff.max.ms),
 whichever comes first, until it is written: a decided transaction must reach every partition.
-TRANSACTION_COORDINATOR_FENCED or INVALID_PRODUCER_EPOCH means a newer coordinator or producer
-epoch has written there: this coordinator stops (MarkersFencedError), its successor completes.
+
+An obsolete marker is done too: INVALID_PRODUCER_EPOCH (the producer is at a newer epoch
+there) or TRANSACTION_COORDINATOR_FENCED (a newer coordinator epoch wrote a marker of the
+producer there) means that a marker of a newer epoch was written on that partition, which
+ended whatever transaction the producer had open there: nothing of this transaction is left
+for this marker to end. (The producer is handed a newer epoch only once this transaction is
+complete, so a newer epoch there comes from a marker: a successor coordinator's, written after
+it loaded this transaction, or an operator's abort.) Each one is logged. Kafka's coordinator
+gives the transaction up on such an answer, for its successor; here the coordinator goes on
+and writes the completion, which its fenced append refuses if a successor has taken the
+__transaction_state partition over, and which nobody else would write if none has (an
+operator's abort raised the epoch). One case is left to the operator: an abort naming a
+coordinator epoch above this coordinator's, written on a partition before this transaction's
+batches, leaves them open there (the partition's LSO waits; ``brook transactions
+find-hanging`` shows it, an abort naming the coordinator epoch DescribeProducers shows ends
+it). Retrying would not help: the coordinator epoch grows only when the ownership moves.
 
 Groups: GroupCoordinatorService.CompleteTransaction to the owner of the group's
 __consumer_offsets partition, through gRPC even when that owner is this process (one path,
-the group manager's own checks and ownership), retried the same way until answered NONE.
+the group manager's own checks and ownership), retried the same way until answered NONE or
+obsolete (the group manager's INVALID_PRODUCER_EPOCH and TRANSACTION_COORDINATOR_FENCED mean
+the same as the storage nodes').
 
 Bounds: each call within request.timeout.ms (a WriteTxnMarkers asks the node to wait for
 replication that long, and is cut off ``DEADLINE_MARGIN_MS`` later); at most
@@ -43,7 +59,6 @@ from brook.v1 import common_pb2, group_pb2, storage_pb2
 from brook_group_coordinator.cluster_metadata import ClusterMetadata
 from brook_group_coordinator.directory import CoordinatorDirectory
 from brook_group_coordinator.ownership import offsets_partition_for
-from brook_group_coordinator.transactions.coordinator import MarkersFencedError
 from brook_group_coordinator.transactions.state import Transaction, TxnState
 
 __all__ = [
@@ -65,7 +80,8 @@ DEADLINE_MARGIN_MS: Final = 1000
 _T = TypeVar("_T")
 # One round of writes over what is left: removes what is done, returns the problems met.
 _Round = Callable[[set[_T]], Awaitable[list[str]]]
-_FENCED: Final = frozenset(
+# A marker of a newer epoch ended the producer's transaction there: this one is obsolete.
+_OBSOLETE: Final = frozenset(
     {ErrorCode.TRANSACTION_COORDINATOR_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH}
 )
 
@@ -235,10 +251,11 @@ class GrpcMarkerWriter:
                     and self._metadata.partition(*key) is None
                 ):
                     left.discard(key)
-                elif code in _FENCED:
-                    raise MarkersFencedError(
-                        f"{answer.topic}-{answer.partition}: {code.name}: {answer.error_message}"
+                elif code in _OBSOLETE:
+                    _obsolete(
+                        marker, f"{answer.topic}-{answer.partition}", code, answer.error_message
                     )
+                    left.discard(key)
                 else:
                     problems.append(f"{answer.topic}-{answer.partition}: {code.name}")
         return problems
@@ -284,6 +301,23 @@ class GrpcMarkerWriter:
         if code is ErrorCode.NONE:
             left.discard(group_id)
             return ""
-        if code in _FENCED:
-            raise MarkersFencedError(f"group {group_id}: {code.name}: {response.error_message}")
+        if code in _OBSOLETE:
+            _obsolete(marker, f"group {group_id}", code, response.error_message)
+            left.discard(group_id)
+            return ""
         return f"{group_id}: {code.name}"
+
+
+def _obsolete(marker: _Marker, where: str, code: ErrorCode, message: str) -> None:
+    _log.warning(
+        "a transaction marker is obsolete: a marker of a newer epoch was written there",
+        extra={
+            "transactional_id": marker.transactional_id,
+            "producer_id": marker.producer_id,
+            "producer_epoch": marker.producer_epoch,
+            "coordinator_epoch": marker.coordinator_epoch,
+            "where": where,
+            "error": code.name,
+            "error_message": message,
+        },
+    )

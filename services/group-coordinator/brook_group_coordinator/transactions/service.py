@@ -3,9 +3,11 @@ FindCoordinator's answer for a transactional id.
 
 NOT_COORDINATOR answers carry a NodeHint to the owner the metadata names (the owner of the
 __consumer_offsets partition that owns the id's __transaction_state partition). A partition
-named in AddPartitionsToTxn must exist in this coordinator's metadata
-(UNKNOWN_TOPIC_OR_PARTITION, and OPERATION_NOT_ATTEMPTED for the others, as Kafka's broker
-answers).
+named in AddPartitionsToTxn must be of a topic that is not internal (__consumer_offsets,
+__transaction_state, or any topic the metadata marks internal: TOPIC_AUTHORIZATION_FAILED,
+Kafka's answer; a marker written there would break the coordinators' fenced writers) and must
+exist in this coordinator's metadata (UNKNOWN_TOPIC_OR_PARTITION); the other partitions of
+such a request are answered OPERATION_NOT_ATTEMPTED, as Kafka's broker answers.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ _STATES: Final = {
     TxnState.PREPARE_EPOCH_FENCE: transaction_pb2.TRANSACTION_STATE_PREPARE_EPOCH_FENCE,
 }
 _FROM_WIRE: Final = {wire: state for state, wire in _STATES.items()}
+# Internal whether or not the metadata has them yet (Kafka's Topic.isInternal).
+_INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 def _wire(code: ErrorCode) -> errors_pb2.ErrorCode:
@@ -135,24 +139,21 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
     ) -> transaction_pb2.AddPartitionsToTxnResponse:
         wanted = [(p.topic, p.partition) for p in request.partitions]
         error, message = ErrorCode.NONE, ""
-        unknown = {tp for tp in wanted if self._metadata.partition(*tp) is None}
+        refused = {tp: why for tp in wanted if (why := self._refusal(*tp)) is not None}
         if len(wanted) > PARTITIONS_PER_REQUEST_MAX:
             error = ErrorCode.INVALID_REQUEST
             message = f"at most {PARTITIONS_PER_REQUEST_MAX} partitions per request"
-        elif not unknown:
+        elif not refused:
             error, message = await self._coordinator.add_partitions(
                 request.transactional_id, request.producer_id, request.producer_epoch, wanted
             )
 
         def result(topic: str, partition: int) -> transaction_pb2.TxnPartitionResult:
-            if unknown and error is ErrorCode.NONE:
-                refused = (topic, partition) in unknown
-                code = (
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    if refused
-                    else ErrorCode.OPERATION_NOT_ATTEMPTED
+            if refused and error is ErrorCode.NONE:
+                code, why = refused.get(
+                    (topic, partition),
+                    (ErrorCode.OPERATION_NOT_ATTEMPTED, "another partition was refused"),
                 )
-                why = "no such partition" if refused else "another partition was refused"
                 return transaction_pb2.TxnPartitionResult(
                     topic=topic, partition=partition, error_code=_wire(code), error_message=why
                 )
@@ -164,6 +165,18 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
             partitions=[result(topic, partition) for topic, partition in wanted],
             coordinator=self._hint(request.transactional_id, error),
         )
+
+    def _refusal(self, topic: str, partition: int) -> tuple[ErrorCode, str] | None:
+        """Why a partition cannot be in a transaction, None if it can (module docstring)."""
+        info = self._metadata.topic(topic)
+        if topic in _INTERNAL_TOPICS or (info is not None and info.internal):
+            return (
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                f"{topic} is an internal topic: it cannot be written in a transaction",
+            )
+        if self._metadata.partition(topic, partition) is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition"
+        return None
 
     async def AddOffsetsToTxn(
         self, request: transaction_pb2.AddOffsetsToTxnRequest, context: Any

@@ -73,9 +73,11 @@ _NEXT: Final[dict[TxnState, frozenset[TxnState]]] = {
 @dataclass(frozen=True, slots=True)
 class Transaction:
     """One transactional id. ``last_producer_id``/``last_producer_epoch``: the id and epoch
-    before the last InitProducerId bumped them (KIP-360: a retry of that InitProducerId is
-    recognised), NO_PRODUCER_ID/-1 when none. ``start_ms``: when the ongoing transaction began,
-    -1 when none is. Times are wall-clock milliseconds."""
+    the last InitProducerId replaced when that request named them as its expected ones
+    (KIP-360: a retry of it is recognised); NO_PRODUCER_ID/-1 when the last change of the
+    epoch was not such a request (a new id, a plain InitProducerId, a fencing abort), as
+    Kafka's NO_PRODUCER_EPOCH: whoever held the replaced epoch then is fenced. ``start_ms``:
+    when the ongoing transaction began, -1 when none is. Times are wall-clock milliseconds."""
 
     transactional_id: str
     producer_id: int
