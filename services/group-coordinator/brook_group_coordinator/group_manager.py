@@ -13,7 +13,9 @@ partition). Group commit: writes that queue up behind the in-flight append of th
 go out together, as ONE append (one batch, one sequence) once it completes, bounded by
 ``batch_bytes_max`` and ``batch_records_max``; every writer in it is answered when that append
 is (success only once it is acknowledged, its error to all of them otherwise). A writer that
-gives up waiting is left out if its records have not been sent yet. An append that costs the
+gives up waiting is left out if its records have not been sent yet; once sent, what it changes
+in memory is applied by the flusher when the append succeeds, in log order, as for any write,
+so memory holds what a replay of the log would rebuild. An append that costs the
 partition (``OffsetsWriteError``: fenced by a newer owner, or an outcome or sequence state that
 is unknown) drops it at once, so its groups answer NOT_COORDINATOR, and ``on_partition_lost``
 lets the service load it again if it is still assigned here. Offset commits are appended (and
@@ -309,11 +311,17 @@ class GroupManager:
         partition: int,
         records: Sequence[tuple[bytes, bytes | None]],
         owned: OwnedPartition | None,
+        apply: Callable[[int], None] | None = None,
     ) -> int:
         """Appends for the ownership ``owned`` only: a write queued behind a failed one must
         not go out under the next ownership of the partition, unchecked against its state.
         Returns once the append holding the records is acknowledged (see group commit in the
-        module docstring): the offset of the first of them (the others follow it)."""
+        module docstring): the offset of the first of them (the others follow it).
+
+        ``apply(offset of the first record)``: what the write changes in memory. The flusher
+        runs it once the append is acknowledged with the partition still owned as ``owned``,
+        in log order, whether or not the caller still waits: a caller cancelled after its
+        records were sent never leaves the log with a record that memory lacks."""
         if not records:
             raise ValueError("an append needs at least one record")
         if owned is None or self.owned.get(partition) is not owned:
@@ -323,7 +331,9 @@ class GroupManager:
         size_bytes = sum(
             len(key) + len(value or b"") + RECORD_OVERHEAD_BYTES_MAX for key, value in records
         )
-        write = _QueuedWrite(records, owned, size_bytes, asyncio.get_running_loop().create_future())
+        write = _QueuedWrite(
+            records, owned, size_bytes, apply, asyncio.get_running_loop().create_future()
+        )
         self._queued.setdefault(partition, deque()).append(write)
         if partition not in self._flushers:
             self._flushers[partition] = asyncio.get_running_loop().create_task(
@@ -412,10 +422,13 @@ class GroupManager:
             _fail(batch, e)
         else:
             # In queue order: a later write of the same key is applied after an earlier one.
+            # Not applied if the partition was dropped meanwhile: its next owner replays it.
+            still_owned = self.owned.get(partition) is owned
             position = last - len(records) + 1
             for write in batch:
-                if not write.done.done():
-                    write.done.set_result(position)
+                if still_owned and write.apply is not None:
+                    write.apply(position)
+                _settle(write.done, position)
                 position += len(write.records)
 
     def _lose(self, owned: OwnedPartition, error: OffsetsWriteError) -> None:
@@ -571,10 +584,11 @@ class GroupManager:
             key = encode_key(OffsetCommitKey(group_id, p.topic, p.partition))
             return key, OffsetCommitValue(p.offset, p.leader_epoch, p.metadata, now_ms)
 
-        results, written = await self._write_commit(group_id, error, message, partitions, record)
-        for p, value, record_offset in written:
+        def apply(p: CommitPartition, value: OffsetCommitValue, record_offset: int) -> None:
             self._offsets_of(group_id).put(p.topic, p.partition, value, record_offset)
-        return results
+            self._group_of(group_id)
+
+        return await self._write_commit(group_id, error, message, partitions, record, apply)
 
     async def txn_commit(
         self,
@@ -621,12 +635,13 @@ class GroupManager:
             value = PendingOffsetValue(producer_epoch, p.offset, p.leader_epoch, p.metadata, now_ms)
             return key, value
 
-        results, written = await self._write_commit(group_id, error, message, partitions, record)
-        for p, value, record_offset in written:
+        def apply(p: CommitPartition, value: PendingOffsetValue, record_offset: int) -> None:
             self._txn_offsets_of(group_id).add_pending(
                 producer_id, p.topic, p.partition, value, record_offset
             )
-        return results
+            self._group_of(group_id)
+
+        return await self._write_commit(group_id, error, message, partitions, record, apply)
 
     async def _write_commit(
         self,
@@ -635,14 +650,14 @@ class GroupManager:
         message: str,
         partitions: Sequence[CommitPartition],
         record: Callable[[CommitPartition, int], tuple[bytes, _V]],
-    ) -> tuple[list[PartitionResult], list[tuple[CommitPartition, _V, int]]]:
+        apply: Callable[[CommitPartition, _V, int], None],
+    ) -> list[PartitionResult]:
         """A commit's writing once its group-level checks gave ``error``: the per-partition
         checks, then one append of the accepted partitions' records (``record``: key and
-        value). Returns every partition's result and, if the append succeeded with the
-        partition still owned here, each accepted partition with its value and its record's
-        offset, for the caller to apply."""
+        value), each applied once appended (``apply``: the partition, its value and its
+        record's offset; see ``_append``). Returns every partition's result."""
         if error is not ErrorCode.NONE:
-            return [PartitionResult(p.topic, p.partition, error, message) for p in partitions], []
+            return [PartitionResult(p.topic, p.partition, error, message) for p in partitions]
         now_ms = self._timers.now_ms()
         results: list[PartitionResult] = []
         accepted: list[tuple[CommitPartition, bytes, _V]] = []
@@ -655,11 +670,16 @@ class GroupManager:
                 key, value = record(p, now_ms)
                 accepted.append((p, key, value))
         if not accepted:
-            return results, []
+            return results
         records = [(key, encode_value(value)) for _, key, value in accepted]
+
+        def apply_all(first: int) -> None:
+            for i, (p, _, value) in enumerate(accepted):
+                apply(p, value, first + i)
+
         partition = self.partition_for(group_id)
         try:
-            first = await self._append(partition, records, self.owned.get(partition))
+            await self._append(partition, records, self.owned.get(partition), apply_all)
         except BrookError as e:
             failed = {(p.topic, p.partition) for p, _, _ in accepted}
             code = _write_failure(e)
@@ -668,11 +688,8 @@ class GroupManager:
                 if (r.topic, r.partition) in failed
                 else r
                 for r in results
-            ], []
-        if partition not in self.owned:
-            # Lost the partition while writing: the new owner replays this commit.
-            return results, []
-        return results, [(p, value, first + i) for i, (p, _, value) in enumerate(accepted)]
+            ]
+        return results
 
     async def complete_transaction(
         self,
@@ -738,20 +755,21 @@ class GroupManager:
             for (t, p), offset in applied
         ]
         records.append((encode_key(TxnEndKey(group_id, producer_id)), encode_value(end)))
+
+        def apply(_: int) -> None:
+            txn_offsets = self._txn_offsets_of(group_id)
+            for topic, partition_id in pending:
+                txn_offsets.remove_pending(producer_id, topic, partition_id)
+            offsets = self._offsets_of(group_id)
+            for (topic, partition_id), offset in applied:
+                offsets.put(topic, partition_id, offset.committed(), offset.record_offset)
+            txn_offsets.saw_end(producer_id, end)
+
         partition = self.partition_for(group_id)
         try:
-            await self._append(partition, records, self.owned.get(partition))
+            await self._append(partition, records, self.owned.get(partition), apply)
         except BrookError as e:
             return _write_failure(e), e.message
-        if partition not in self.owned:
-            return ErrorCode.NONE, ""  # the new owner replays the end
-        txn_offsets = self._txn_offsets_of(group_id)
-        for topic, partition_id in pending:
-            txn_offsets.remove_pending(producer_id, topic, partition_id)
-        offsets = self._offsets_of(group_id)
-        for (topic, partition_id), offset in applied:
-            offsets.put(topic, partition_id, offset.committed(), offset.record_offset)
-        txn_offsets.saw_end(producer_id, end)
         return ErrorCode.NONE, ""
 
     def fetch(
@@ -843,17 +861,20 @@ class GroupManager:
                     (encode_key(TxnEndKey(group_id, producer_id)), None)
                     for producer_id in txn_offsets.producers
                 ]
+
+        def apply(_: int) -> None:
+            offsets = self._offsets_of(group_id)
+            for topic, partition in keys:
+                offsets.remove(topic, partition)
+            if remove_group:
+                group = self._groups.pop(group_id, None)
+                if group is not None:
+                    group.transition_to_dead(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                self._offsets.pop(group_id, None)
+                self._txn_offsets.pop(group_id, None)
+
         offsets_partition = self.partition_for(group_id)
-        await self._append(offsets_partition, tombstones, self.owned.get(offsets_partition))
-        offsets = self._offsets_of(group_id)
-        for topic, partition in keys:
-            offsets.remove(topic, partition)
-        if remove_group:
-            group = self._groups.pop(group_id, None)
-            if group is not None:
-                group.transition_to_dead(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            self._offsets.pop(group_id, None)
-            self._txn_offsets.pop(group_id, None)
+        await self._append(offsets_partition, tombstones, self.owned.get(offsets_partition), apply)
 
     async def expire_offsets(self) -> int:
         """Deletes the offsets past offsets.retention.minutes of groups that have no members,
@@ -930,6 +951,8 @@ class _QueuedWrite:
     owned: OwnedPartition
     # The records' size in a batch, at most (RECORD_OVERHEAD_BYTES_MAX each).
     size_bytes: int
+    # What the write changes in memory (GroupManager._append).
+    apply: Callable[[int], None] | None
     # The offset of the write's first record, once appended.
     done: asyncio.Future[int]
 

@@ -8,8 +8,10 @@ as Kafka does."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
 from brook_group_coordinator.group import GroupLimits
 from brook_group_coordinator.group_manager import CommitPartition, GroupManager
 from brook_group_coordinator.local_view import LocalViewOffsetsLog
@@ -30,6 +32,7 @@ from test_group_coordinator_service import (
 )
 from test_group_coordinator_service import PARTITIONS as SERVED_PARTITIONS
 from test_offsets_write_fencing import GROUP, PARTITION, PARTITIONS, TOPIC, _log, _manager, _node
+from test_transaction_coordinator import Log as HeldLog
 
 from brook.errors import ErrorCode
 from brook.v1 import common_pb2, group_pb2
@@ -255,6 +258,27 @@ def test_a_restarted_coordinator_keeps_pending_what_has_no_end_in_the_log() -> N
         assert _stable(reloaded) == [UNSTABLE, UNSTABLE]
         assert await _end(reloaded, PRODUCER, True, coordinator_epoch=1) == NONE
         assert _stable(reloaded) == [10, UNSTABLE]
+
+    run(scenario)
+
+
+def test_a_txn_commit_whose_caller_gave_up_mid_write_is_pending_as_the_log_has_it() -> None:
+    async def scenario() -> None:
+        log = HeldLog()
+        manager = await _reloaded(log, 1)
+        log.append_hold = asyncio.Event()
+        gave_up = asyncio.ensure_future(_txn(manager, PRODUCER, 0, {0: 10}))
+        await log.append_held.wait()
+        gave_up.cancel()  # a gRPC deadline: the record was sent, the caller is gone
+        with pytest.raises(asyncio.CancelledError):
+            await gave_up
+        log.append_hold.set()
+        # Queued behind the abandoned write, so answered once that one was applied.
+        assert await _plain(manager, {1: 5}) == [NONE]
+        assert _stable(manager) == _stable(await _reloaded(log)) == [UNSTABLE, 5]
+        # So the end knows it, and no reload brings it back.
+        assert await _end(manager, PRODUCER, False) == NONE
+        assert _stable(manager) == _stable(await _reloaded(log)) == [-1, 5]
 
     run(scenario)
 
