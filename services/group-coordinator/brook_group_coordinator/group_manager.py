@@ -13,7 +13,9 @@ partition). Group commit: writes that queue up behind the in-flight append of th
 go out together, as ONE append (one batch, one sequence) once it completes, bounded by
 ``batch_bytes_max`` and ``batch_records_max``; every writer in it is answered when that append
 is (success only once it is acknowledged, its error to all of them otherwise). A writer that
-gives up waiting is left out if its records have not been sent yet. An append that costs the
+gives up waiting is left out if its records have not been sent yet; once sent, what it changes
+in memory is applied by the flusher when the append succeeds, in log order, as for any write,
+so memory holds what a replay of the log would rebuild. An append that costs the
 partition (``OffsetsWriteError``: fenced by a newer owner, or an outcome or sequence state that
 is unknown) drops it at once, so its groups answer NOT_COORDINATOR, and ``on_partition_lost``
 lets the service load it again if it is still assigned here. Offset commits are appended (and
@@ -30,7 +32,9 @@ Transactions (Kafka's TxnOffsetCommit and the markers it writes to __consumer_of
 tombstones for the producer's pending records and, on commit, the offsets that become the
 group's (``txn_offsets.winners``) as ordinary commits. Every record then holds its own final
 state, so a replay of the partition, or of what compaction keeps of it, rebuilds the same
-committed and pending offsets; a transaction whose end was not appended is still pending.
+committed and pending offsets; a transaction whose end was not appended is still pending. The
+writes of one producer in one group go one at a time (``producer_turns.py``), so an end lists
+every pending record of its producer before it in the log, and none of an older epoch follows.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from brook_group_coordinator.ownership import (
     offsets_partition_for,
 )
 from brook_group_coordinator.partition_loader import claim_and_replay, drop_lost_partition
+from brook_group_coordinator.producer_turns import ProducerTurn, ProducerTurns
 from brook_group_coordinator.records import (
     FENCE_KEY,
     GroupMetadataKey,
@@ -81,7 +86,7 @@ from brook_group_coordinator.records import (
     encode_value,
 )
 from brook_group_coordinator.timers import Timers
-from brook_group_coordinator.txn_offsets import GroupTxnOffsets, winners
+from brook_group_coordinator.txn_offsets import GroupTxnOffsets, ProducerTxn, winners
 
 __all__ = [
     "GROUP_COMMIT_BATCH_BYTES_MAX",
@@ -168,6 +173,7 @@ class GroupManager:
         self._groups: dict[str, Group] = {}
         self._offsets: dict[str, GroupOffsets] = {}
         self._txn_offsets: dict[str, GroupTxnOffsets] = {}
+        self._producer_turns = ProducerTurns()
         self._batch_bytes_max = batch_bytes_max
         self._batch_records_max = batch_records_max
         self._write_locks: dict[int, asyncio.Lock] = {}
@@ -309,11 +315,19 @@ class GroupManager:
         partition: int,
         records: Sequence[tuple[bytes, bytes | None]],
         owned: OwnedPartition | None,
+        apply: Callable[[int], None] | None = None,
+        turn: ProducerTurn | None = None,
     ) -> int:
         """Appends for the ownership ``owned`` only: a write queued behind a failed one must
         not go out under the next ownership of the partition, unchecked against its state.
         Returns once the append holding the records is acknowledged (see group commit in the
-        module docstring): the offset of the first of them (the others follow it)."""
+        module docstring): the offset of the first of them (the others follow it).
+
+        ``apply(offset of the first record)``: what the write changes in memory. The flusher
+        runs it once the append is acknowledged with the partition still owned as ``owned``,
+        in log order, whether or not the caller still waits: a caller cancelled after its
+        records were sent never leaves the log with a record that memory lacks. ``turn``: ended
+        when the write leaves the queue, whatever became of it (producer_turns.py)."""
         if not records:
             raise ValueError("an append needs at least one record")
         if owned is None or self.owned.get(partition) is not owned:
@@ -323,8 +337,12 @@ class GroupManager:
         size_bytes = sum(
             len(key) + len(value or b"") + RECORD_OVERHEAD_BYTES_MAX for key, value in records
         )
-        write = _QueuedWrite(records, owned, size_bytes, asyncio.get_running_loop().create_future())
+        write = _QueuedWrite(
+            records, owned, size_bytes, apply, turn, asyncio.get_running_loop().create_future()
+        )
         self._queued.setdefault(partition, deque()).append(write)
+        if turn is not None:
+            turn.handed_over = True
         if partition not in self._flushers:
             self._flushers[partition] = asyncio.get_running_loop().create_task(
                 self._flush(partition), name=f"offsets-append-{partition}"
@@ -368,14 +386,16 @@ class GroupManager:
             write = queue[0]
             if write.done.done():  # its caller gave up before it was sent
                 queue.popleft()
+                write.leave()
                 continue
             if write.owned is not current:
                 queue.popleft()
-                write.done.set_exception(
+                _fail(
+                    [write],
                     BrookError(
                         ErrorCode.NOT_COORDINATOR,
                         f"__consumer_offsets-{partition} is not owned here",
-                    )
+                    ),
                 )
                 continue
             if batch and (
@@ -412,10 +432,14 @@ class GroupManager:
             _fail(batch, e)
         else:
             # In queue order: a later write of the same key is applied after an earlier one.
+            # Not applied if the partition was dropped meanwhile: its next owner replays it.
+            still_owned = self.owned.get(partition) is owned
             position = last - len(records) + 1
             for write in batch:
-                if not write.done.done():
-                    write.done.set_result(position)
+                if still_owned and write.apply is not None:
+                    write.apply(position)
+                _settle(write.done, position)
+                write.leave()
                 position += len(write.records)
 
     def _lose(self, owned: OwnedPartition, error: OffsetsWriteError) -> None:
@@ -571,10 +595,11 @@ class GroupManager:
             key = encode_key(OffsetCommitKey(group_id, p.topic, p.partition))
             return key, OffsetCommitValue(p.offset, p.leader_epoch, p.metadata, now_ms)
 
-        results, written = await self._write_commit(group_id, error, message, partitions, record)
-        for p, value, record_offset in written:
+        def apply(p: CommitPartition, value: OffsetCommitValue, record_offset: int) -> None:
             self._offsets_of(group_id).put(p.topic, p.partition, value, record_offset)
-        return results
+            self._group_of(group_id)
+
+        return await self._write_commit(group_id, error, message, partitions, record, apply)
 
     async def txn_commit(
         self,
@@ -590,43 +615,56 @@ class GroupManager:
         the group, invisible to ``fetch`` until ``complete_transaction``. The group is created
         as for a manual commit (generation -1, no member); the member and generation are
         checked when given (``Group.check_txn_commit``). PRODUCER_FENCED: ``producer_epoch``
-        is older than the newest this group has seen for the producer id."""
-        error, message = self.check_coordinator(group_id)
-        if error is ErrorCode.NONE and (producer_id < 0 or producer_epoch < 0):
-            error = ErrorCode.INVALID_REQUEST
-            message = f"producer id {producer_id} and epoch {producer_epoch} must be >= 0"
-        if error is ErrorCode.NONE:
-            group = self._groups.get(group_id)
-            if group is None:
-                if generation_id >= 0:
-                    error = ErrorCode.ILLEGAL_GENERATION
-                elif member_id or group_instance_id is not None:
-                    error = ErrorCode.UNKNOWN_MEMBER_ID
-                else:
-                    group = self._group_of(group_id)
-            if group is not None:
-                error = group.check_txn_commit(member_id, group_instance_id, generation_id)
-        if error is ErrorCode.NONE:
-            txn_offsets = self._txn_offsets.get(group_id)
-            known = txn_offsets.producer(producer_id) if txn_offsets else None
-            if known is not None and producer_epoch < known.producer_epoch:
-                error = ErrorCode.PRODUCER_FENCED
-                message = (
-                    f"producer {producer_id} epoch {producer_epoch} is older than epoch "
-                    f"{known.producer_epoch}, seen for it in group {group_id!r}"
-                )
+        is older than the newest this group has seen for the producer id. Checked and written
+        in the producer's turn (producer_turns.py)."""
 
         def record(p: CommitPartition, now_ms: int) -> tuple[bytes, PendingOffsetValue]:
             key = encode_key(PendingOffsetKey(group_id, producer_id, p.topic, p.partition))
             value = PendingOffsetValue(producer_epoch, p.offset, p.leader_epoch, p.metadata, now_ms)
             return key, value
 
-        results, written = await self._write_commit(group_id, error, message, partitions, record)
-        for p, value, record_offset in written:
+        def apply(p: CommitPartition, value: PendingOffsetValue, record_offset: int) -> None:
             self._txn_offsets_of(group_id).add_pending(
                 producer_id, p.topic, p.partition, value, record_offset
             )
-        return results
+            self._group_of(group_id)
+
+        async with self._producer_turns.turn(group_id, producer_id) as turn:
+            error, message = self._check_producer_request(group_id, producer_id, producer_epoch)
+            group = self._groups.get(group_id)
+            if error is ErrorCode.NONE and group is None:
+                if generation_id >= 0:
+                    error = ErrorCode.ILLEGAL_GENERATION
+                elif member_id or group_instance_id is not None:
+                    error = ErrorCode.UNKNOWN_MEMBER_ID
+                else:
+                    group = self._group_of(group_id)
+            if error is ErrorCode.NONE and group is not None:
+                error = group.check_txn_commit(member_id, group_instance_id, generation_id)
+            txn_offsets = self._txn_offsets.get(group_id)
+            known = txn_offsets.producer(producer_id) if txn_offsets else None
+            if (
+                error is ErrorCode.NONE
+                and known is not None
+                and producer_epoch < known.producer_epoch
+            ):
+                error = ErrorCode.PRODUCER_FENCED
+                message = _older_epoch(group_id, producer_id, producer_epoch, known)
+            return await self._write_commit(
+                group_id, error, message, partitions, record, apply, turn
+            )
+
+    def _check_producer_request(
+        self, group_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[ErrorCode, str]:
+        """The checks a TxnCommitOffsets and a CompleteTransaction start with."""
+        error, message = self.check_coordinator(group_id)
+        if error is ErrorCode.NONE and (producer_id < 0 or producer_epoch < 0):
+            return (
+                ErrorCode.INVALID_REQUEST,
+                f"producer id {producer_id} and epoch {producer_epoch} must be >= 0",
+            )
+        return error, message
 
     async def _write_commit(
         self,
@@ -635,14 +673,16 @@ class GroupManager:
         message: str,
         partitions: Sequence[CommitPartition],
         record: Callable[[CommitPartition, int], tuple[bytes, _V]],
-    ) -> tuple[list[PartitionResult], list[tuple[CommitPartition, _V, int]]]:
+        apply: Callable[[CommitPartition, _V, int], None],
+        turn: ProducerTurn | None = None,
+    ) -> list[PartitionResult]:
         """A commit's writing once its group-level checks gave ``error``: the per-partition
         checks, then one append of the accepted partitions' records (``record``: key and
-        value). Returns every partition's result and, if the append succeeded with the
-        partition still owned here, each accepted partition with its value and its record's
-        offset, for the caller to apply."""
+        value), each applied once appended (``apply``: the partition, its value and its
+        record's offset) and ending ``turn`` (see ``_append``). Returns every partition's
+        result."""
         if error is not ErrorCode.NONE:
-            return [PartitionResult(p.topic, p.partition, error, message) for p in partitions], []
+            return [PartitionResult(p.topic, p.partition, error, message) for p in partitions]
         now_ms = self._timers.now_ms()
         results: list[PartitionResult] = []
         accepted: list[tuple[CommitPartition, bytes, _V]] = []
@@ -655,11 +695,16 @@ class GroupManager:
                 key, value = record(p, now_ms)
                 accepted.append((p, key, value))
         if not accepted:
-            return results, []
+            return results
         records = [(key, encode_value(value)) for _, key, value in accepted]
+
+        def apply_all(first: int) -> None:
+            for i, (p, _, value) in enumerate(accepted):
+                apply(p, value, first + i)
+
         partition = self.partition_for(group_id)
         try:
-            first = await self._append(partition, records, self.owned.get(partition))
+            await self._append(partition, records, self.owned.get(partition), apply_all, turn)
         except BrookError as e:
             failed = {(p.topic, p.partition) for p, _, _ in accepted}
             code = _write_failure(e)
@@ -668,11 +713,8 @@ class GroupManager:
                 if (r.topic, r.partition) in failed
                 else r
                 for r in results
-            ], []
-        if partition not in self.owned:
-            # Lost the partition while writing: the new owner replays this commit.
-            return results, []
-        return results, [(p, value, first + i) for i, (p, _, value) in enumerate(accepted)]
+            ]
+        return results
 
     async def complete_transaction(
         self,
@@ -691,68 +733,66 @@ class GroupManager:
         ``producer_epoch`` is older than the newest seen for the producer in the group;
         TRANSACTION_COORDINATOR_FENCED: ``coordinator_epoch`` is older than one that already
         ended a transaction of the producer here. Otherwise what the write failed with
-        (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ...: retriable)."""
-        error, message = self.check_coordinator(group_id)
-        if error is not ErrorCode.NONE:
-            return error, message
-        if producer_id < 0 or producer_epoch < 0:
-            return (
-                ErrorCode.INVALID_REQUEST,
-                f"producer id {producer_id} and epoch {producer_epoch} must be >= 0",
-            )
-        if group_id not in self._groups:
-            return ErrorCode.NONE, ""
-        txn_offsets = self._txn_offsets.get(group_id)
-        known = txn_offsets.producer(producer_id) if txn_offsets else None
-        if known is not None:
-            if producer_epoch < known.producer_epoch:
-                return (
-                    ErrorCode.INVALID_PRODUCER_EPOCH,
-                    f"producer {producer_id} epoch {producer_epoch} is older than epoch "
-                    f"{known.producer_epoch}, seen for it in group {group_id!r}",
-                )
-            if coordinator_epoch < known.coordinator_epoch:
-                return (
-                    ErrorCode.TRANSACTION_COORDINATOR_FENCED,
-                    f"coordinator epoch {coordinator_epoch} is older than epoch "
-                    f"{known.coordinator_epoch}, which ended a transaction of producer "
-                    f"{producer_id} in group {group_id!r}",
-                )
-            if (
-                not known.pending
-                and producer_epoch == known.producer_epoch
-                and coordinator_epoch == known.coordinator_epoch
-            ):
+        (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ...: retriable). Decided and written in
+        the producer's turn (producer_turns.py): it ends every pending offset of the producer
+        whose TxnCommitOffsets came before it, and fences those that come after."""
+        async with self._producer_turns.turn(group_id, producer_id) as turn:
+            error, message = self._check_producer_request(group_id, producer_id, producer_epoch)
+            if error is not ErrorCode.NONE:
+                return error, message
+            if group_id not in self._groups:
                 return ErrorCode.NONE, ""
-        # The producer's epochs are recorded even with nothing pending: a newer epoch here
-        # fences a late TxnCommitOffsets of the older one, as Kafka's marker does.
-        pending = dict(known.pending) if known is not None else {}
-        applied = winners(self._offsets_of(group_id), pending) if committed else []
-        end = TxnEndValue(producer_epoch, coordinator_epoch, committed)
-        records: list[tuple[bytes, bytes | None]] = [
-            (encode_key(PendingOffsetKey(group_id, producer_id, topic, partition)), None)
-            for topic, partition in pending
-        ]
-        records += [
-            (encode_key(OffsetCommitKey(group_id, t, p)), encode_value(offset.committed()))
-            for (t, p), offset in applied
-        ]
-        records.append((encode_key(TxnEndKey(group_id, producer_id)), encode_value(end)))
-        partition = self.partition_for(group_id)
-        try:
-            await self._append(partition, records, self.owned.get(partition))
-        except BrookError as e:
-            return _write_failure(e), e.message
-        if partition not in self.owned:
-            return ErrorCode.NONE, ""  # the new owner replays the end
-        txn_offsets = self._txn_offsets_of(group_id)
-        for topic, partition_id in pending:
-            txn_offsets.remove_pending(producer_id, topic, partition_id)
-        offsets = self._offsets_of(group_id)
-        for (topic, partition_id), offset in applied:
-            offsets.put(topic, partition_id, offset.committed(), offset.record_offset)
-        txn_offsets.saw_end(producer_id, end)
-        return ErrorCode.NONE, ""
+            txn_offsets = self._txn_offsets.get(group_id)
+            known = txn_offsets.producer(producer_id) if txn_offsets else None
+            if known is not None:
+                if producer_epoch < known.producer_epoch:
+                    return (
+                        ErrorCode.INVALID_PRODUCER_EPOCH,
+                        _older_epoch(group_id, producer_id, producer_epoch, known),
+                    )
+                if coordinator_epoch < known.coordinator_epoch:
+                    return (
+                        ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                        f"coordinator epoch {coordinator_epoch} is older than epoch "
+                        f"{known.coordinator_epoch}, which ended a transaction of producer "
+                        f"{producer_id} in group {group_id!r}",
+                    )
+                if (
+                    not known.pending
+                    and producer_epoch == known.producer_epoch
+                    and coordinator_epoch == known.coordinator_epoch
+                ):
+                    return ErrorCode.NONE, ""
+            # The producer's epochs are recorded even with nothing pending: a newer epoch here
+            # fences a late TxnCommitOffsets of the older one, as Kafka's marker does.
+            pending = dict(known.pending) if known is not None else {}
+            applied = winners(self._offsets_of(group_id), pending) if committed else []
+            end = TxnEndValue(producer_epoch, coordinator_epoch, committed)
+            records: list[tuple[bytes, bytes | None]] = [
+                (encode_key(PendingOffsetKey(group_id, producer_id, topic, partition)), None)
+                for topic, partition in pending
+            ]
+            records += [
+                (encode_key(OffsetCommitKey(group_id, t, p)), encode_value(offset.committed()))
+                for (t, p), offset in applied
+            ]
+            records.append((encode_key(TxnEndKey(group_id, producer_id)), encode_value(end)))
+
+            def apply(_: int) -> None:
+                txn_offsets = self._txn_offsets_of(group_id)
+                for topic, partition_id in pending:
+                    txn_offsets.remove_pending(producer_id, topic, partition_id)
+                offsets = self._offsets_of(group_id)
+                for (topic, partition_id), offset in applied:
+                    offsets.put(topic, partition_id, offset.committed(), offset.record_offset)
+                txn_offsets.saw_end(producer_id, end)
+
+            partition = self.partition_for(group_id)
+            try:
+                await self._append(partition, records, self.owned.get(partition), apply, turn)
+            except BrookError as e:
+                return _write_failure(e), e.message
+            return ErrorCode.NONE, ""
 
     def fetch(
         self,
@@ -843,17 +883,20 @@ class GroupManager:
                     (encode_key(TxnEndKey(group_id, producer_id)), None)
                     for producer_id in txn_offsets.producers
                 ]
+
+        def apply(_: int) -> None:
+            offsets = self._offsets_of(group_id)
+            for topic, partition in keys:
+                offsets.remove(topic, partition)
+            if remove_group:
+                group = self._groups.pop(group_id, None)
+                if group is not None:
+                    group.transition_to_dead(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                self._offsets.pop(group_id, None)
+                self._txn_offsets.pop(group_id, None)
+
         offsets_partition = self.partition_for(group_id)
-        await self._append(offsets_partition, tombstones, self.owned.get(offsets_partition))
-        offsets = self._offsets_of(group_id)
-        for topic, partition in keys:
-            offsets.remove(topic, partition)
-        if remove_group:
-            group = self._groups.pop(group_id, None)
-            if group is not None:
-                group.transition_to_dead(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            self._offsets.pop(group_id, None)
-            self._txn_offsets.pop(group_id, None)
+        await self._append(offsets_partition, tombstones, self.owned.get(offsets_partition), apply)
 
     async def expire_offsets(self) -> int:
         """Deletes the offsets past offsets.retention.minutes of groups that have no members,
@@ -916,6 +959,13 @@ def commit_error(code: ErrorCode) -> ErrorCode:
     return _COMMIT_ERRORS.get(code, code)
 
 
+def _older_epoch(group_id: str, producer_id: int, producer_epoch: int, known: ProducerTxn) -> str:
+    return (
+        f"producer {producer_id} epoch {producer_epoch} is older than epoch "
+        f"{known.producer_epoch}, seen for it in group {group_id!r}"
+    )
+
+
 def _write_failure(error: BrookError) -> ErrorCode:
     """What a client is told when a write it asked for failed."""
     if isinstance(error, OffsetsWriteError):
@@ -930,14 +980,23 @@ class _QueuedWrite:
     owned: OwnedPartition
     # The records' size in a batch, at most (RECORD_OVERHEAD_BYTES_MAX each).
     size_bytes: int
+    # What the write changes in memory, and the producer turn it ends (GroupManager._append).
+    apply: Callable[[int], None] | None
+    turn: ProducerTurn | None
     # The offset of the write's first record, once appended.
     done: asyncio.Future[int]
 
+    def leave(self) -> None:
+        """The write is out of the queue: appended, failed or left out."""
+        if self.turn is not None:
+            self.turn.end()
 
-def _fail(batch: Sequence[_QueuedWrite], error: BaseException) -> None:
+
+def _fail(batch: Iterable[_QueuedWrite], error: BaseException) -> None:
     for write in batch:
         if not write.done.done():
             write.done.set_exception(error)
+        write.leave()
 
 
 def _settle(future: asyncio.Future[_T], result: _T) -> None:

@@ -78,16 +78,19 @@ class Markers:
 
 
 class Log(MemoryOffsetsLog):
-    """MemoryOffsetsLog whose next appends can fail, and whose reads can be held."""
+    """MemoryOffsetsLog whose next appends can fail, and whose appends and reads can be held."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fail_next: list[ErrorCode] = []
         self.read_hold: asyncio.Event | None = None
         self.append_hold: asyncio.Event | None = None
+        # Set once an append waits for append_hold: sent, its outcome not known yet.
+        self.append_held = asyncio.Event()
 
     async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> int:
         if self.append_hold is not None:
+            self.append_held.set()
             await self.append_hold.wait()
         if self.fail_next:
             code = self.fail_next.pop(0)

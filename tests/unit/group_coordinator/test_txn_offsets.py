@@ -8,8 +8,10 @@ as Kafka does."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
 from brook_group_coordinator.group import GroupLimits
 from brook_group_coordinator.group_manager import CommitPartition, GroupManager
 from brook_group_coordinator.local_view import LocalViewOffsetsLog
@@ -30,6 +32,7 @@ from test_group_coordinator_service import (
 )
 from test_group_coordinator_service import PARTITIONS as SERVED_PARTITIONS
 from test_offsets_write_fencing import GROUP, PARTITION, PARTITIONS, TOPIC, _log, _manager, _node
+from test_transaction_coordinator import Log as HeldLog
 
 from brook.errors import ErrorCode
 from brook.v1 import common_pb2, group_pb2
@@ -255,6 +258,72 @@ def test_a_restarted_coordinator_keeps_pending_what_has_no_end_in_the_log() -> N
         assert _stable(reloaded) == [UNSTABLE, UNSTABLE]
         assert await _end(reloaded, PRODUCER, True, coordinator_epoch=1) == NONE
         assert _stable(reloaded) == [10, UNSTABLE]
+
+    run(scenario)
+
+
+async def _txn_commit_given_up_mid_write(log: HeldLog) -> tuple[GroupManager, asyncio.Event]:
+    """A TxnCommitOffsets of PRODUCER (partition 0 at 10) whose caller is gone (a gRPC deadline,
+    the gateway's retry) once its record was sent; its append waits for the event returned."""
+    manager = await _reloaded(log, 1)
+    hold = log.append_hold = asyncio.Event()
+    gave_up = asyncio.ensure_future(_txn(manager, PRODUCER, 0, {0: 10}))
+    await log.append_held.wait()
+    gave_up.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gave_up
+    return manager, hold
+
+
+def test_a_txn_commit_whose_caller_gave_up_mid_write_is_pending_as_the_log_has_it() -> None:
+    async def scenario() -> None:
+        log = HeldLog()
+        manager, hold = await _txn_commit_given_up_mid_write(log)
+        hold.set()
+        # Queued behind the abandoned write, so answered once that one was applied.
+        assert await _plain(manager, {1: 5}) == [NONE]
+        assert _stable(manager) == _stable(await _reloaded(log)) == [UNSTABLE, 5]
+        # So the end knows it, and no reload brings it back.
+        assert await _end(manager, PRODUCER, False) == NONE
+        assert _stable(manager) == _stable(await _reloaded(log)) == [-1, 5]
+
+    run(scenario)
+
+
+def test_an_end_racing_a_txn_commit_of_its_producer_ends_it_or_fences_it_for_good() -> None:
+    async def scenario() -> None:
+        log = MemoryOffsetsLog()
+        manager = await _reloaded(log, 1)
+        # The TxnCommitOffsets is in flight when the end comes: the end ends it (as Kafka's
+        # marker ends everything of the producer before it in the log).
+        committed = await asyncio.gather(
+            _txn(manager, PRODUCER, 0, {0: 10}), _end(manager, PRODUCER, True)
+        )
+        assert committed == [[NONE], NONE]
+        # A zombie's commit racing the abort that fences it (bumped epoch).
+        fenced = await asyncio.gather(
+            _txn(manager, PRODUCER, 0, {1: 20}), _end(manager, PRODUCER, False, epoch=1)
+        )
+        assert fenced == [[NONE], NONE]
+        # The other way round: the abort first, so the zombie's commit is refused.
+        late = await asyncio.gather(
+            _end(manager, PRODUCER, False, epoch=2), _txn(manager, PRODUCER, 1, {1: 30})
+        )
+        assert late == [NONE, [ErrorCode.PRODUCER_FENCED]]
+        assert _stable(manager) == _stable(await _reloaded(log)) == [10, -1]
+
+    run(scenario)
+
+
+def test_an_end_waits_for_a_txn_commit_whose_caller_gave_up_mid_write() -> None:
+    async def scenario() -> None:
+        log = HeldLog()
+        manager, hold = await _txn_commit_given_up_mid_write(log)
+        # The fencing abort comes while the abandoned record is still being written.
+        abort = asyncio.ensure_future(_end(manager, PRODUCER, False, epoch=1))
+        hold.set()
+        assert await abort == NONE
+        assert _stable(manager) == _stable(await _reloaded(log)) == [-1, -1]
 
     run(scenario)
 
