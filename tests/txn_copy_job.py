@@ -221,10 +221,22 @@ class _TransactionalCopier:
         return [tp for tp in self._consumer.position(assigned) if tp.offset >= 0]
 
     def at_end(self, ends: dict[int, int]) -> bool:
-        """Whether every non-empty partition of the source is assigned and read up to
-        ``ends``."""
-        reached = {tp.partition: tp.offset for tp in self.positions()}
-        return all(end == 0 or reached.get(p, -1) >= end for p, end in ends.items())
+        """Whether the group's committed offsets have reached ``ends`` in every non-empty
+        partition of the source (False when the question fails retriably: asked again).
+
+        The committed offsets, not the consumer's positions: librdkafka's position is the
+        last consumed record's offset + 1 and becomes invalid at a seek, so a partition
+        rewound (or newly assigned) at its end has no position until a record arrives,
+        which never happens there."""
+        asked = [TopicPartition(self._job.source, p) for p, end in ends.items() if end > 0]
+        try:
+            committed = self._consumer.committed(asked, CALL_TIMEOUT_S)
+        except KafkaException as exception:
+            self.check_fatal(exception)
+            if _error_of(exception).retriable():
+                return False
+            raise
+        return all(tp.offset >= ends[tp.partition] for tp in committed)
 
     def copy_one_batch(self) -> int:
         """Reads up to records_per_transaction records and writes them, with the offsets, in
