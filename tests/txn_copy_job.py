@@ -207,11 +207,23 @@ class _TransactionalCopier:
 
     def rewind(self) -> None:
         """Every assigned partition back to the group's committed offset (the beginning when
-        nothing is committed): the records of an aborted transaction are read again."""
+        nothing is committed): the records of an aborted transaction are read again. The
+        committed offsets are asked until CALL_DEADLINE_S has passed."""
         assigned = self._consumer.assignment()
         if not assigned:
             return
-        for committed in self._consumer.committed(assigned, CALL_TIMEOUT_S):
+        deadline = time.monotonic() + CALL_DEADLINE_S
+        while True:
+            try:
+                answer = self._consumer.committed(assigned, CALL_TIMEOUT_S)
+                break
+            except KafkaException as exception:
+                # A coordinator moving: asked again (a timed-out committed() is not marked
+                # retriable by confluent-kafka).
+                self.check_fatal(exception)
+                if time.monotonic() > deadline:
+                    raise
+        for committed in answer:
             offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
             self._consumer.seek(TopicPartition(committed.topic, committed.partition, offset))
 
@@ -221,10 +233,22 @@ class _TransactionalCopier:
         return [tp for tp in self._consumer.position(assigned) if tp.offset >= 0]
 
     def at_end(self, ends: dict[int, int]) -> bool:
-        """Whether every non-empty partition of the source is assigned and read up to
-        ``ends``."""
-        reached = {tp.partition: tp.offset for tp in self.positions()}
-        return all(end == 0 or reached.get(p, -1) >= end for p, end in ends.items())
+        """Whether the group's committed offsets have reached ``ends`` in every non-empty
+        partition of the source (False when the question fails, a coordinator moving: it is
+        asked again at the next idle round; confluent-kafka marks a timed-out committed()
+        as not retriable, so every non-fatal failure counts as "not yet").
+
+        The committed offsets, not the consumer's positions: librdkafka's position is the
+        last consumed record's offset + 1 and becomes invalid at a seek, so a partition
+        rewound (or newly assigned) at its end has no position until a record arrives,
+        which never happens there."""
+        asked = [TopicPartition(self._job.source, p) for p, end in ends.items() if end > 0]
+        try:
+            committed = self._consumer.committed(asked, CALL_TIMEOUT_S)
+        except KafkaException as exception:
+            self.check_fatal(exception)
+            return False
+        return all(tp.offset >= ends[tp.partition] for tp in committed)
 
     def copy_one_batch(self) -> int:
         """Reads up to records_per_transaction records and writes them, with the offsets, in

@@ -20,6 +20,7 @@ modules too; reading a topic back per isolation level is txn_copy_job.read_topic
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any, Final
@@ -44,6 +45,7 @@ pytestmark = pytest.mark.integration
 PARTITIONS: Final = 3
 TIMEOUT_S: Final = 30.0
 RECORDS_PER_INPUT_PARTITION: Final = 40
+COPY_TIMEOUT_S: Final = 120.0
 
 
 def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = PARTITIONS) -> None:
@@ -152,11 +154,40 @@ def test_consume_transform_produce_copies_exactly_once_and_commits_the_input_end
     produce_all(plain, input_records)
     events: list[dict[str, Any]] = []
     job = CopyJob(bootstrap, source, destination, group, "txn-ctp", 7, abort_every=3)
-    copy_in_transactions(job, report=events.append)
+    copy_bounded(job, events)
     assert any(e["event"] == "aborted" for e in events), "no transaction was aborted"
-    assert events[-1] == {"event": "done"}
 
     assert_copied_exactly_once(job, input_records, PARTITIONS)
+
+
+def test_a_copy_job_started_at_the_end_of_its_input_is_done_without_a_transaction(
+    bootstrap: str,
+) -> None:
+    """The job's end is the group's committed offsets reaching the input's end, although
+    its consumer, starting there, never reads a record (librdkafka has no position for a
+    partition it has read nothing from, nor for one it has just been rewound in)."""
+    from confluent_kafka import Producer
+
+    source, destination, group = "txn-ctp-again-in", "txn-ctp-again-out", "txn-ctp-again"
+    create_topics(bootstrap, [source, destination])
+    produce_all(
+        Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True}),
+        records_for([source], "input", 3),
+    )
+    job = CopyJob(bootstrap, source, destination, group, "txn-ctp-again", 5)
+    copy_bounded(job, [])
+
+    again: list[dict[str, Any]] = []
+    copy_bounded(job, again)
+    assert again == [{"event": "ready"}, {"event": "done"}]
+
+
+def copy_bounded(job: CopyJob, events: list[dict[str, Any]]) -> None:
+    """Runs ``job`` to the end of its input, its events appended to ``events``; fails if
+    it has not reported "done" within COPY_TIMEOUT_S."""
+    deadline = time.monotonic() + COPY_TIMEOUT_S
+    copy_in_transactions(job, report=events.append, stop=lambda: time.monotonic() > deadline)
+    assert events[-1] == {"event": "done"}, f"not done within {COPY_TIMEOUT_S} s: {events[-3:]}"
 
 
 def test_a_second_producer_with_the_same_transactional_id_fences_the_first(

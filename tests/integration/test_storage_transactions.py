@@ -15,36 +15,36 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from cluster_fixture import ClusterFactory, replication_cluster, wait_until
+from storage_rpc import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    RPC_TIMEOUT_S,
+    batch,
+    code_of,
+    fetch,
+    first_answer,
+    leader_address,
+    node_names,
+    produce,
+    storage_stub,
+    values,
+)
 
 from brook.client.admin import Admin, NewTopic
-from brook.errors import ErrorCode, error_code
+from brook.errors import ErrorCode
 from brook.launcher import LocalCluster, Role
-from brook.record import build_batch
-from brook.v1 import common_pb2, storage_pb2, storage_pb2_grpc
+from brook.v1 import common_pb2, storage_pb2
 
 pytestmark = pytest.mark.integration
 
-RPC_TIMEOUT_S = 10.0
 WAIT_TIMEOUT_S = 40.0
 POLL_S = 0.05
-FETCH_BYTES_MAX = 1 << 20
-READ_COMMITTED = common_pb2.ISOLATION_LEVEL_READ_COMMITTED
-READ_UNCOMMITTED = common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
 
 
 def _wait(condition: Callable[[], bool], what: str) -> float:
     return wait_until(condition, what, WAIT_TIMEOUT_S, POLL_S)
-
-
-def _storage(address: str) -> Any:
-    return storage_pb2_grpc.StorageServiceStub(grpc.insecure_channel(address))  # type: ignore[no-untyped-call]
-
-
-def _code(response: Any) -> ErrorCode:
-    return error_code(response.error_code)
 
 
 @pytest.fixture(scope="module")
@@ -63,18 +63,6 @@ def factory(tmp_path_factory: pytest.TempPathFactory) -> Generator[ClusterFactor
         built.close(keep_files=False)
 
 
-def _node_names(cluster: LocalCluster) -> dict[int, str]:
-    return {cluster.spec(name).node_id: name for name in cluster.names(Role.STORAGE_NODE)}
-
-
-def _leader(cluster: LocalCluster, topic: str, partition: int) -> str:
-    """The gRPC address of the partition's leader, as the controllers name it."""
-    with Admin(cluster.controller_bootstrap_servers) as admin:
-        leader = admin.describe_topics([topic])[topic].partitions[partition].leader
-    assert leader is not None
-    return cluster.grpc_address(_node_names(cluster)[leader])
-
-
 def _create_topic(cluster: LocalCluster, topic: str, partitions: int) -> None:
     with Admin(cluster.controller_bootstrap_servers) as admin:
         created = admin.create_topics(
@@ -90,7 +78,7 @@ def _create_topic(cluster: LocalCluster, topic: str, partitions: int) -> None:
     for partition in range(partitions):
         _wait(
             lambda p=partition: (
-                _list_latest(_leader(cluster, topic, p), topic, p)[0] is ErrorCode.NONE
+                _list_latest(leader_address(cluster, topic, p), topic, p)[0] is ErrorCode.NONE
             ),
             f"{topic}-{partition}'s leader to serve it",
         )
@@ -100,34 +88,12 @@ def _producer_id(address: str) -> int:
     request = storage_pb2.InitProducerIdRequest(producer_id=-1, producer_epoch=-1)
     deadline = time.monotonic() + WAIT_TIMEOUT_S
     while True:
-        response = _storage(address).InitProducerId(request, timeout=RPC_TIMEOUT_S)
-        if _code(response) is ErrorCode.NONE:
+        response = storage_stub(address).InitProducerId(request, timeout=RPC_TIMEOUT_S)
+        if code_of(response) is ErrorCode.NONE:
             return int(response.producer_id)
-        assert _code(response) is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, response.error_message
+        assert code_of(response) is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, response.error_message
         assert time.monotonic() < deadline, "no producer id"
         time.sleep(POLL_S)
-
-
-def _batch(values: list[bytes], pid: int = -1, seq: int = -1, *, txn: bool = False) -> bytes:
-    now_ms = int(time.time() * 1000)
-    return build_batch(
-        [(now_ms, None, value, []) for value in values],
-        producer_id=pid,
-        producer_epoch=0 if pid >= 0 else -1,
-        base_sequence=seq,
-        is_transactional=txn,
-    )
-
-
-def _first_answer(address: str, method: str, request: Any) -> Any:
-    """The first per-partition answer of a one-partition call."""
-    return getattr(_storage(address), method)(request, timeout=RPC_TIMEOUT_S).partitions[0]
-
-
-def _produce(address: str, topic: str, partition: int, records: bytes) -> Any:
-    data = storage_pb2.PartitionProduceData(topic=topic, partition=partition, records=records)
-    request = storage_pb2.ProduceRequest(acks=storage_pb2.ACKS_ALL, partitions=[data])
-    return _first_answer(address, "Produce", request)
 
 
 def _marker(
@@ -148,33 +114,10 @@ def _marker(
 
 
 def _write_markers(address: str, *markers: storage_pb2.TxnMarker) -> list[list[Any]]:
-    response = _storage(address).WriteTxnMarkers(
+    response = storage_stub(address).WriteTxnMarkers(
         storage_pb2.WriteTxnMarkersRequest(markers=markers), timeout=RPC_TIMEOUT_S
     )
     return [list(result.partitions) for result in response.markers]
-
-
-def _fetch(
-    address: str,
-    topic: str,
-    partition: int,
-    offset: int,
-    isolation: common_pb2.IsolationLevel,
-    *,
-    decode: bool = False,
-    check: bool = True,
-) -> Any:
-    """One partition's Fetch answer (no long poll); ``check``: assert it has no error."""
-    target = storage_pb2.FetchPartition(topic=topic, partition=partition, fetch_offset=offset)
-    request = storage_pb2.FetchRequest(
-        max_bytes=FETCH_BYTES_MAX,
-        isolation_level=isolation,
-        decode_records=decode,
-        partitions=[target],
-    )
-    response = _first_answer(address, "Fetch", request)
-    assert not check or _code(response) is ErrorCode.NONE, response.error_message
-    return response
 
 
 def _list_latest(
@@ -187,12 +130,8 @@ def _list_latest(
         topic=topic, partition=partition, spec=storage_pb2.OFFSET_SPEC_LATEST
     )
     request = storage_pb2.ListOffsetsRequest(isolation_level=isolation, partitions=[target])
-    response = _first_answer(address, "ListOffsets", request)
-    return _code(response), int(response.offset)
-
-
-def _values(response: Any) -> list[bytes]:
-    return [record.value for record in response.decoded_records]
+    response = first_answer(address, "ListOffsets", request)
+    return code_of(response), int(response.offset)
 
 
 def test_read_committed_stops_at_open_transactions_and_markers_end_them(
@@ -201,27 +140,27 @@ def test_read_committed_stops_at_open_transactions_and_markers_end_them(
     cluster = factory.clusters[0]
     topic = "txn-two"
     _create_topic(cluster, topic, 2)
-    p0, p1 = _leader(cluster, topic, 0), _leader(cluster, topic, 1)
+    p0, p1 = leader_address(cluster, topic, 0), leader_address(cluster, topic, 1)
     pid = _producer_id(p0)
-    assert _code(_produce(p0, topic, 0, _batch([b"plain-0"]))) is ErrorCode.NONE  # offset 0
-    txn_0 = _produce(p0, topic, 0, _batch([b"t0-a", b"t0-b"], pid, 0, txn=True))  # 1-2
-    txn_1 = _produce(p1, topic, 1, _batch([b"t1-a", b"t1-b"], pid, 0, txn=True))  # 0-1
-    assert (_code(txn_0), txn_0.base_offset) == (ErrorCode.NONE, 1)
-    assert (_code(txn_1), txn_1.base_offset) == (ErrorCode.NONE, 0)
-    assert _code(_produce(p0, topic, 0, _batch([b"plain-3"]))) is ErrorCode.NONE  # offset 3
+    assert code_of(produce(p0, topic, 0, batch([b"plain-0"]))) is ErrorCode.NONE  # offset 0
+    txn_0 = produce(p0, topic, 0, batch([b"t0-a", b"t0-b"], pid, 0, txn=True))  # 1-2
+    txn_1 = produce(p1, topic, 1, batch([b"t1-a", b"t1-b"], pid, 0, txn=True))  # 0-1
+    assert (code_of(txn_0), txn_0.base_offset) == (ErrorCode.NONE, 1)
+    assert (code_of(txn_1), txn_1.base_offset) == (ErrorCode.NONE, 0)
+    assert code_of(produce(p0, topic, 0, batch([b"plain-3"]))) is ErrorCode.NONE  # offset 3
 
     # The open transaction holds READ_COMMITTED readers at its first offset.
-    before = _fetch(p0, topic, 0, 0, READ_COMMITTED, decode=True)
+    before = fetch(p0, topic, 0, 0, READ_COMMITTED, decode=True)
     assert (before.high_watermark, before.last_stable_offset) == (4, 1)
-    assert _values(before) == [b"plain-0"] and before.next_fetch_offset == 1
-    assert _fetch(p0, topic, 0, 1, READ_COMMITTED).records == b""
+    assert values(before) == [b"plain-0"] and before.next_fetch_offset == 1
+    assert fetch(p0, topic, 0, 1, READ_COMMITTED).records == b""
     assert _list_latest(p0, topic, 0, READ_COMMITTED) == (ErrorCode.NONE, 1)
     assert _list_latest(p0, topic, 0) == (ErrorCode.NONE, 4)
-    assert _fetch(p1, topic, 1, 0, READ_COMMITTED).last_stable_offset == 0
+    assert fetch(p1, topic, 1, 0, READ_COMMITTED).last_stable_offset == 0
     # A non-transactional batch of the producer while its transaction is open.
-    refused = _produce(p0, topic, 0, _batch([b"stray"], pid, 2))
-    assert _code(refused) is ErrorCode.INVALID_TXN_STATE, refused.error_message
-    described = _first_answer(
+    refused = produce(p0, topic, 0, batch([b"stray"], pid, 2))
+    assert code_of(refused) is ErrorCode.INVALID_TXN_STATE, refused.error_message
+    described = first_answer(
         p0,
         "DescribeProducers",
         storage_pb2.DescribeProducersRequest(
@@ -237,31 +176,31 @@ def test_read_committed_stops_at_open_transactions_and_markers_end_them(
         if cluster.grpc_address(name) != p0
     )
     [[not_leader]] = _write_markers(follower, _marker(pid, False, [(topic, 0)]))
-    assert _code(not_leader) is ErrorCode.NOT_LEADER_OR_FOLLOWER
-    assert cluster.grpc_address(_node_names(cluster)[not_leader.current_leader.leader_id]) == p0
+    assert code_of(not_leader) is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert cluster.grpc_address(node_names(cluster)[not_leader.current_leader.leader_id]) == p0
     [[unknown]] = _write_markers(p0, _marker(pid, False, [("no-such-topic", 0)]))
-    assert _code(unknown) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert code_of(unknown) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     # ABORT on partition 0, COMMIT on partition 1, each sent to its leader.
     [[aborted]] = _write_markers(p0, _marker(pid, False, [(topic, 0)], coordinator_epoch=3))
     [[committed]] = _write_markers(p1, _marker(pid, True, [(topic, 1)], coordinator_epoch=3))
-    assert _code(aborted) is ErrorCode.NONE, aborted.error_message
-    assert _code(committed) is ErrorCode.NONE, committed.error_message
+    assert code_of(aborted) is ErrorCode.NONE, aborted.error_message
+    assert code_of(committed) is ErrorCode.NONE, committed.error_message
 
-    after = _fetch(p0, topic, 0, 0, READ_COMMITTED)
+    after = fetch(p0, topic, 0, 0, READ_COMMITTED)
     assert after.high_watermark == after.last_stable_offset == 5  # the marker is offset 4
     assert [(t.producer_id, t.first_offset) for t in after.aborted_transactions] == [(pid, 1)]
-    decoded = _fetch(p0, topic, 0, 0, READ_COMMITTED, decode=True)
-    assert _values(decoded) == [b"plain-0", b"plain-3"]
-    assert _values(_fetch(p0, topic, 0, 0, READ_UNCOMMITTED, decode=True)) == [
+    decoded = fetch(p0, topic, 0, 0, READ_COMMITTED, decode=True)
+    assert values(decoded) == [b"plain-0", b"plain-3"]
+    assert values(fetch(p0, topic, 0, 0, READ_UNCOMMITTED, decode=True)) == [
         b"plain-0",
         b"t0-a",
         b"t0-b",
         b"plain-3",
     ]
-    assert list(_fetch(p0, topic, 0, 0, READ_UNCOMMITTED).aborted_transactions) == []
+    assert list(fetch(p0, topic, 0, 0, READ_UNCOMMITTED).aborted_transactions) == []
     assert _list_latest(p0, topic, 0, READ_COMMITTED) == (ErrorCode.NONE, 5)
-    stream = _storage(p0).Subscribe(
+    stream = storage_stub(p0).Subscribe(
         storage_pb2.SubscribeRequest(
             isolation_level=READ_COMMITTED,
             decode_records=True,
@@ -275,18 +214,18 @@ def test_read_committed_stops_at_open_transactions_and_markers_end_them(
     )
     pushed = next(iter(stream)).partitions[0]
     stream.cancel()
-    assert _values(pushed) == [b"plain-0", b"plain-3"] and pushed.last_stable_offset == 5
-    on_1 = _fetch(p1, topic, 1, 0, READ_COMMITTED, decode=True)
+    assert values(pushed) == [b"plain-0", b"plain-3"] and pushed.last_stable_offset == 5
+    on_1 = fetch(p1, topic, 1, 0, READ_COMMITTED, decode=True)
     assert on_1.last_stable_offset == 3 and list(on_1.aborted_transactions) == []
-    assert _values(on_1) == [b"t1-a", b"t1-b"]
+    assert values(on_1) == [b"t1-a", b"t1-b"]
 
     # The coordinator epoch only moves forward; the producer epoch too.
     [[fenced]] = _write_markers(p0, _marker(pid, True, [(topic, 0)], coordinator_epoch=2))
-    assert _code(fenced) is ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    assert code_of(fenced) is ErrorCode.TRANSACTION_COORDINATOR_FENCED
     [[bumped]] = _write_markers(p0, _marker(pid, False, [(topic, 0)], epoch=1, coordinator_epoch=3))
-    assert _code(bumped) is ErrorCode.NONE
+    assert code_of(bumped) is ErrorCode.NONE
     [[old_epoch]] = _write_markers(p0, _marker(pid, False, [(topic, 0)], coordinator_epoch=3))
-    assert _code(old_epoch) is ErrorCode.INVALID_PRODUCER_EPOCH
+    assert code_of(old_epoch) is ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 def test_a_new_leader_holds_the_lso_at_an_open_transaction_and_its_marker_completes_it(
@@ -295,15 +234,15 @@ def test_a_new_leader_holds_the_lso_at_an_open_transaction_and_its_marker_comple
     cluster = factory.clusters[0]
     topic = "txn-failover"
     _create_topic(cluster, topic, 1)
-    old_leader = _leader(cluster, topic, 0)
+    old_leader = leader_address(cluster, topic, 0)
     pid = _producer_id(old_leader)
     for records in (
-        _batch([b"before"]),
-        _batch([b"in-txn-a", b"in-txn-b"], pid, 0, txn=True),
-        _batch([b"after"]),
+        batch([b"before"]),
+        batch([b"in-txn-a", b"in-txn-b"], pid, 0, txn=True),
+        batch([b"after"]),
     ):
-        assert _code(_produce(old_leader, topic, 0, records)) is ErrorCode.NONE
-    assert _fetch(old_leader, topic, 0, 0, READ_COMMITTED).last_stable_offset == 1
+        assert code_of(produce(old_leader, topic, 0, records)) is ErrorCode.NONE
+    assert fetch(old_leader, topic, 0, 0, READ_COMMITTED).last_stable_offset == 1
     victim = next(
         name
         for name in cluster.names(Role.STORAGE_NODE)
@@ -312,18 +251,18 @@ def test_a_new_leader_holds_the_lso_at_an_open_transaction_and_its_marker_comple
     cluster.kill(victim, signal.SIGKILL)
     cluster.wait(victim, 10_000)
     try:
-        _wait(lambda: _leader(cluster, topic, 0) != old_leader, "a new leader")
-        new_leader = _leader(cluster, topic, 0)
+        _wait(lambda: leader_address(cluster, topic, 0) != old_leader, "a new leader")
+        new_leader = leader_address(cluster, topic, 0)
 
         def caught_up() -> bool:
-            answer = _fetch(new_leader, topic, 0, 0, READ_COMMITTED, check=False)
-            return _code(answer) is ErrorCode.NONE and answer.high_watermark == 4
+            answer = fetch(new_leader, topic, 0, 0, READ_COMMITTED, check=False)
+            return code_of(answer) is ErrorCode.NONE and answer.high_watermark == 4
 
         _wait(caught_up, "the new leader's high watermark to reach the acknowledged records")
-        held = _fetch(new_leader, topic, 0, 0, READ_COMMITTED, decode=True)
-        assert held.last_stable_offset == 1 and _values(held) == [b"before"]
+        held = fetch(new_leader, topic, 0, 0, READ_COMMITTED, decode=True)
+        assert held.last_stable_offset == 1 and values(held) == [b"before"]
         # A READ_COMMITTED long poll at the LSO waits for the LSO, not the HW (past it).
-        long_poll = _storage(new_leader).Fetch.future(
+        long_poll = storage_stub(new_leader).Fetch.future(
             storage_pb2.FetchRequest(
                 max_wait_ms=int(RPC_TIMEOUT_S * 1000) // 2,
                 min_bytes=1,
@@ -334,13 +273,13 @@ def test_a_new_leader_holds_the_lso_at_an_open_transaction_and_its_marker_comple
             timeout=RPC_TIMEOUT_S,
         )
         [[result]] = _write_markers(new_leader, _marker(pid, True, [(topic, 0)]))
-        assert _code(result) is ErrorCode.NONE, result.error_message
+        assert code_of(result) is ErrorCode.NONE, result.error_message
         woken = long_poll.result().partitions[0]
         assert woken.last_stable_offset == 5
-        assert _values(woken) == [b"in-txn-a", b"in-txn-b", b"after"]
-        done = _fetch(new_leader, topic, 0, 0, READ_COMMITTED, decode=True)
+        assert values(woken) == [b"in-txn-a", b"in-txn-b", b"after"]
+        done = fetch(new_leader, topic, 0, 0, READ_COMMITTED, decode=True)
         assert done.last_stable_offset == done.high_watermark == 5
-        assert _values(done) == [b"before", b"in-txn-a", b"in-txn-b", b"after"]
+        assert values(done) == [b"before", b"in-txn-a", b"in-txn-b", b"after"]
         assert list(done.aborted_transactions) == []
     finally:
         factory.start(cluster, victim)

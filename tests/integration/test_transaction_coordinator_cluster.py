@@ -5,14 +5,15 @@ __transaction_state (4 partitions here) is created by the controllers and each p
 owned by the coordinator owning __consumer_offsets partition (p % 2). The tests prove
 FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn and DescribeTransactions through
 gRPC, fencing by epoch, that a coordinator killed -9 with a transaction decided
-(PrepareCommit) is succeeded by the other one, which resumes that transaction's markers, and
-that a transaction whose markers the partitions refuse as fenced (an operator's abort wrote
-there with newer epochs) is still completed.
+(PrepareCommit) is succeeded by the other one, which completes that transaction, and that a
+transaction whose markers the partitions refuse as fenced (an operator's abort wrote there
+with newer epochs) is still completed.
 
-Markers: until the storage nodes implement WriteTxnMarkers (engineer S's part), every marker
-is answered UNIMPLEMENTED and retried, so the transaction stays in PrepareCommit and the proof
-of the resumed completion is the successor's own marker attempts (its log); once they do, the
-transaction reaches CompleteCommit and the same tests accept that.
+Each transaction writes a transactional record to every partition it adds (raw Produce to
+the storage nodes, tests/storage_rpc.py); a committed transaction must reach CompleteCommit,
+and its markers are checked where they matter, with READ_COMMITTED fetches: before the
+commit the last stable offset holds readers before the record, after it the record is
+visible and the last stable offset has passed the marker.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 from brook_group_coordinator.ownership import transaction_state_partition_for
 from cluster_fixture import ClusterFactory, coordinator_owners
 from coordinator_client import RPC_TIMEOUT_S, CoordinatorClient, wait_for
+from storage_rpc import READ_COMMITTED, batch, code_of, fetch, leader_address, produce, values
 
 from brook.client import Admin, TopicPartition
 from brook.errors import ErrorCode, error_code
@@ -198,13 +200,46 @@ def _name_of(cluster: LocalCluster, node_id: int) -> str:
     )
 
 
-def _markers_attempted(cluster: LocalCluster, name: str, transactional_id: str) -> bool:
-    """Whether ``name``'s log shows it sending the markers of ``transactional_id`` (what the
-    storage nodes answer UNIMPLEMENTED until they have WriteTxnMarkers)."""
-    return any(
-        "transaction markers not all written" in line and transactional_id in line
-        for line in cluster.log_tail(name, 400).splitlines()
+def _write_in_transaction(
+    cluster: LocalCluster, producer: tuple[int, int], partitions: list[int]
+) -> None:
+    """One transactional record (the first of ``producer`` there) to each of ``partitions``
+    of TOPIC, its value naming the producer; then each partition's last stable offset is
+    held before it for READ_COMMITTED readers."""
+    for partition in partitions:
+        leader = leader_address(cluster, TOPIC, partition)
+        records = batch([_value_of(producer)], producer[0], 0, epoch=producer[1], txn=True)
+        written = produce(leader, TOPIC, partition, records)
+        assert code_of(written) is ErrorCode.NONE, written.error_message
+        held = fetch(leader, TOPIC, partition, 0, READ_COMMITTED, decode=True)
+        assert held.last_stable_offset == written.base_offset < held.high_watermark
+        assert values(held) == []
+
+
+def _value_of(producer: tuple[int, int]) -> bytes:
+    return f"in-transaction-of-{producer[0]}-{producer[1]}".encode()
+
+
+def _wait_committed(client: TxnClient, producer: tuple[int, int], partitions: list[int]) -> None:
+    """Waits until ``client``'s transaction is in CompleteCommit, then checks its markers:
+    a READ_COMMITTED fetch of each partition returns the transaction's record, and the last
+    stable offset has reached the high watermark (the markers are written and replicated)."""
+    _wait(
+        lambda: (
+            True
+            if client.describe().state == transaction_pb2.TRANSACTION_STATE_COMPLETE_COMMIT
+            else None
+        ),
+        f"{client.transactional_id}'s commit to complete",
     )
+    for partition in partitions:
+        leader = leader_address(client.cluster, TOPIC, partition)
+        read = fetch(leader, TOPIC, partition, 0, READ_COMMITTED, decode=True)
+        assert values(read) == [_value_of(producer)]
+        # The record, its marker (a successor resending a decided transaction's markers may
+        # write a second one, as Kafka's does: a marker for no open transaction is harmless).
+        assert read.last_stable_offset == read.high_watermark >= 2
+        assert list(read.aborted_transactions) == []
 
 
 def test_transactions_through_grpc_with_fencing(cluster_factory: ClusterFactory) -> None:
@@ -233,6 +268,7 @@ def test_transactions_through_grpc_with_fencing(cluster_factory: ClusterFactory)
         producer = client.init()
         assert producer[1] == 0
         assert client.add(producer, [0, 1]) == [ErrorCode.NONE, ErrorCode.NONE]
+        _write_in_transaction(cluster, producer, [0, 1])
         assert client.add(producer, [0, 7]) == [
             ErrorCode.OPERATION_NOT_ATTEMPTED,
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -254,15 +290,7 @@ def test_transactions_through_grpc_with_fencing(cluster_factory: ClusterFactory)
             transaction_pb2.TRANSACTION_STATE_PREPARE_COMMIT,
             transaction_pb2.TRANSACTION_STATE_COMPLETE_COMMIT,
         )
-        _wait(
-            lambda: (
-                True
-                if client.describe().state == transaction_pb2.TRANSACTION_STATE_COMPLETE_COMMIT
-                or _markers_attempted(cluster, _name_of(cluster, node_id), client.transactional_id)
-                else None
-            ),
-            "the commit's markers to be sent",
-        )
+        _wait_committed(client, producer, [0, 1])
 
         # A new instance bumps the epoch; the old one is fenced.
         first = other.init()
@@ -283,6 +311,7 @@ def test_a_killed_coordinators_decided_transaction_is_resumed_by_its_successor(
     try:
         producer = client.init()
         assert client.add(producer, [0, 1]) == [ErrorCode.NONE, ErrorCode.NONE]
+        _write_in_transaction(cluster, producer, [0, 1])
         assert client.end(producer, committed=True) is ErrorCode.NONE
         victim_id, _ = client.find()
         victim = _name_of(cluster, victim_id)
@@ -290,7 +319,7 @@ def test_a_killed_coordinators_decided_transaction_is_resumed_by_its_successor(
         cluster.kill(victim)
         cluster.wait(victim, 10_000)
 
-        successor_id = _wait(
+        _wait(
             lambda: client.find()[0] if client.find()[0] != victim_id else None,
             "the other coordinator to take the transaction over",
         )
@@ -300,16 +329,7 @@ def test_a_killed_coordinators_decided_transaction_is_resumed_by_its_successor(
             transaction_pb2.TRANSACTION_STATE_PREPARE_COMMIT,
             transaction_pb2.TRANSACTION_STATE_COMPLETE_COMMIT,
         )
-        successor = _name_of(cluster, successor_id)
-        _wait(
-            lambda: (
-                True
-                if client.describe().state == transaction_pb2.TRANSACTION_STATE_COMPLETE_COMMIT
-                or _markers_attempted(cluster, successor, client.transactional_id)
-                else None
-            ),
-            "the successor to send the markers of the decided transaction",
-        )
+        _wait_committed(client, producer, [0, 1])
         # Decided is decided: the successor does not let the producer abort it.
         assert client.end(producer, committed=False) is ErrorCode.INVALID_TXN_STATE
     finally:

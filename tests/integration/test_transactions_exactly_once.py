@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from brook_group_coordinator.ownership import offsets_partition_for
+from brook_group_coordinator.ownership import transaction_state_partition_for
 from cluster_fixture import ClusterFactory, coordinator_owners, pid_alive, wait_until
 from txn_copy_job import (
     EXIT_FENCED,
@@ -258,7 +258,7 @@ def transaction_coordinator(cluster: LocalCluster) -> str:
     """The coordinator owning TRANSACTIONAL_ID's __transaction_state partition: the owner of
     the __consumer_offsets partition of the same index modulo its partition count (the
     transactions design, decision 1)."""
-    partition = offsets_partition_for(TRANSACTIONAL_ID, TRANSACTION_STATE_PARTITIONS)
+    partition = transaction_state_partition_for(TRANSACTIONAL_ID, TRANSACTION_STATE_PARTITIONS)
     owners = coordinator_owners(cluster)
     return node_name(cluster, owners[partition % OFFSETS_PARTITIONS])
 
