@@ -5,7 +5,8 @@ NOT_COORDINATOR answers carry a NodeHint to the owner the metadata names (the ow
 __consumer_offsets partition that owns the id's __transaction_state partition). A partition
 named in AddPartitionsToTxn must exist in this coordinator's metadata
 (UNKNOWN_TOPIC_OR_PARTITION, and OPERATION_NOT_ATTEMPTED for the others, as Kafka's broker
-answers).
+answers); with verify_only (a storage node verifying a transactional batch) it is only looked
+for in the ongoing transaction.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
         self, request: transaction_pb2.AddPartitionsToTxnRequest, context: Any
     ) -> transaction_pb2.AddPartitionsToTxnResponse:
         wanted = [(p.topic, p.partition) for p in request.partitions]
+        if request.verify_only and len(wanted) <= PARTITIONS_PER_REQUEST_MAX:
+            return self._verify(request, wanted)
         error, message = ErrorCode.NONE, ""
         unknown = {tp for tp in wanted if self._metadata.partition(*tp) is None}
         if len(wanted) > PARTITIONS_PER_REQUEST_MAX:
@@ -158,6 +161,32 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
                 )
             return transaction_pb2.TxnPartitionResult(
                 topic=topic, partition=partition, error_code=_wire(error), error_message=message
+            )
+
+        return transaction_pb2.AddPartitionsToTxnResponse(
+            partitions=[result(topic, partition) for topic, partition in wanted],
+            coordinator=self._hint(request.transactional_id, error),
+        )
+
+    def _verify(
+        self, request: transaction_pb2.AddPartitionsToTxnRequest, wanted: list[tuple[str, int]]
+    ) -> transaction_pb2.AddPartitionsToTxnResponse:
+        """verify_only: NONE for the partitions in the ongoing transaction, INVALID_TXN_STATE
+        for the others, or the transaction-level error on each; nothing added."""
+        error, message, included = self._coordinator.verify_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, wanted
+        )
+
+        def result(topic: str, partition: int) -> transaction_pb2.TxnPartitionResult:
+            code, why = error, message
+            if error is ErrorCode.NONE and (topic, partition) not in included:
+                code = ErrorCode.INVALID_TXN_STATE
+                why = (
+                    f"{topic}-{partition} is not in an ongoing transaction of producer "
+                    f"{request.producer_id} at epoch {request.producer_epoch}"
+                )
+            return transaction_pb2.TxnPartitionResult(
+                topic=topic, partition=partition, error_code=_wire(code), error_message=why
             )
 
         return transaction_pb2.AddPartitionsToTxnResponse(
