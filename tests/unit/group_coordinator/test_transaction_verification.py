@@ -39,9 +39,7 @@ def test_only_partitions_of_the_ongoing_transaction_at_its_epoch_are_verified() 
         # While the abort's markers are written: CONCURRENT_TRANSACTIONS (the leader retries).
         h.markers.hold = asyncio.Event()
         assert (await h.coordinator.end_txn(TXN, producer_id, epoch, False))[0] is ErrorCode.NONE
-        assert verify(TXN, producer_id, epoch, [("t", 0)])[0] is (
-            ErrorCode.CONCURRENT_TRANSACTIONS
-        )
+        assert verify(TXN, producer_id, epoch, [("t", 0)])[0] is (ErrorCode.CONCURRENT_TRANSACTIONS)
         h.markers.hold.set()
         await h.until_state(TxnState.COMPLETE_ABORT)
         # Aborted: the partition is in no transaction any more (the late batch's answer).
