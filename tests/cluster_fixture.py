@@ -114,9 +114,11 @@ def replication_cluster(
     session_timeout_ms: int,
     heartbeat_interval_ms: int,
     lag_time_max_ms: int,
+    storage_node_config: Mapping[str, str] | None = None,
 ) -> LocalCluster:
     """Three storage nodes that replicate through ``controllers`` controllers, with the short
-    leases and lag bounds fault tests need (and no leader rebalancing behind their back)."""
+    leases and lag bounds fault tests need (and no leader rebalancing behind their back);
+    ``storage_node_config``: more settings of the storage nodes."""
     return factory(
         controllers=controllers,
         storage_nodes=3,
@@ -135,6 +137,7 @@ def replication_cluster(
                 "replica.lag.time.max.ms": str(lag_time_max_ms),
                 "replica.fetch.wait.max.ms": "200",
                 "replica.fetch.backoff.ms": "100",
+                **(storage_node_config or {}),
             },
         },
     )

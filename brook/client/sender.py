@@ -266,6 +266,8 @@ class Sender:
         message = storage_pb2.ProduceRequest(
             acks=self._config.acks,  # type: ignore[arg-type]
             timeout_ms=self._replication_timeout_ms,
+            # The leader verifies a transactional batch with this id's coordinator.
+            transactional_id=self._config.transactional_id or "",
             partitions=[
                 storage_pb2.PartitionProduceData(
                     topic=queue.topic,

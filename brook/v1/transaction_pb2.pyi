@@ -57,16 +57,18 @@ class TransactionCoordinatorServiceInitProducerIdResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., coordinator: _Optional[_Union[_common_pb2.NodeHint, _Mapping]] = ...) -> None: ...
 
 class AddPartitionsToTxnRequest(_message.Message):
-    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "partitions")
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "partitions", "verify_only")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_ONLY_FIELD_NUMBER: _ClassVar[int]
     transactional_id: str
     producer_id: int
     producer_epoch: int
     partitions: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartition]
-    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.TopicPartition, _Mapping]]] = ...) -> None: ...
+    verify_only: bool
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[_common_pb2.TopicPartition, _Mapping]]] = ..., verify_only: _Optional[bool] = ...) -> None: ...
 
 class AddPartitionsToTxnResponse(_message.Message):
     __slots__ = ("partitions", "coordinator")

@@ -100,7 +100,9 @@ class TransactionCoordinatorServiceServicer:
 
     def AddPartitionsToTxn(self, request, context):
         """Adds data partitions to the producer's ongoing transaction (starting one when Empty or
-        Complete*). Must precede the first transactional batch to a partition.
+        Complete*). Must precede the first transactional batch to a partition. With verify_only
+        (a storage node asking, KIP-890 part 1) it adds nothing and answers whether each
+        partition is in the ongoing transaction of that producer id and epoch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -518,14 +518,22 @@ async def _converted(backend: Backend, message_set: bytes) -> bytes:
 
 
 async def _send_produce(
-    backend: Backend, address: str, acks: storage_pb2.Acks, timeout_ms: int, parts: list[Part]
+    backend: Backend,
+    address: str,
+    acks: storage_pb2.Acks,
+    timeout_ms: int,
+    parts: list[Part],
+    transactional_id: str = "",
 ) -> ProduceResponses:
-    """One Produce call to the storage node at ``address`` (a SendProduce, given the backend)."""
+    """One Produce call to the storage node at ``address`` (a SendProduce, given the backend);
+    ``transactional_id`` the Kafka request's, which the node verifies transactional batches
+    with."""
     response = await backend.upstreams.call(
         backend.upstreams.storage(address).Produce,
         storage_pb2.ProduceRequest(
             acks=acks,
             timeout_ms=timeout_ms,
+            transactional_id=transactional_id,
             partitions=[
                 storage_pb2.PartitionProduceData(topic=t, partition=p, records=r or b"")
                 for t, p, r in parts
@@ -643,8 +651,16 @@ class _ProduceRequest:
         if self.acks == storage_pb2.ACKS_ALL:
             # An acks=all call lasts a replication round: merged calls would make every
             # partition of a connection wait for the slowest. Calls go concurrently, each
-            # partition's in send order (PartitionOrder).
-            responses = await _send_produce(handler.backend, address, self.acks, timeout_ms, items)
+            # partition's in send order (PartitionOrder). Transactional producers use acks=all
+            # (Kafka's clients require it), so only these calls carry the transactional id.
+            responses = await _send_produce(
+                handler.backend,
+                address,
+                self.acks,
+                timeout_ms,
+                items,
+                self.request.get("transactional_id") or "",
+            )
         else:
             responses = await handler.coalescer.produce(peer, address, self.acks, timeout_ms, items)
         by_key = {(t, p): (t, p, r) for t, p, r in items}

@@ -4,7 +4,9 @@ leader killed between a transaction's data and its marker.
 
 Batches are built by hand (brook/record/records.py, is_transactional=True) and sent with raw
 gRPC, so each test knows every offset; the transaction coordinator's part is played by the
-test, which sends the markers itself.
+test, which sends the markers itself. There is no coordinator to verify transactional batches
+with, so the storage nodes run with transaction.partition.verification.enable=false
+(verification has its own test, test_txn_verification_cluster.py).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def factory(tmp_path_factory: pytest.TempPathFactory) -> Generator[ClusterFactor
             session_timeout_ms=2000,
             heartbeat_interval_ms=200,
             lag_time_max_ms=2000,
+            storage_node_config={"transaction.partition.verification.enable": "false"},
         )
         yield built
     finally:

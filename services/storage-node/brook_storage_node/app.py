@@ -57,6 +57,7 @@ from brook_storage_node.replica_manager import ReplicaManager, topic_log_configs
 from brook_storage_node.replica_service import ReplicaServiceLimits, ReplicaServicer
 from brook_storage_node.storage_service import StorageServicer
 from brook_storage_node.topic_settings import TopicDefaults
+from brook_storage_node.txn_verification import TransactionVerifier
 
 __all__ = ["SPEC", "StorageNode"]
 
@@ -91,6 +92,7 @@ class StorageNode:
         self._follower: asyncio.Task[None] | None = None
         self._leaving: asyncio.Task[None] | None = None
         self._producer_ids: ProducerIdManager | None = None
+        self._verifier: TransactionVerifier | None = None
 
     @property
     def replicas(self) -> ReplicaManager | None:
@@ -175,11 +177,16 @@ class StorageNode:
                     config.get_int("retry.backoff.ms"), config.get_int("retry.backoff.max.ms")
                 ),
             )
+        if config.get_bool("transaction.partition.verification.enable"):
+            self._verifier = TransactionVerifier(
+                view, client_id=f"storage-node-{config.get_int('node.id')}"
+            )
         self._servicer = StorageServicer(
             replicas,
             StorageLimits.from_config(config),
             context.shutdown_requested,
             self._producer_ids,
+            self._verifier,
         )
         storage_pb2_grpc.add_StorageServiceServicer_to_server(  # type: ignore[no-untyped-call]
             self._servicer, context.server
@@ -250,6 +257,8 @@ class StorageNode:
             self._replicas.wake_all()
         if self._servicer is not None:
             await self._servicer.close()
+        if self._verifier is not None:
+            await self._verifier.close()
         if self._producer_ids is not None:
             await self._producer_ids.close()
         if self._log_manager is not None:

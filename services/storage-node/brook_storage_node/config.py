@@ -198,6 +198,18 @@ CONFIG_DEF: Final = service_config_def(
             Range(1, INTERVAL_MS_MAX),
         ),
         ConfigKey(
+            "transaction.partition.verification.enable",
+            ConfigType.BOOLEAN,
+            True,
+            "Whether a partition leader asks the transaction coordinator (AddPartitionsToTxn "
+            "verify_only, KIP-890 part 1) before a transactional batch opens a transaction of "
+            "its producer, and refuses it (INVALID_TXN_STATE) unless the partition is in the "
+            "producer's ongoing transaction at that epoch, or a marker came in between: a "
+            "delayed batch of an aborted transaction cannot start a new one. A transactional "
+            "batch then needs the Produce request's transactional_id.",
+            _L,
+        ),
+        ConfigKey(
             "log.segment.delete.delay.ms",
             _LONG,
             60000,

@@ -54,7 +54,7 @@ from brook_storage_node.log import (
     TopicPartition,
 )
 from brook_storage_node.log.log_config import LONG_MAX
-from brook_storage_node.log.producer_state import OutOfOrderSequenceError
+from brook_storage_node.log.producer_state import OutOfOrderSequenceError, VerificationGuard
 from brook_storage_node.topic_settings import TopicSettings
 
 __all__ = [
@@ -278,10 +278,13 @@ class Partition:
         acks_all: bool,
         gap_wait_s: float = 0.0,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verify: bool = False,
+        guard: VerificationGuard | None = None,
     ) -> LogAppendInfo:
         """Validate and append a producer's batches (``origin`` COORDINATOR: a transaction
         marker); the HW follows. Raises PartitionError, RecordError or LogError with nothing
-        appended.
+        appended. ``verify`` and ``guard``: a transactional batch opening a transaction must
+        have been verified (``PartitionLog.append``).
 
         ``gap_wait_s`` > 0: an idempotent batch that starts past its producer's next sequence
         waits up to that long for the batches in between, re-checked after each append here,
@@ -290,7 +293,9 @@ class Partition:
         deadline_s = loop.time() + gap_wait_s
         while True:
             try:
-                return await self._append_as_leader(records, acks_all=acks_all, origin=origin)
+                return await self._append_as_leader(
+                    records, acks_all=acks_all, origin=origin, verify=verify, guard=guard
+                )
             except OutOfOrderSequenceError as error:
                 remaining_s = deadline_s - loop.time()
                 if not error.ahead or remaining_s <= 0:
@@ -311,7 +316,13 @@ class Partition:
                 waiter.set_result(None)
 
     async def _append_as_leader(
-        self, records: bytes, *, acks_all: bool, origin: AppendOrigin
+        self,
+        records: bytes,
+        *,
+        acks_all: bool,
+        origin: AppendOrigin,
+        verify: bool,
+        guard: VerificationGuard | None,
     ) -> LogAppendInfo:
         async with self._append_lock:
             self.check_leader()
@@ -324,13 +335,20 @@ class Partition:
             epoch = self.leader_epoch
             log = self.log
             if runs_inline(len(records)) and log.config.flush_messages == LONG_MAX:
-                info = log.append(records, leader_epoch=epoch, origin=origin)
+                info = log.append(
+                    records, leader_epoch=epoch, origin=origin, verify=verify, guard=guard
+                )
             else:
                 # A leadership change on the loop meanwhile cannot undo this append; as in
                 # Kafka, a new leader's followers truncate what the old epoch wrote past
                 # their high watermark.
                 info = await asyncio.to_thread(
-                    log.append, records, leader_epoch=epoch, origin=origin
+                    log.append,
+                    records,
+                    leader_epoch=epoch,
+                    origin=origin,
+                    verify=verify,
+                    guard=guard,
                 )
             if info.duplicate:
                 # A retry of a batch already in the log: nothing new for anyone to read; an

@@ -27,7 +27,15 @@ order. What it guarantees, in the order it works:
    (log/producer_state.py); a batch that arrived ahead of its producer's next sequence waits,
    out of the gates, up to SEQUENCE_GAP_WAIT_MS for the ones in between, unless the batch it
    waits for was refused here a moment ago (refusals.py): then it is refused alike.
-5. Acknowledgement: acks=0 answers once the appends are started (errors are logged, never
+5. Transactions (transaction.partition.verification.enable, txn_verification.py): a client's
+   transactional batch that would open a transaction of its producer on the partition is first
+   verified with the transaction coordinator of the request's ``transactional_id`` (an empty
+   one cannot be: the log refuses the batch, INVALID_TXN_STATE, as Kafka's does), within the
+   request's timeout, and appended only with the producer's verification guard, which a
+   marker landing meanwhile withdraws. Only such a batch awaits before its append; every
+   other keeps its place as point 2 says (a transactional producer's batches are ordered by
+   their sequences, point 4).
+6. Acknowledgement: acks=0 answers once the appends are started (errors are logged, never
    reported); acks=1 once appended here; acks=all (and unspecified) once the
    high watermark passes each batch (delayed_produce.py), the gate and gap waits coming out of
    the request's timeout (bounded by request.timeout.ms).
@@ -40,13 +48,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from brook.errors import ErrorCode
-from brook.record import BatchBuilder, Compression, RecordError, scan_batches
+from brook.record import BatchBuilder, BatchHeader, Compression, RecordError, scan_batches
 from brook.reserved import is_reserved_producer_id
 from brook.v1 import common_pb2, storage_pb2
 from brook_storage_node.delayed_produce import await_replication
@@ -54,11 +63,16 @@ from brook_storage_node.errors import ErrorResult, PartitionError, error_result
 from brook_storage_node.leadership_gate import AppendTurns
 from brook_storage_node.limits import InFlightBytes, StorageLimits
 from brook_storage_node.log import AppendOrigin, LogAppendInfo, TopicPartition
-from brook_storage_node.log.producer_state import OutOfOrderSequenceError
+from brook_storage_node.log.producer_state import (
+    OutOfOrderSequenceError,
+    VerificationGuard,
+    is_producer_batch,
+)
 from brook_storage_node.log.time_index import NO_TIMESTAMP
 from brook_storage_node.partition import NO_OFFSET, SEQUENCE_GAP_WAIT_MS, Partition
 from brook_storage_node.refusals import RecentRefusals
 from brook_storage_node.replica_manager import ReplicaManager
+from brook_storage_node.txn_verification import TransactionVerifier
 
 __all__ = [
     "PlainRecords",
@@ -163,9 +177,15 @@ class ProducePath:
     ``close`` on shutdown."""
 
     def __init__(
-        self, replicas: ReplicaManager, limits: StorageLimits, on_appended: AppendedCounter
+        self,
+        replicas: ReplicaManager,
+        limits: StorageLimits,
+        on_appended: AppendedCounter,
+        verifier: TransactionVerifier | None = None,
     ) -> None:
+        """``verifier`` None: transaction.partition.verification.enable is false."""
         self._replicas = replicas
+        self._verifier = verifier
         self._limits = limits
         self._on_appended = on_appended
         self._bytes = InFlightBytes(limits.produce_bytes_in_flight_max)
@@ -194,12 +214,14 @@ class ProducePath:
         size_bytes: int,
         coordinator: bool = False,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        transactional_id: str = "",
     ) -> list[ProducePartitionResult]:
         """Append a request's entries (``acks`` a brook.v1.Acks, ``size_bytes`` what the
         request counts against queued.max.request.bytes, ``coordinator`` whether a
         coordinator's Produce sent it (internal topics and reserved producer ids allowed; never
         for markers), ``origin`` COORDINATOR for transaction markers, which only
-        WriteTxnMarkers sends); one result per entry, in order. ProduceLimitError before
+        WriteTxnMarkers sends, ``transactional_id`` a transactional producer's, for point 5);
+        one result per entry, in order. ProduceLimitError before
         anything is done if the node has too many bytes in flight."""
         if not self._bytes.try_acquire(size_bytes):
             raise ProduceLimitError(
@@ -233,9 +255,17 @@ class ProducePath:
             self._remember_refusals(entries, refusals, appends)
             appends = [append for append in appends if append.index not in refusals]
             acks_all = acks not in (storage_pb2.ACKS_NONE, storage_pb2.ACKS_LEADER)
+            verification = None
+            if self._verifier is not None and not coordinator and origin is AppendOrigin.CLIENT:
+                verification = _Verification(
+                    self._verifier, transactional_id, time.monotonic() + wait_ms / 1000
+                )
             # No await between here and the gates (or the arrival): see point 2 above.
             appending = asyncio.gather(
-                *(self._append(a, acks_all=acks_all, origin=origin) for a in appends)
+                *(
+                    self._append(a, acks_all=acks_all, origin=origin, verification=verification)
+                    for a in appends
+                )
             )
             if acks == storage_pb2.ACKS_NONE:
                 # Answered now: the gates are left, and the bytes released, when the appends
@@ -245,7 +275,14 @@ class ProducePath:
                 turns = None
                 return _answers(entries, refusals, {})
             return await self._append_acknowledged(
-                entries, refusals, appends, appending, turns, wait_ms, acks_all=acks_all
+                entries,
+                refusals,
+                appends,
+                appending,
+                turns,
+                wait_ms,
+                acks_all=acks_all,
+                verification=verification,
             )
         finally:
             if turns is not None:
@@ -263,12 +300,16 @@ class ProducePath:
         wait_ms: int,
         *,
         acks_all: bool,
+        verification: _Verification | None,
     ) -> list[ProducePartitionResult]:
         """acks=1 and acks=all: wait for the request's ``appending`` (one outcome per append),
         then answer."""
+        started = asyncio.get_running_loop().time()
         outcomes: dict[int, _Outcome] = {
             append.index: outcome for append, outcome in zip(appends, await appending, strict=True)
         }
+        # Verifications come out of the request's timeout.
+        wait_ms = max(0, int(wait_ms - (asyncio.get_running_loop().time() - started) * 1000))
         if turns is not None:
             # Appended: the next request at these partitions' gates may append.
             turns.release()
@@ -280,7 +321,12 @@ class ProducePath:
             gap_wait_s = min(SEQUENCE_GAP_WAIT_MS, wait_ms) / 1000
             started = asyncio.get_running_loop().time()
             retried = await asyncio.gather(
-                *(self._append(a, acks_all=acks_all, gap_wait_s=gap_wait_s) for a in ahead)
+                *(
+                    self._append(
+                        a, acks_all=acks_all, gap_wait_s=gap_wait_s, verification=verification
+                    )
+                    for a in ahead
+                )
             )
             for append, outcome in zip(ahead, retried, strict=True):
                 outcomes[append.index] = outcome
@@ -397,15 +443,25 @@ class ProducePath:
         acks_all: bool,
         gap_wait_s: float | None = None,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification: _Verification | None = None,
     ) -> _Outcome:
         """``gap_wait_s`` None: a batch ahead of its producer's sequence is set aside (None)
         for a second pass that waits for the ones in between — unless the batch it waits for
         was refused here a moment ago: then it is refused alike, as a Kafka broker serving the
-        connection's requests in order would have refused it."""
+        connection's requests in order would have refused it. ``verification``: the request's,
+        when transactional batches are verified (point 5)."""
         partition = append.partition
         try:
+            guard = None
+            if verification is not None:
+                guard = await verification.guard(append)
             return await partition.append_as_leader(
-                append.records, acks_all=acks_all, gap_wait_s=gap_wait_s or 0.0, origin=origin
+                append.records,
+                acks_all=acks_all,
+                gap_wait_s=gap_wait_s or 0.0,
+                origin=origin,
+                verify=verification is not None,
+                guard=guard,
             )
         except Exception as exc:
             if isinstance(exc, OutOfOrderSequenceError) and exc.ahead and gap_wait_s is None:
@@ -461,6 +517,59 @@ class ProducePath:
 
         self._background.add(appending)
         appending.add_done_callback(done)
+
+
+class _Verification:
+    """One request's transaction verification (point 5): the guard each of its entries
+    took, by entry index, so that a batch set aside (point 4) is not verified twice."""
+
+    def __init__(
+        self, verifier: TransactionVerifier, transactional_id: str, deadline_s: float
+    ) -> None:
+        self._verifier = verifier
+        self._transactional_id = transactional_id
+        self._deadline_s = deadline_s
+        self._guards: dict[int, VerificationGuard | None] = {}
+
+    async def guard(self, append: _Append) -> VerificationGuard | None:
+        """The guard ``append`` brings to the log: None when it opens no transaction (or
+        cannot be verified without a transactional id: the log refuses it then). Awaits only
+        when the coordinator must be asked. Raises PartitionError (the coordinator's answer
+        as the Produce error) or ProducerStateError (a fenced epoch) when it is refused."""
+        if append.index in self._guards:
+            return self._guards[append.index]
+        header = _transactional_batch(append.records)
+        guard = None
+        if header is not None and self._transactional_id:
+            log = append.partition.log
+            guard = log.start_transaction_verification(header.producer_id, header.producer_epoch)
+            if guard is not None:
+                refused = await self._verifier.verify(
+                    self._transactional_id,
+                    header.producer_id,
+                    header.producer_epoch,
+                    append.entry.topic,
+                    append.entry.partition_index,
+                    self._deadline_s,
+                )
+                if refused is not None:
+                    log.abandon_transaction_verification(guard)
+                    raise PartitionError(refused.code, refused.message)
+        self._guards[append.index] = guard
+        return guard
+
+
+def _transactional_batch(records: bytes) -> BatchHeader | None:
+    """The header of the first transactional producer batch in ``records`` (an entry has at
+    most one producer batch), None if none (or the bytes are malformed: the log refuses
+    them and names the fault)."""
+    try:
+        for _, header in scan_batches(records):
+            if header.is_transactional and is_producer_batch(header):
+                return header
+    except RecordError:
+        return None
+    return None
 
 
 def address_errors(addresses: Sequence[tuple[str, int]]) -> list[ErrorResult | None]:

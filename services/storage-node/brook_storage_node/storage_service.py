@@ -93,6 +93,7 @@ from brook_storage_node.produce import (
     address_errors,
 )
 from brook_storage_node.replica_manager import ReplicaManager
+from brook_storage_node.txn_verification import TransactionVerifier
 
 __all__ = ["StorageServicer"]
 
@@ -211,13 +212,16 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         limits: StorageLimits,
         shutdown: asyncio.Event,
         producer_ids: ProducerIdManager | None = None,
+        verifier: TransactionVerifier | None = None,
     ) -> None:
+        """``verifier``: transactional batches are verified with their coordinator
+        (produce.py, point 5); None: transaction.partition.verification.enable is false."""
         self._replicas = replicas
         self._producer_ids = producer_ids
         self._limits = limits
         self._shutdown = shutdown
         self._instruments = _Instruments()
-        self._produce = ProducePath(replicas, limits, self._instruments.count_in)
+        self._produce = ProducePath(replicas, limits, self._instruments.count_in, verifier)
 
     async def close(self) -> None:
         """Cancel and await the acks=0 appends still queued (the server has stopped)."""
@@ -242,6 +246,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 timeout_ms=request.timeout_ms,
                 size_bytes=sum(len(entry.records) for entry in entries),
                 coordinator=request.origin == storage_pb2.PRODUCE_ORIGIN_COORDINATOR,
+                transactional_id=request.transactional_id,
             )
             return storage_pb2.ProduceResponse(partitions=results)
 
@@ -273,6 +278,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         timeout_ms: int,
         size_bytes: int,
         coordinator: bool = False,
+        transactional_id: str = "",
     ) -> list[storage_pb2.PartitionProduceResponse]:
         """The produce path's results as responses; RESOURCE_EXHAUSTED over the in-flight
         bytes limit."""
@@ -283,6 +289,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 timeout_ms=timeout_ms,
                 size_bytes=size_bytes,
                 coordinator=coordinator,
+                transactional_id=transactional_id,
             )
         except ProduceLimitError as exc:
             self._instruments.rejected.add(1, {"rpc.method": method})

@@ -1,6 +1,7 @@
 """Transactions at the storage node's API, in-process (one node, static topics):
-WriteTxnMarkers' request checks, DescribeProducers, and a READ_COMMITTED long poll that
-waits for the last stable offset rather than the high watermark."""
+WriteTxnMarkers' request checks, DescribeProducers, a READ_COMMITTED long poll that
+waits for the last stable offset rather than the high watermark, and transaction verification
+with no coordinator to verify with."""
 
 from __future__ import annotations
 
@@ -20,8 +21,14 @@ NOW_MS = 1_700_000_000_000
 PID = 77
 
 
-def _settings() -> dict[str, str]:
-    return {"static.topics": "txn:1", "message.timestamp.difference.max.ms": str(2**62)}
+def _settings(verification: bool = False) -> dict[str, str]:
+    """The node's settings. The tests play the transaction coordinator (markers by hand), so
+    there is none to verify transactional batches with, unless ``verification``."""
+    return {
+        "static.topics": "txn:1",
+        "message.timestamp.difference.max.ms": str(2**62),
+        "transaction.partition.verification.enable": str(verification).lower(),
+    }
 
 
 def _batch(value: bytes, *, pid: int = -1, seq: int = -1, txn: bool = False) -> bytes:
@@ -119,5 +126,31 @@ def test_a_read_committed_long_poll_waits_for_the_lso_not_the_hw(tmp_path: Path)
             fetched = (await asyncio.wait_for(waiting, WAIT_S)).partitions[0]
             assert fetched.last_stable_offset == fetched.high_watermark == 3
             assert [r.value for r in fetched.decoded_records] == [b"in-txn", b"plain"]
+
+    run(scenario)
+
+
+def test_an_unverifiable_transactional_batch_opens_no_transaction(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_node(tmp_path, settings=_settings(verification=True)) as node:
+            batch = _batch(b"in-txn", pid=PID, seq=0, txn=True)
+            # No transactional id: nothing to verify with (Kafka's log refuses it too).
+            anonymous = await node.stub.Produce(produce_request("txn", 0, batch))
+            assert error_code(anonymous.partitions[0].error_code) is ErrorCode.INVALID_TXN_STATE
+            # No coordinator answers within the request's timeout: retriable, not appended.
+            request = produce_request("txn", 0, batch)
+            request.transactional_id = "tx"
+            request.timeout_ms = 500
+            unverified = await node.stub.Produce(request)
+            assert error_code(unverified.partitions[0].error_code) is (
+                ErrorCode.NOT_ENOUGH_REPLICAS
+            )
+            # Idempotent batches are not concerned.
+            plain = await node.stub.Produce(
+                produce_request("txn", 0, _batch(b"plain", pid=PID + 1, seq=0))
+            )
+            assert error_code(plain.partitions[0].error_code) is ErrorCode.NONE
+            fetched = await node.stub.Fetch(fetch_request("txn", 0, 0))
+            assert fetched.partitions[0].high_watermark == 1, "only the idempotent batch"
 
     run(scenario)

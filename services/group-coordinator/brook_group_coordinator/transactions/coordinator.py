@@ -485,6 +485,44 @@ class TransactionCoordinator:
             transactional_id, producer_id, producer_epoch, frozenset(partitions), frozenset()
         )
 
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Collection[tuple[str, int]],
+    ) -> tuple[ErrorCode, str, frozenset[tuple[str, int]]]:
+        """AddPartitionsToTxn verify_only (KIP-890 part 1, a partition leader asking before
+        it opens a transaction): an error for the whole request, or NONE and those of
+        ``partitions`` that are in the ongoing transaction of ``producer_id`` at
+        ``producer_epoch``. Changes nothing. As Kafka, a write in flight is no reason to
+        refuse (the leader's verification guard catches a marker that follows), but a
+        transaction being committed or aborted is CONCURRENT_TRANSACTIONS."""
+        error, message = self.check_coordinator(transactional_id)
+        if error is not ErrorCode.NONE:
+            return error, message, frozenset()
+        entry = self._entry(transactional_id)
+        current = None if entry is None else entry.current
+        if current is None or current.producer_id != producer_id:
+            return (
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                f"producer {producer_id} is not the one of transactional id {transactional_id!r}",
+                frozenset(),
+            )
+        if current.producer_epoch != producer_epoch:
+            return (
+                ErrorCode.PRODUCER_FENCED,
+                f"producer epoch {producer_epoch} is not the current one "
+                f"({current.producer_epoch}) of {transactional_id!r}",
+                frozenset(),
+            )
+        if current.state.preparing:
+            error, message = _concurrent_error(transactional_id)
+            return error, message, frozenset()
+        if current.state is not TxnState.ONGOING:
+            return ErrorCode.NONE, "", frozenset()
+        return ErrorCode.NONE, "", frozenset(partitions) & current.partitions
+
     async def add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> tuple[ErrorCode, str]:

@@ -7,7 +7,9 @@ named in AddPartitionsToTxn must be of a topic that is not internal (__consumer_
 __transaction_state, or any topic the metadata marks internal: TOPIC_AUTHORIZATION_FAILED,
 Kafka's answer; a marker written there would break the coordinators' fenced writers) and must
 exist in this coordinator's metadata (UNKNOWN_TOPIC_OR_PARTITION); the other partitions of
-such a request are answered OPERATION_NOT_ATTEMPTED, as Kafka's broker answers.
+such a request are answered OPERATION_NOT_ATTEMPTED, as Kafka's broker answers. With
+verify_only (a storage node verifying a transactional batch) a partition is only looked for in
+the ongoing transaction.
 """
 
 from __future__ import annotations
@@ -138,6 +140,8 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
         self, request: transaction_pb2.AddPartitionsToTxnRequest, context: Any
     ) -> transaction_pb2.AddPartitionsToTxnResponse:
         wanted = [(p.topic, p.partition) for p in request.partitions]
+        if request.verify_only and len(wanted) <= PARTITIONS_PER_REQUEST_MAX:
+            return self._verify(request, wanted)
         error, message = ErrorCode.NONE, ""
         refused = {tp: why for tp in wanted if (why := self._refusal(*tp)) is not None}
         if len(wanted) > PARTITIONS_PER_REQUEST_MAX:
@@ -177,6 +181,32 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
         if self._metadata.partition(topic, partition) is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition"
         return None
+
+    def _verify(
+        self, request: transaction_pb2.AddPartitionsToTxnRequest, wanted: list[tuple[str, int]]
+    ) -> transaction_pb2.AddPartitionsToTxnResponse:
+        """verify_only: NONE for the partitions in the ongoing transaction, INVALID_TXN_STATE
+        for the others, or the transaction-level error on each; nothing added."""
+        error, message, included = self._coordinator.verify_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, wanted
+        )
+
+        def result(topic: str, partition: int) -> transaction_pb2.TxnPartitionResult:
+            code, why = error, message
+            if error is ErrorCode.NONE and (topic, partition) not in included:
+                code = ErrorCode.INVALID_TXN_STATE
+                why = (
+                    f"{topic}-{partition} is not in an ongoing transaction of producer "
+                    f"{request.producer_id} at epoch {request.producer_epoch}"
+                )
+            return transaction_pb2.TxnPartitionResult(
+                topic=topic, partition=partition, error_code=_wire(code), error_message=why
+            )
+
+        return transaction_pb2.AddPartitionsToTxnResponse(
+            partitions=[result(topic, partition) for topic, partition in wanted],
+            coordinator=self._hint(request.transactional_id, error),
+        )
 
     async def AddOffsetsToTxn(
         self, request: transaction_pb2.AddOffsetsToTxnRequest, context: Any

@@ -57,6 +57,7 @@ from brook_storage_node.log.producer_state import (
     ActiveProducer,
     BatchMetadata,
     ProducerStateManager,
+    VerificationGuard,
     is_producer_batch,
     read_marker,
 )
@@ -273,9 +274,18 @@ class PartitionLog:
     # -- appends --------------------------------------------------------------------------
 
     def append(
-        self, records: Buffer, *, leader_epoch: int, origin: AppendOrigin = AppendOrigin.CLIENT
+        self,
+        records: Buffer,
+        *,
+        leader_epoch: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        verify: bool = False,
+        guard: VerificationGuard | None = None,
     ) -> LogAppendInfo:
-        """Append a producer's record batches as leader of ``leader_epoch``.
+        """Append a producer's record batches as leader of ``leader_epoch``. ``verify``
+        (transaction.partition.verification.enable): a transactional batch that would open
+        a transaction needs ``guard``, still current (``start_transaction_verification``),
+        else INVALID_TXN_STATE.
 
         Validates them (log_validator), assigns offsets from the log end offset, stamps the
         leader epoch (and the append time on LogAppendTime topics) and writes them; O(1) in
@@ -308,13 +318,29 @@ class PartitionLog:
                         header.producer_id, header.producer_epoch, markers[index][1]
                     )
                 elif is_producer_batch(header):
-                    duplicate = self.producer_state.check_append(header)
+                    duplicate = self.producer_state.check_append(header, verify=verify, guard=guard)
                     if duplicate is not None:
                         return self._duplicate_info(duplicate, validated)
             info = self._append_locked(validated, now_ms, dense=True)
             with self._storage_errors("index an aborted transaction of"):
                 self._apply_producer_batches(validated, now_ms, markers)
             return info
+
+    def start_transaction_verification(
+        self, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard | None:
+        """The guard a transactional batch of the producer must bring to ``append`` once the
+        coordinator has verified it; None when it needs none (its transaction is open here).
+        InvalidProducerEpochError for a fenced epoch (producer_state.py)."""
+        with self._lock:
+            return self.producer_state.start_verification(
+                producer_id, producer_epoch, self._clock_ms()
+            )
+
+    def abandon_transaction_verification(self, guard: VerificationGuard) -> None:
+        """The coordinator refused the verification: ``guard`` is withdrawn."""
+        with self._lock:
+            self.producer_state.abandon_verification(guard)
 
     def _duplicate_info(self, batch: BatchMetadata, validated: ValidatedAppend) -> LogAppendInfo:
         return LogAppendInfo(

@@ -33,6 +33,18 @@ is never fenced and leaves the recorded one as it is. The first unstable offset
 oldest completed one whose marker the high watermark has not passed yet (Kafka's
 unreplicated transactions: until then the marker may still be truncated away).
 
+Verification (KIP-890 part 1, transaction.partition.verification.enable): a leader appending
+with ``verify`` refuses (INVALID_TXN_STATE) a transactional batch of a producer that has no
+open transaction here in the batch's epoch unless it brings the producer's current
+``VerificationGuard``: handed out by ``start_verification`` before the leader asks the
+transaction coordinator whether the partition is in the producer's ongoing transaction, and
+withdrawn by the producer's next marker, by a change of its epoch and once its transaction is
+open. So a batch of a transaction that ended (a delayed retry arriving after the ABORT marker)
+cannot open a new one here, even if it was verified just before the marker landed. A guard is
+compared by identity, held per producer only while verifications are in flight (one per
+producer: an older epoch's verification is INVALID_PRODUCER_EPOCH), and dropped after
+producer.id.expiration.ms if never used.
+
 Expiration (``expire``) compares the node's clock with the node's clock at the producer's last
 append, not with a batch timestamp. Kafka compares with ``lastTimestamp``, the last batch's max
 timestamp, which on CreateTime topics is the client's clock: a producer that writes old
@@ -100,6 +112,7 @@ __all__ = [
     "ProducerStateError",
     "ProducerStateManager",
     "TransactionCoordinatorFencedError",
+    "VerificationGuard",
     "in_sequence",
     "is_producer_batch",
     "read_marker",
@@ -162,6 +175,22 @@ class TransactionCoordinatorFencedError(ProducerStateError):
     """A marker from an older coordinator epoch than the producer's last marker."""
 
     error_code = int(ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+
+
+class VerificationGuard:
+    """Proof that a producer's transaction was being verified with its coordinator when no
+    transaction of it was open here (module docstring); valid while it is the producer's
+    current guard. Compared by identity."""
+
+    __slots__ = ("created_ms", "producer_epoch", "producer_id")
+
+    def __init__(self, producer_id: int, producer_epoch: int, created_ms: int) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.created_ms = created_ms
+
+    def __repr__(self) -> str:
+        return f"VerificationGuard(producer {self.producer_id}, epoch {self.producer_epoch})"
 
 
 def is_producer_batch(header: BatchHeader) -> bool:
@@ -278,6 +307,8 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}
         # Completed transactions whose marker the high watermark has not passed yet.
         self._unreplicated: list[CompletedTxn] = []
+        # Producer id -> its current verification guard (module docstring).
+        self._verifications: dict[int, VerificationGuard] = {}
 
     @property
     def producers(self) -> dict[int, ProducerStateEntry]:
@@ -288,9 +319,19 @@ class ProducerStateManager:
 
     # -- the leader's check and every replica's update ------------------------------------
 
-    def check_append(self, header: BatchHeader) -> BatchMetadata | None:
+    def check_append(
+        self, header: BatchHeader, *, verify: bool = False, guard: VerificationGuard | None = None
+    ) -> BatchMetadata | None:
         """The retained batch that ``header`` retries (answer with it, append nothing), or
-        None when the batch may be appended. Raises ProducerStateError when it may not."""
+        None when the batch may be appended. Raises ProducerStateError when it may not.
+        ``verify``: a transactional batch opening a transaction needs ``guard``, the
+        producer's current one (module docstring)."""
+        duplicate = self._check_sequence(header)
+        if duplicate is None and verify and header.is_transactional:
+            self._check_verified(header, guard)
+        return duplicate
+
+    def _check_sequence(self, header: BatchHeader) -> BatchMetadata | None:
         producer_id = header.producer_id
         epoch = header.producer_epoch
         first_seq = header.base_sequence
@@ -332,6 +373,68 @@ class ProducerStateManager:
         self._check_txn_state(entry, header)
         return None
 
+    def _check_verified(self, header: BatchHeader, guard: VerificationGuard | None) -> None:
+        if not self.needs_verification(header.producer_id, header.producer_epoch):
+            return
+        current = self._verifications.get(header.producer_id)
+        if guard is None or guard is not current or guard.producer_epoch != header.producer_epoch:
+            raise InvalidTxnStateError(
+                f"producer {header.producer_id} epoch {header.producer_epoch}: the "
+                "transactional batch is not part of an ongoing transaction here ("
+                + (
+                    "it brings no verification with the transaction coordinator"
+                    if guard is None
+                    else "a transaction marker or a new epoch came after its verification"
+                )
+                + "); add the partition to a transaction first"
+            )
+
+    def needs_verification(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether a transactional batch of the producer in ``producer_epoch`` would open a
+        transaction here (none of it is open in that epoch), and so must be verified."""
+        entry = self._producers.get(producer_id)
+        return (
+            entry is None
+            or entry.current_txn_first_offset == NO_TXN
+            or entry.producer_epoch != producer_epoch
+        )
+
+    def start_verification(
+        self, producer_id: int, producer_epoch: int, now_ms: int
+    ) -> VerificationGuard | None:
+        """The guard a transactional batch of the producer in ``producer_epoch`` must bring
+        once verified (the current one if a verification in that epoch is in flight), or
+        None when it needs none (its transaction is open here). InvalidProducerEpochError
+        for an epoch older than the producer's or than one being verified."""
+        if not self.needs_verification(producer_id, producer_epoch):
+            return None
+        entry = self._producers.get(producer_id)
+        current = self._verifications.get(producer_id)
+        newest = max(
+            -1 if entry is None else entry.producer_epoch,
+            -1 if current is None else current.producer_epoch,
+        )
+        if producer_epoch < newest:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {producer_epoch} is fenced: epoch {newest} is "
+                "known on this partition"
+            )
+        if current is None or current.producer_epoch != producer_epoch:
+            current = VerificationGuard(producer_id, producer_epoch, now_ms)
+            self._verifications[producer_id] = current
+        return current
+
+    def abandon_verification(self, guard: VerificationGuard) -> None:
+        """The coordinator refused the verification ``guard`` was handed out for: withdraw it
+        (a no-op if it is no longer current)."""
+        if self._verifications.get(guard.producer_id) is guard:
+            del self._verifications[guard.producer_id]
+
+    def _withdraw_verification(self, producer_id: int, below_epoch: int) -> None:
+        current = self._verifications.get(producer_id)
+        if current is not None and current.producer_epoch < below_epoch:
+            del self._verifications[producer_id]
+
     @staticmethod
     def _check_txn_state(entry: ProducerStateEntry, header: BatchHeader) -> None:
         if not header.is_transactional and entry.current_txn_first_offset != NO_TXN:
@@ -351,6 +454,8 @@ class ProducerStateManager:
         if header.is_transactional and entry.current_txn_first_offset == NO_TXN:
             entry.current_txn_first_offset = first_offset
             self._ongoing[entry.producer_id] = first_offset
+            # Open now: its later batches need no guard, and a marker ends it.
+            self._withdraw_verification(entry.producer_id, header.producer_epoch + 1)
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -373,6 +478,7 @@ class ProducerStateManager:
         elif entry.producer_epoch != epoch:
             entry.producer_epoch = epoch
             entry.batches.clear()
+        self._withdraw_verification(producer_id, epoch)
         return entry
 
     # -- transaction markers ----------------------------------------------------------------
@@ -407,6 +513,8 @@ class ProducerStateManager:
         """Record the marker ``header`` appended at ``offset`` (checked, or copied from the
         leader); the transaction it ended, or None when its producer had none open."""
         entry = self._entry_in_epoch(header.producer_id, header.producer_epoch)
+        # A batch verified before this marker belongs to the transaction it ends, or to none.
+        self._verifications.pop(entry.producer_id, None)
         if coordinator_epoch >= 0:
             entry.coordinator_epoch = coordinator_epoch
         entry.last_append_time_ms = max(entry.last_append_time_ms, append_time_ms)
@@ -445,6 +553,7 @@ class ProducerStateManager:
         self._producers.clear()
         self._ongoing.clear()
         self._unreplicated.clear()
+        self._verifications.clear()
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Forget producers with no open transaction whose last append was ``expiration_ms``
@@ -458,6 +567,11 @@ class ProducerStateManager:
         ]
         for producer_id in expired:
             del self._producers[producer_id]
+        self._verifications = {
+            producer_id: guard
+            for producer_id, guard in self._verifications.items()
+            if now_ms - guard.created_ms < expiration_ms
+        }
         return expired
 
     # -- snapshots --------------------------------------------------------------------------
@@ -525,6 +639,7 @@ class ProducerStateManager:
             if entry.current_txn_first_offset != NO_TXN
         }
         self._unreplicated = []
+        self._verifications = {}
 
     def delete_snapshots(self, offsets: Iterable[int]) -> None:
         for offset in offsets:
