@@ -437,7 +437,7 @@ class GroupManager:
             position = last - len(records) + 1
             for write in batch:
                 if still_owned and write.apply is not None:
-                    write.apply(position)
+                    _apply_appended(partition, write.apply, position)
                 _settle(write.done, position)
                 write.leave()
                 position += len(write.records)
@@ -990,6 +990,22 @@ class _QueuedWrite:
         """The write is out of the queue: appended, failed or left out."""
         if self.turn is not None:
             self.turn.end()
+
+
+def _apply_appended(partition: int, apply: Callable[[int], None], position: int) -> None:
+    """Runs a write's ``apply`` for its records, appended from ``position``. One that raises is a
+    bug (memory may lack what the log has, until the partition is loaded again): it is logged
+    as an invariant violation and goes no further; its writer is still answered as appended
+    (the log has its records), and the other writes of the batch are still applied and
+    answered, and every turn ends (a turn never ended would block its producer's every later
+    TxnCommitOffsets and CompleteTransaction in the group)."""
+    try:
+        apply(position)
+    except Exception:
+        _log.exception(
+            "invariant violated: applying an appended write failed; memory may lack its records",
+            extra={"partition": partition, "offset": position},
+        )
 
 
 def _fail(batch: Iterable[_QueuedWrite], error: BaseException) -> None:

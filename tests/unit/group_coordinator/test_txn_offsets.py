@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from brook_group_coordinator.group import GroupLimits
@@ -18,6 +19,7 @@ from brook_group_coordinator.local_view import LocalViewOffsetsLog
 from brook_group_coordinator.offsets import OffsetLimits
 from brook_group_coordinator.offsets_log import OffsetsLog
 from brook_group_coordinator.ownership import offsets_partition_for
+from brook_group_coordinator.txn_offsets import GroupTxnOffsets
 from manual_timers import ManualTimers
 from memory_offsets_log import MemoryOffsetsLog
 from test_group_coordinator_local_view import BoundedMemoryLog
@@ -324,6 +326,51 @@ def test_an_end_waits_for_a_txn_commit_whose_caller_gave_up_mid_write() -> None:
         hold.set()
         assert await abort == NONE
         assert _stable(manager) == _stable(await _reloaded(log)) == [-1, -1]
+
+    run(scenario)
+
+
+def test_an_apply_that_raises_neither_blocks_its_batch_nor_its_producer(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in applying one appended write (here: the first pending offset's) is logged; the
+    other writes of its batch are applied and answered, and its producer's turn ends."""
+    raised: list[int] = []
+    add_pending = GroupTxnOffsets.add_pending
+
+    def buggy_once(txn_offsets: GroupTxnOffsets, producer_id: int, *args: Any) -> None:
+        if producer_id == PRODUCER and not raised:
+            raised.append(producer_id)
+            raise RuntimeError("a bug in applying a pending offset")
+        add_pending(txn_offsets, producer_id, *args)
+
+    monkeypatch.setattr(GroupTxnOffsets, "add_pending", buggy_once)
+
+    async def scenario() -> None:
+        log = HeldLog()
+        manager = await _reloaded(log, 1)
+        # Held in flight, so the three writes below queue up and go out as ONE batch.
+        hold = log.append_hold = asyncio.Event()
+        first = asyncio.ensure_future(_plain(manager, {0: 1}))
+        await log.append_held.wait()
+        batch = asyncio.gather(
+            _txn(manager, PRODUCER, 0, {0: 10}),
+            _txn(manager, OTHER_PRODUCER, 0, {1: 20}),
+            _plain(manager, {2: 30}),
+        )
+        await asyncio.sleep(0)
+        hold.set()
+        assert await first == [NONE]
+        assert await asyncio.wait_for(batch, RPC_TIMEOUT_S) == [[NONE], [NONE], [NONE]]
+        assert raised == [PRODUCER]
+        assert "invariant violated" in caplog.text
+        assert _stable(manager, (0, 1, 2)) == [1, UNSTABLE, 30]
+        # PRODUCER's turn ended: its next writes are decided and written.
+        assert await asyncio.wait_for(_txn(manager, PRODUCER, 0, {0: 11}), RPC_TIMEOUT_S) == [NONE]
+        assert await asyncio.wait_for(_end(manager, PRODUCER, True), RPC_TIMEOUT_S) == NONE
+        assert await asyncio.wait_for(_end(manager, OTHER_PRODUCER, True), RPC_TIMEOUT_S) == NONE
+        assert _stable(manager, (0, 1, 2)) == _stable(await _reloaded(log), (0, 1, 2))
+        assert _stable(manager, (0, 1, 2)) == [11, 20, 30]
 
     run(scenario)
 
