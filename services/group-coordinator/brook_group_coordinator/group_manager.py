@@ -57,7 +57,12 @@ from brook_group_coordinator.group import (
     Member,
     SyncResult,
 )
-from brook_group_coordinator.offsets import GroupOffsets, OffsetLimits, check_commit_partition
+from brook_group_coordinator.offsets import (
+    GroupOffsets,
+    OffsetLimits,
+    TopicPartitionKey,
+    check_commit_partition,
+)
 from brook_group_coordinator.offsets_log import OffsetsLog, PartitionClaims
 from brook_group_coordinator.ownership import (
     OFFSETS_TOPIC,
@@ -178,6 +183,8 @@ class GroupManager:
         self._batch_records_max = batch_records_max
         self._write_locks: dict[int, asyncio.Lock] = {}
         self._queued: dict[int, deque[_QueuedWrite]] = {}
+        # Per partition, the batch whose append is in flight (sent, not answered yet).
+        self._sending: dict[int, list[_QueuedWrite]] = {}
         self._flushers: dict[int, asyncio.Task[None]] = {}
         self._writes: set[asyncio.Task[None]] = set()
 
@@ -317,6 +324,7 @@ class GroupManager:
         owned: OwnedPartition | None,
         apply: Callable[[int], None] | None = None,
         turn: ProducerTurn | None = None,
+        plain_commits: frozenset[tuple[str, str, int]] = frozenset(),
     ) -> int:
         """Appends for the ownership ``owned`` only: a write queued behind a failed one must
         not go out under the next ownership of the partition, unchecked against its state.
@@ -327,7 +335,9 @@ class GroupManager:
         runs it once the append is acknowledged with the partition still owned as ``owned``,
         in log order, whether or not the caller still waits: a caller cancelled after its
         records were sent never leaves the log with a record that memory lacks. ``turn``: ended
-        when the write leaves the queue, whatever became of it (producer_turns.py)."""
+        when the write leaves the queue, whatever became of it (producer_turns.py).
+        ``plain_commits``: the (group, topic, partition) of the plain offset commits among the
+        records (``_unapplied_commits``)."""
         if not records:
             raise ValueError("an append needs at least one record")
         if owned is None or self.owned.get(partition) is not owned:
@@ -338,7 +348,13 @@ class GroupManager:
             len(key) + len(value or b"") + RECORD_OVERHEAD_BYTES_MAX for key, value in records
         )
         write = _QueuedWrite(
-            records, owned, size_bytes, apply, turn, asyncio.get_running_loop().create_future()
+            records,
+            owned,
+            size_bytes,
+            apply,
+            turn,
+            plain_commits,
+            asyncio.get_running_loop().create_future(),
         )
         self._queued.setdefault(partition, deque()).append(write)
         if turn is not None:
@@ -412,6 +428,7 @@ class GroupManager:
     async def _send(self, partition: int, batch: list[_QueuedWrite]) -> None:
         owned = batch[0].owned  # the current one: _next_batch keeps no other
         records = [record for write in batch for record in write.records]
+        self._sending[partition] = batch
         try:
             last = await self._log.append(partition, records)
         except asyncio.CancelledError:
@@ -441,6 +458,26 @@ class GroupManager:
                 _settle(write.done, position)
                 write.leave()
                 position += len(write.records)
+        finally:
+            del self._sending[partition]
+
+    def _unapplied_commits(self, group_id: str) -> set[TopicPartitionKey]:
+        """The group's partitions with a plain commit in flight or queued, to be appended and
+        applied: once appended, its record is more recent than every record applied before
+        (Kafka keeps the most recent). Not counted: one made for an ownership that is gone
+        (never applied here), and a queued one whose caller gave up (left out of its batch,
+        ``_next_batch``)."""
+        partition = self.partition_for(group_id)
+        current = self.owned.get(partition)
+        sending = self._sending.get(partition, [])
+        queued = [write for write in self._queued.get(partition, ()) if not write.done.done()]
+        return {
+            (topic, partition_id)
+            for write in [*sending, *queued]
+            if write.owned is current
+            for group, topic, partition_id in write.plain_commits
+            if group == group_id
+        }
 
     def _lose(self, owned: OwnedPartition, error: OffsetsWriteError) -> None:
         drop_lost_partition(self, OFFSETS_TOPIC, owned, error, self._on_partition_lost)
@@ -599,7 +636,9 @@ class GroupManager:
             self._offsets_of(group_id).put(p.topic, p.partition, value, record_offset)
             self._group_of(group_id)
 
-        return await self._write_commit(group_id, error, message, partitions, record, apply)
+        return await self._write_commit(
+            group_id, error, message, partitions, record, apply, plain=True
+        )
 
     async def txn_commit(
         self,
@@ -675,12 +714,15 @@ class GroupManager:
         record: Callable[[CommitPartition, int], tuple[bytes, _V]],
         apply: Callable[[CommitPartition, _V, int], None],
         turn: ProducerTurn | None = None,
+        *,
+        plain: bool = False,
     ) -> list[PartitionResult]:
         """A commit's writing once its group-level checks gave ``error``: the per-partition
         checks, then one append of the accepted partitions' records (``record``: key and
         value), each applied once appended (``apply``: the partition, its value and its
-        record's offset) and ending ``turn`` (see ``_append``). Returns every partition's
-        result."""
+        record's offset) and ending ``turn`` (see ``_append``). ``plain``: an OffsetCommit's
+        (weighed by the end of a transaction while not applied, ``_unapplied_commits``).
+        Returns every partition's result."""
         if error is not ErrorCode.NONE:
             return [PartitionResult(p.topic, p.partition, error, message) for p in partitions]
         now_ms = self._timers.now_ms()
@@ -702,9 +744,12 @@ class GroupManager:
             for i, (p, _, value) in enumerate(accepted):
                 apply(p, value, first + i)
 
+        plain_commits = frozenset((group_id, p.topic, p.partition) for p, _, _ in accepted if plain)
         partition = self.partition_for(group_id)
         try:
-            await self._append(partition, records, self.owned.get(partition), apply_all, turn)
+            await self._append(
+                partition, records, self.owned.get(partition), apply_all, turn, plain_commits
+            )
         except BrookError as e:
             failed = {(p.topic, p.partition) for p, _, _ in accepted}
             code = _write_failure(e)
@@ -725,17 +770,17 @@ class GroupManager:
         committed: bool,
     ) -> tuple[ErrorCode, str]:
         """The end of ``producer_id``'s transaction for the group (the marker Kafka writes to
-        __consumer_offsets): on commit its pending offsets that are more recent than the
-        group's become the group's committed offsets (``txn_offsets.winners``), on abort they
-        are dropped. Answers NONE once that is appended, and at once, writing nothing, for an
-        unknown group, a repeat, or a producer with nothing pending whose epochs the group
-        already has (newer epochs are written, to fence the older). INVALID_PRODUCER_EPOCH:
-        ``producer_epoch`` is older than the newest seen for the producer in the group;
-        TRANSACTION_COORDINATOR_FENCED: ``coordinator_epoch`` is older than one that already
-        ended a transaction of the producer here. Otherwise what the write failed with
-        (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ...: retriable). Decided and written in
-        the producer's turn (producer_turns.py): it ends every pending offset of the producer
-        whose TxnCommitOffsets came before it, and fences those that come after."""
+        __consumer_offsets): on commit its pending offsets that are more recent than the group's,
+        and than any plain commit of their partition still being appended, become the group's
+        committed offsets (``txn_offsets.winners``), on abort they are dropped. Answers NONE once
+        that is appended, and at once, writing nothing, for an unknown group, a repeat, or a
+        producer with nothing pending whose epochs the group already has (newer epochs are written,
+        to fence the older). INVALID_PRODUCER_EPOCH: ``producer_epoch`` is older than the newest
+        seen for the producer in the group; TRANSACTION_COORDINATOR_FENCED: ``coordinator_epoch`` is
+        older than one that already ended a transaction of the producer here. Otherwise what the
+        write failed with (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ...: retriable). Decided and
+        written in the producer's turn (producer_turns.py): it ends every pending offset of the
+        producer whose TxnCommitOffsets came before it, and fences those that come after."""
         async with self._producer_turns.turn(group_id, producer_id) as turn:
             error, message = self._check_producer_request(group_id, producer_id, producer_epoch)
             if error is not ErrorCode.NONE:
@@ -766,7 +811,13 @@ class GroupManager:
             # The producer's epochs are recorded even with nothing pending: a newer epoch here
             # fences a late TxnCommitOffsets of the older one, as Kafka's marker does.
             pending = dict(known.pending) if known is not None else {}
-            applied = winners(self._offsets_of(group_id), pending) if committed else []
+            # A plain commit of a partition not applied yet will land after the pending record
+            # (applied: this is its producer's turn), so the pending offset loses there.
+            applied = (
+                winners(self._offsets_of(group_id), pending, self._unapplied_commits(group_id))
+                if committed
+                else []
+            )
             end = TxnEndValue(producer_epoch, coordinator_epoch, committed)
             records: list[tuple[bytes, bytes | None]] = [
                 (encode_key(PendingOffsetKey(group_id, producer_id, topic, partition)), None)
@@ -983,6 +1034,8 @@ class _QueuedWrite:
     # What the write changes in memory, and the producer turn it ends (GroupManager._append).
     apply: Callable[[int], None] | None
     turn: ProducerTurn | None
+    # The (group, topic, partition) of its plain offset commits.
+    plain_commits: frozenset[tuple[str, str, int]]
     # The offset of the write's first record, once appended.
     done: asyncio.Future[int]
 

@@ -5,11 +5,13 @@ ends, and the newest producer and coordinator epochs seen for it, which fence ol
 Which pending offsets a committed transaction makes the group's is Kafka's rule
 (``winners``): the most recent commit of a partition wins, ordered by where the commit records
 are in __consumer_offsets. A plain commit appended before the transaction's pending record is
-overridden; one appended after it, even before the transaction ended, is kept.
+overridden; one appended after it, even before the transaction ended or still being appended
+when the end is decided, is kept.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from brook_group_coordinator.offsets import GroupOffsets, TopicPartitionKey
@@ -93,12 +95,18 @@ class GroupTxnOffsets:
 
 
 def winners(
-    committed: GroupOffsets, pending: dict[TopicPartitionKey, PendingOffset]
+    committed: GroupOffsets,
+    pending: dict[TopicPartitionKey, PendingOffset],
+    newer: Collection[TopicPartitionKey] = (),
 ) -> list[tuple[TopicPartitionKey, PendingOffset]]:
     """The pending offsets a commit of their transaction makes the group's: those whose record
-    is more recent than the record of the partition's committed offset, if it has one."""
+    is more recent than the record of the partition's committed offset, if it has one, and
+    than any plain commit of the partition not applied yet (``newer``: its record comes after
+    every pending record already applied)."""
     found = []
     for (topic, partition), offset in pending.items():
+        if (topic, partition) in newer:
+            continue
         current = committed.record_offset(topic, partition)
         if current is None or current < offset.record_offset:
             found.append(((topic, partition), offset))

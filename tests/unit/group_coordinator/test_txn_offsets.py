@@ -214,6 +214,35 @@ def test_plain_commits_interleave_with_transactions_as_in_kafka() -> None:
     run(scenario)
 
 
+@pytest.mark.parametrize("in_flight", [False, True], ids=["queued", "in_flight"])
+def test_a_plain_commit_still_being_written_when_the_end_is_decided_wins(in_flight: bool) -> None:
+    """Its record lands after the pending one (whose producer's turn the end holds), so it is
+    the more recent, as Kafka's rule wants, in memory and after a reload."""
+
+    async def scenario() -> None:
+        log = HeldLog()
+        manager = await _pending_over_plain(log)
+        hold = log.append_hold = asyncio.Event()
+        if in_flight:
+            plain = asyncio.ensure_future(_plain(manager, {0: 30}))
+            await log.append_held.wait()
+        else:
+            ahead = asyncio.ensure_future(_plain(manager, {2: 7}))
+            await log.append_held.wait()
+            plain = asyncio.ensure_future(_plain(manager, {0: 30}))
+            await asyncio.sleep(0)  # queued behind the held append
+        end = asyncio.ensure_future(_end(manager, PRODUCER, True))
+        await asyncio.sleep(0)  # decided and queued: it waits for no turn
+        hold.set()
+        assert await plain == [NONE]
+        assert await end == NONE
+        if not in_flight:
+            assert await ahead == [NONE]
+        assert _stable(manager) == _stable(await _reloaded(log)) == [30, 20]
+
+    run(scenario)
+
+
 def test_a_reload_between_two_ends_decides_as_the_coordinator_that_stayed_would() -> None:
     async def scenario() -> None:
         log = MemoryOffsetsLog()
