@@ -64,10 +64,15 @@ def first_answer(address: str, method: str, request: Any) -> Any:
     return getattr(storage_stub(address), method)(request, timeout=RPC_TIMEOUT_S).partitions[0]
 
 
-def produce(address: str, topic: str, partition: int, records: bytes) -> Any:
-    """``records`` produced with acks=all; the partition's answer."""
+def produce(
+    address: str, topic: str, partition: int, records: bytes, transactional_id: str = ""
+) -> Any:
+    """``records`` produced with acks=all; the partition's answer. A transactional batch
+    carries its producer's ``transactional_id``, which the leader verifies it with (KIP-890)."""
     data = storage_pb2.PartitionProduceData(topic=topic, partition=partition, records=records)
-    request = storage_pb2.ProduceRequest(acks=storage_pb2.ACKS_ALL, partitions=[data])
+    request = storage_pb2.ProduceRequest(
+        acks=storage_pb2.ACKS_ALL, partitions=[data], transactional_id=transactional_id
+    )
     return first_answer(address, "Produce", request)
 
 

@@ -201,15 +201,16 @@ def _name_of(cluster: LocalCluster, node_id: int) -> str:
 
 
 def _write_in_transaction(
-    cluster: LocalCluster, producer: tuple[int, int], partitions: list[int]
+    cluster: LocalCluster, client: TxnClient, producer: tuple[int, int], partitions: list[int]
 ) -> None:
     """One transactional record (the first of ``producer`` there) to each of ``partitions``
-    of TOPIC, its value naming the producer; then each partition's last stable offset is
+    of TOPIC, its value naming the producer, sent with ``client``'s transactional id (the
+    leader verifies it with the coordinator); then each partition's last stable offset is
     held before it for READ_COMMITTED readers."""
     for partition in partitions:
         leader = leader_address(cluster, TOPIC, partition)
         records = batch([_value_of(producer)], producer[0], 0, epoch=producer[1], txn=True)
-        written = produce(leader, TOPIC, partition, records)
+        written = produce(leader, TOPIC, partition, records, client.transactional_id)
         assert code_of(written) is ErrorCode.NONE, written.error_message
         held = fetch(leader, TOPIC, partition, 0, READ_COMMITTED, decode=True)
         assert held.last_stable_offset == written.base_offset < held.high_watermark
@@ -268,7 +269,7 @@ def test_transactions_through_grpc_with_fencing(cluster_factory: ClusterFactory)
         producer = client.init()
         assert producer[1] == 0
         assert client.add(producer, [0, 1]) == [ErrorCode.NONE, ErrorCode.NONE]
-        _write_in_transaction(cluster, producer, [0, 1])
+        _write_in_transaction(cluster, client, producer, [0, 1])
         assert client.add(producer, [0, 7]) == [
             ErrorCode.OPERATION_NOT_ATTEMPTED,
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -311,7 +312,7 @@ def test_a_killed_coordinators_decided_transaction_is_resumed_by_its_successor(
     try:
         producer = client.init()
         assert client.add(producer, [0, 1]) == [ErrorCode.NONE, ErrorCode.NONE]
-        _write_in_transaction(cluster, producer, [0, 1])
+        _write_in_transaction(cluster, client, producer, [0, 1])
         assert client.end(producer, committed=True) is ErrorCode.NONE
         victim_id, _ = client.find()
         victim = _name_of(cluster, victim_id)
