@@ -17,6 +17,7 @@ from brook.client.errors import (
     ClientTimeoutError,
     ConfigError,
     ProducerFencedError,
+    RecordTooLargeError,
     TransactionAbortableError,
     TransactionAbortedError,
     TransactionStateError,
@@ -322,3 +323,29 @@ def test_the_async_producer_runs_the_same_transaction(cluster: Cluster) -> None:
     [end] = cluster.coordinator.calls("EndTxn")
     assert end.committed
     assert len(cluster.coordinator.calls("TxnCommitOffsets")) == 1
+
+
+@pytest.mark.parametrize("failure", ["unknown topic", "too large", "no memory"])
+def test_a_send_failing_before_its_batch_makes_the_transaction_abortable(
+    cluster: Cluster, failure: str
+) -> None:
+    """A record that never reaches a batch (no metadata or memory within max.block.ms, or too
+    large) is missing from the transaction: commit raises, nothing is committed, and the abort
+    recovers (Kafka's doSend makes the transaction abortable)."""
+    cluster.coordinator.add_delay_s = 1.0  # the batches wait (and hold memory) meanwhile
+    with cluster.producer(max_block_ms=300, buffer_memory=64 * 1024) as producer:
+        producer.init_transactions(RESULT_TIMEOUT_S)
+        producer.begin_transaction()
+        producer.send("single", b"kept")
+        if failure == "unknown topic":
+            assert producer.send("no-such-topic", b"lost").exception(RESULT_TIMEOUT_S) is not None
+        else:
+            value = b"x" * (100 * 1024 if failure == "too large" else 40 * 1024)
+            with pytest.raises((RecordTooLargeError, ClientTimeoutError)):
+                # "no memory": the second 40 KiB record finds no room while the first waits.
+                for partition in range(3):
+                    producer.send("events", value, partition=partition)
+        with pytest.raises(TransactionAbortableError):
+            producer.commit_transaction(RESULT_TIMEOUT_S)
+        producer.abort_transaction(RESULT_TIMEOUT_S)
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")] in ([], [False])
