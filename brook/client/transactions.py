@@ -470,7 +470,7 @@ class TransactionManager:
             raise self._abort_required(api_error(min(codes), text))
 
     def begin_commit(self) -> Operation:
-        self.state.transition(TxnState.COMMITTING, allowed_from=(TxnState.IN_TRANSACTION,))
+        self._end_sends(TxnState.COMMITTING, (TxnState.IN_TRANSACTION,))
         return self._commit
 
     async def _commit(self) -> None:
@@ -488,11 +488,13 @@ class TransactionManager:
         self.state.completed()
 
     def begin_abort(self) -> Operation:
-        self.state.transition(
-            TxnState.ABORTING,
-            allowed_from=(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR),
-        )
+        self._end_sends(TxnState.ABORTING, (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR))
         return self._abort
+
+    def _end_sends(self, to: TxnState, allowed_from: tuple[TxnState, ...]) -> None:
+        """Leave the open transaction for ``to`` with no send in progress: a record sent
+        concurrently is in the transaction (the flush waits for its batch) or fails."""
+        self._accumulator.hold_sends(lambda: self.state.transition(to, allowed_from=allowed_from))
 
     async def _abort(self) -> None:
         # Batches not sent yet are not written at all (Kafka aborts the undrained batches);
@@ -512,7 +514,9 @@ class TransactionManager:
         self.state.completed()
 
     async def _flush(self) -> None:
-        """Wait until every batch of the transaction is acknowledged or failed."""
+        """Wait until every batch of the transaction is acknowledged or failed (Kafka's
+        hasIncompleteBatches). Sends ended with the transaction (``_end_sends``), so every
+        incomplete batch is one of it and none can be added."""
         batches = self._accumulator.begin_flush()
         try:
             for batch in batches:

@@ -5,12 +5,16 @@ they carry, and how each kind of error answer ends (retried, abortable, fatal)."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
+from threading import Event, Thread
+from typing import Any
 
 import pytest
 from storage_double import RunningDouble
 from transaction_doubles import FAST, GROUP, PRODUCER_ID, RESULT_TIMEOUT_S, TXN_ID, Cluster
 
+import brook.client.accumulator as accumulator_module
 from brook.client import AsyncProducer, Producer
 from brook.client.admin import OffsetAndMetadata
 from brook.client.errors import (
@@ -22,6 +26,7 @@ from brook.client.errors import (
     TransactionAbortedError,
     TransactionStateError,
 )
+from brook.client.transactions import TxnState
 from brook.client.types import TopicPartition
 from brook.errors import ErrorCode
 from brook.record import read_header
@@ -349,3 +354,66 @@ def test_a_send_failing_before_its_batch_makes_the_transaction_abortable(
             producer.commit_transaction(RESULT_TIMEOUT_S)
         producer.abort_transaction(RESULT_TIMEOUT_S)
     assert [end.committed for end in cluster.coordinator.calls("EndTxn")] in ([], [False])
+
+
+def _hold_encoding(monkeypatch: pytest.MonkeyPatch, value: bytes) -> tuple[Event, Event]:
+    """Make send of ``value`` stop between its state check and its batch (while encoding);
+    returns (entered, release)."""
+    entered, release = Event(), Event()
+    encode = accumulator_module.encode_record_tail
+
+    def held(key: bytes | None, data: bytes | None, headers: Any) -> bytes:
+        if data == value:
+            entered.set()
+            release.wait(RESULT_TIMEOUT_S)
+        return encode(key, data, headers)
+
+    monkeypatch.setattr(accumulator_module, "encode_record_tail", held)
+    return entered, release
+
+
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_a_send_racing_the_end_of_its_transaction_is_in_it_or_fails(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
+    """A send that started in a transaction while another thread commits or aborts it: its
+    record is never written after that transaction's EndTxn (in the next transaction, or
+    after the abort markers); the send raises instead."""
+    entered, release = _hold_encoding(monkeypatch, b"late")
+    outcome: dict[str, object] = {}
+
+    def late_send(producer: Producer) -> None:
+        try:
+            outcome["future"] = producer.send("single", b"late")
+        except TransactionStateError as error:
+            outcome["error"] = error
+
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("single", b"first").result(RESULT_TIMEOUT_S)
+        sender = Thread(target=late_send, args=(producer,))
+        sender.start()
+        assert entered.wait(RESULT_TIMEOUT_S)
+        ending = Thread(
+            target=producer.commit_transaction if end == "commit" else producer.abort_transaction
+        )
+        ending.start()
+        deadline = time.monotonic() + RESULT_TIMEOUT_S
+        while producer._core.transactions.state.state is TxnState.IN_TRANSACTION:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        release.set()
+        sender.join(RESULT_TIMEOUT_S)
+        ending.join(RESULT_TIMEOUT_S)
+        assert not ending.is_alive()
+        producer.begin_transaction()
+        producer.send("events", b"next", partition=0).result(RESULT_TIMEOUT_S)
+        producer.commit_transaction()
+    assert "error" in outcome, "the late record went into another transaction"
+    late = [
+        name
+        for name, request in cluster.log
+        if name == "Produce" and any(b"late" in data.records for data in request.partitions)
+    ]
+    assert late == []
