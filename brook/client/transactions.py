@@ -267,6 +267,12 @@ class TransactionTracker:
             self.abortable(error)
 
 
+def _resumable(name: str, error: ClientTimeoutError) -> ClientTimeoutError:
+    """The error of operation ``name`` that ran out of time and stays pending: calling
+    ``name`` again resumes it (Kafka keeps the pending result the same way)."""
+    return ClientTimeoutError(f"{name}: {error}; call {name} again to resume it")
+
+
 class _Retry(Exception):
     """An attempt to be repeated after a back-off (within the operation's deadline)."""
 
@@ -488,7 +494,12 @@ class TransactionManager:
         self.state.completed()
 
     def begin_abort(self) -> Operation:
-        self._end_sends(TxnState.ABORTING, (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR))
+        # ABORTING: an abort that failed (it ran out of time) is resumed; every step of it
+        # may be repeated (EndTxn is idempotent).
+        self._end_sends(
+            TxnState.ABORTING,
+            (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING),
+        )
         return self._abort
 
     def _end_sends(self, to: TxnState, allowed_from: tuple[TxnState, ...]) -> None:
@@ -507,10 +518,13 @@ class TransactionManager:
         await self._flush()
         if self._adding is not None:
             await asyncio.wait([self._adding])
-        if self.state.started:
-            await self._end_transaction(committed=False)
-        if self.state.bump_required:
-            await self._init_producer_id(bump=True)
+        try:
+            if self.state.started:
+                await self._end_transaction(committed=False)
+            if self.state.bump_required:
+                await self._init_producer_id(bump=True)
+        except ClientTimeoutError as error:
+            raise _resumable("abort_transaction", error) from error
         self.state.completed()
 
     async def _flush(self) -> None:

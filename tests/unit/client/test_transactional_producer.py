@@ -417,3 +417,25 @@ def test_a_send_racing_the_end_of_its_transaction_is_in_it_or_fails(
         if name == "Produce" and any(b"late" in data.records for data in request.partitions)
     ]
     assert late == []
+
+
+def test_an_abort_that_ran_out_of_time_is_resumed_by_calling_it_again(cluster: Cluster) -> None:
+    """EndTxn(abort) unanswered (CONCURRENT_TRANSACTIONS) past the operation's bound: the
+    abort fails, and calling abort_transaction again finishes it; the producer goes on."""
+    with cluster.producer(transaction_timeout_ms=300) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("single", b"x").result(RESULT_TIMEOUT_S)
+        scripts = cluster.coordinator.scripts
+        cluster.running.call(
+            lambda: scripts.update(EndTxn=[ErrorCode.CONCURRENT_TRANSACTIONS] * 10_000)
+        )
+        with pytest.raises(ClientTimeoutError, match="call abort_transaction again"):
+            producer.abort_transaction(RESULT_TIMEOUT_S)
+        cluster.running.call(lambda: scripts.update(EndTxn=[]))
+        producer.abort_transaction()
+        producer.begin_transaction()
+        kept = producer.send("single", b"kept")
+        producer.commit_transaction()
+        assert kept.result(RESULT_TIMEOUT_S).offset >= 0
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")][-2:] == [False, True]
