@@ -358,7 +358,8 @@ class Producer(Closing):
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Send every pending record of the transaction, then commit it. Raises
-        TransactionAbortableError when one of its sends failed: call abort_transaction."""
+        TransactionAbortableError when one of its sends failed: call abort_transaction.
+        After a ClientTimeoutError the outcome is unknown: call commit_transaction again."""
         manager = self._core.transactional("commit_transaction")
         self._run_transactional("commit_transaction", manager.begin_commit, timeout)
 

@@ -476,7 +476,8 @@ class TransactionManager:
             raise self._abort_required(api_error(min(codes), text))
 
     def begin_commit(self) -> Operation:
-        self._end_sends(TxnState.COMMITTING, (TxnState.IN_TRANSACTION,))
+        # COMMITTING: a commit that ran out of time is resumed (EndTxn is idempotent).
+        self._end_sends(TxnState.COMMITTING, (TxnState.IN_TRANSACTION, TxnState.COMMITTING))
         return self._commit
 
     async def _commit(self) -> None:
@@ -487,10 +488,13 @@ class TransactionManager:
             try:
                 await self._end_transaction(committed=True)
             except ClientTimeoutError as error:
-                # No coordinator answered for longer than the transaction may live: it has
-                # been (or will be) aborted by the coordinator; so should it be here.
-                self.state.abortable(error)
-                raise
+                # EndTxn may have been decided without its answer reaching us: the outcome is
+                # unknown until a repeated EndTxn tells (as in Kafka, only commit may follow).
+                raise ClientTimeoutError(
+                    f"commit_transaction: {error}; the coordinator may or may not have "
+                    "committed the transaction: call commit_transaction again to resume it "
+                    "and learn the outcome"
+                ) from error
         self.state.completed()
 
     def begin_abort(self) -> Operation:

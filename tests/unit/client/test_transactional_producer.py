@@ -439,3 +439,28 @@ def test_an_abort_that_ran_out_of_time_is_resumed_by_calling_it_again(cluster: C
         producer.commit_transaction()
         assert kept.result(RESULT_TIMEOUT_S).offset >= 0
     assert [end.committed for end in cluster.coordinator.calls("EndTxn")][-2:] == [False, True]
+
+
+def test_a_commit_that_ran_out_of_time_is_resumed_by_calling_it_again(cluster: Cluster) -> None:
+    """EndTxn(commit) unanswered past the operation's bound: the outcome is unknown, so the
+    transaction is not made abortable; calling commit_transaction again finishes it."""
+    with cluster.producer(transaction_timeout_ms=300) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        committed = producer.send("single", b"x")
+        scripts = cluster.coordinator.scripts
+        cluster.running.call(
+            lambda: scripts.update(EndTxn=[ErrorCode.CONCURRENT_TRANSACTIONS] * 10_000)
+        )
+        with pytest.raises(ClientTimeoutError, match="may or may not have committed"):
+            producer.commit_transaction(RESULT_TIMEOUT_S)
+        with pytest.raises(TransactionStateError):
+            producer.abort_transaction()
+        cluster.running.call(lambda: scripts.update(EndTxn=[]))
+        producer.commit_transaction()
+        assert committed.result(RESULT_TIMEOUT_S).offset >= 0
+        producer.begin_transaction()
+        producer.send("single", b"next")
+        producer.commit_transaction()
+    ends = cluster.coordinator.calls("EndTxn")
+    assert {end.committed for end in ends} == {True}
