@@ -260,10 +260,14 @@ class TransactionTracker:
             return self.error
 
     def batch_failed(self, error: BaseException) -> None:
-        """A batch of the transaction failed for good (the accumulator tells)."""
+        """A batch of the transaction failed for good (the accumulator tells). Unless the
+        abort dropped it unsent, it may have left a gap in its partition's sequences, in any
+        state (during an abort too): the next epoch must not inherit them."""
         if isinstance(error, ProducerFencedError):
             self.fatal(error)
         elif not isinstance(error, TransactionAbortedError):
+            with self._lock:
+                self.bump_required = True
             self.abortable(error)
 
 

@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 from storage_double import RunningDouble
-from transaction_doubles import FAST, GROUP, PRODUCER_ID, RESULT_TIMEOUT_S, TXN_ID, Cluster
+from transaction_doubles import (
+    FAST,
+    GROUP,
+    PRODUCER_ID,
+    RESULT_TIMEOUT_S,
+    TXN_ID,
+    Cluster,
+    answer_all,
+)
 
 import brook.client.accumulator as accumulator_module
 from brook.client import AsyncProducer, Producer
@@ -464,3 +472,35 @@ def test_a_commit_that_ran_out_of_time_is_resumed_by_calling_it_again(cluster: C
         producer.commit_transaction()
     ends = cluster.coordinator.calls("EndTxn")
     assert {end.committed for end in ends} == {True}
+
+
+def test_a_batch_failing_during_the_abort_bumps_the_epoch(cluster: Cluster) -> None:
+    """A batch in flight when the abort starts fails afterwards: its sequence may be a gap,
+    so the abort bumps the epoch and the next transaction numbers the partition from 0."""
+
+    async def produce(request: Any, context: Any) -> Any:
+        cluster.log.append(("Produce", request))
+        await asyncio.sleep(0.5)
+        return answer_all(request, ErrorCode.INVALID_RECORD)
+
+    faults = cluster.storage.faults
+    answered = faults["Produce"]
+    faults["Produce"] = produce
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        failed = producer.send("single", b"x")
+        deadline = time.monotonic() + RESULT_TIMEOUT_S
+        while "Produce" not in cluster.methods():  # in flight
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        producer.abort_transaction()
+        assert failed.exception() is not None
+        faults["Produce"] = answered
+        producer.begin_transaction()
+        producer.send("single", b"next").result(RESULT_TIMEOUT_S)
+        producer.commit_transaction()
+    inits = cluster.coordinator.calls("InitProducerId")
+    assert [(i.producer_id, i.producer_epoch) for i in inits] == [(-1, -1), (PRODUCER_ID, 0)]
+    last = cluster.produced_batches()[-1][2]
+    assert (last.producer_epoch, last.base_sequence) == (1, 0)
