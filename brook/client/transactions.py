@@ -29,9 +29,13 @@ Errors are Kafka's three kinds:
   ``TransactionAbortableError``, sends raise it too and batches not yet sent are failed with
   it); ``abort_transaction`` recovers, bumping the epoch (KIP-360: InitProducerId with the
   current id and epoch) so that sequence gaps the failure left cannot block the next one;
-- fatal errors: PRODUCER_FENCED, INVALID_PRODUCER_EPOCH (``ProducerFencedError``: a newer
-  producer took the id), TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE and unexpected
-  answers to InitProducerId or EndTxn. Every later call raises the error; close the producer.
+- fatal errors: PRODUCER_FENCED and the coordinator's INVALID_PRODUCER_EPOCH
+  (``ProducerFencedError``: a newer producer took the id), TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+  INVALID_TXN_STATE and unexpected answers to InitProducerId or EndTxn. Every later call raises
+  the error; close the producer. A partition's INVALID_PRODUCER_EPOCH is abortable instead
+  (KIP-588): the coordinator aborted the transaction that outlived transaction.timeout.ms with a
+  bumped epoch; the abort skips EndTxn and asks InitProducerId with the old epoch, which the
+  coordinator answers with the new one unless another instance took the id since.
 
 Coordinator answers NOT_COORDINATOR (following its NodeHint), COORDINATOR_NOT_AVAILABLE,
 COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS, and unreachable coordinators, are
@@ -149,6 +153,10 @@ class TransactionTracker:
         self.error: BaseException | None = None
         # The next abort must bump the epoch: sequences of the partitions may have gaps.
         self.bump_required = False
+        # A partition refused a batch as INVALID_PRODUCER_EPOCH: the coordinator aborted the
+        # transaction with a bumped epoch (its timeout), so the abort sends no EndTxn (the
+        # old epoch would be refused) and goes straight to the bump (KIP-588).
+        self.ended_by_coordinator = False
 
     def _fail_if_errored(self) -> None:
         if self.state is TxnState.FATAL_ERROR:
@@ -237,6 +245,7 @@ class TransactionTracker:
             self.added.clear()
             self.new.clear()
             self.offsets_added = False
+            self.ended_by_coordinator = False
             self.error = None
             self.state = TxnState.READY
 
@@ -268,6 +277,8 @@ class TransactionTracker:
         elif not isinstance(error, TransactionAbortedError):
             with self._lock:
                 self.bump_required = True
+                if isinstance(error, ApiError) and error.code is ErrorCode.INVALID_PRODUCER_EPOCH:
+                    self.ended_by_coordinator = True
             self.abortable(error)
 
 
@@ -527,7 +538,7 @@ class TransactionManager:
         if self._adding is not None:
             await asyncio.wait([self._adding])
         try:
-            if self.state.started:
+            if self.state.started and not self.state.ended_by_coordinator:
                 await self._end_transaction(committed=False)
             if self.state.bump_required:
                 await self._init_producer_id(bump=True)
@@ -779,6 +790,10 @@ class TransactionManager:
         except CoordinatorNotFoundError as error:
             raise _Retry(str(error)) from None
         except CoordinatorRefusedError as error:
+            if key_type == group_pb2.COORDINATOR_TYPE_GROUP:
+                # The group's (send_offsets_to_transaction), e.g. GROUP_AUTHORIZATION_FAILED:
+                # this transaction cannot commit its offsets; the producer is fine (Kafka).
+                raise self._abort_required(api_error(error.code, str(error))) from None
             raise self._fatal_answer("FindCoordinator", error.code, str(error)) from None
         self._coordinators[key] = found
         return found

@@ -504,3 +504,48 @@ def test_a_batch_failing_during_the_abort_bumps_the_epoch(cluster: Cluster) -> N
     assert [(i.producer_id, i.producer_epoch) for i in inits] == [(-1, -1), (PRODUCER_ID, 0)]
     last = cluster.produced_batches()[-1][2]
     assert (last.producer_epoch, last.base_sequence) == (1, 0)
+
+
+def test_invalid_producer_epoch_from_a_partition_is_abortable_and_the_abort_recovers(
+    cluster: Cluster,
+) -> None:
+    """KIP-588: a partition answering INVALID_PRODUCER_EPOCH means the coordinator aborted the
+    transaction with a bumped epoch (it timed out). The transaction must be aborted; the abort
+    sends no EndTxn (its old epoch would be fenced) but InitProducerId with the producer's id
+    and epoch, and the producer goes on under the answer."""
+    cluster.produce_errors = [ErrorCode.INVALID_PRODUCER_EPOCH]
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        failed = producer.send("single", b"late")
+        with pytest.raises(TransactionAbortableError):
+            producer.commit_transaction()
+        assert not isinstance(failed.exception(), ProducerFencedError)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        kept = producer.send("single", b"kept")
+        producer.commit_transaction()
+        assert kept.result(RESULT_TIMEOUT_S).offset >= 0
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")] == [True]
+    inits = cluster.coordinator.calls("InitProducerId")
+    assert [(i.producer_id, i.producer_epoch) for i in inits] == [(-1, -1), (PRODUCER_ID, 0)]
+
+
+def test_a_refused_group_coordinator_lookup_makes_the_transaction_abortable(
+    cluster: Cluster,
+) -> None:
+    """send_offsets_to_transaction whose group FindCoordinator is refused (not authorized for
+    the group): that transaction cannot commit, the producer is not dead."""
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        scripts = cluster.coordinator.scripts
+        cluster.running.call(
+            lambda: scripts.update(FindCoordinator=[ErrorCode.GROUP_AUTHORIZATION_FAILED])
+        )
+        with pytest.raises(TransactionAbortableError, match="GROUP_AUTHORIZATION_FAILED"):
+            producer.send_offsets_to_transaction({TopicPartition("in", 0): 1}, GROUP)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send("single", b"kept")
+        producer.commit_transaction()

@@ -155,12 +155,13 @@ class ScriptedCoordinator(
         return [request for name, request in self.log if name == method]
 
     async def FindCoordinator(self, request: Any, context: Any) -> Any:
-        self.log.append(("FindCoordinator", request))
+        code = self._code("FindCoordinator", request)
         host, port = self.double.address.rsplit(":", 1)
         return group_pb2.FindCoordinatorResponse(
             coordinators=[
                 group_pb2.Coordinator(
                     key=key,
+                    error_code=code,  # type: ignore[arg-type]
                     node_id=COORDINATOR_NODE_ID,
                     endpoints=[common_pb2.Endpoint(listener="GRPC", host=host, port=int(port))],
                 )
