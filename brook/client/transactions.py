@@ -418,7 +418,13 @@ class TransactionManager:
         self.state.require("send_offsets_to_transaction", TxnState.IN_TRANSACTION)
 
         async def send() -> None:
-            await self._send_offsets(offsets, group)
+            try:
+                await self._send_offsets(offsets, group)
+            except Exception as error:
+                # Ran out of time, or failed unexpectedly: the offsets may be missing from
+                # the transaction, which must not commit without them.
+                self.state.abortable(error)
+                raise
 
         return send
 

@@ -549,3 +549,25 @@ def test_a_refused_group_coordinator_lookup_makes_the_transaction_abortable(
         producer.begin_transaction()
         producer.send("single", b"kept")
         producer.commit_transaction()
+
+
+def test_offsets_that_ran_out_of_time_make_the_transaction_abortable(cluster: Cluster) -> None:
+    """TxnCommitOffsets unanswered past the operation's bound: the offsets may be missing
+    from the transaction, so it cannot commit."""
+    with cluster.producer(transaction_timeout_ms=300) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        scripts = cluster.coordinator.scripts
+        cluster.running.call(
+            lambda: scripts.update(
+                TxnCommitOffsets=[ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] * 10_000
+            )
+        )
+        with pytest.raises(ClientTimeoutError):
+            producer.send_offsets_to_transaction(
+                {TopicPartition("in", 0): 1}, GROUP, timeout=RESULT_TIMEOUT_S
+            )
+        with pytest.raises(TransactionAbortableError):
+            producer.commit_transaction()
+        producer.abort_transaction()
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")] == [False]
