@@ -463,6 +463,7 @@ class TransactionManager:
         failures = 0
         while True:
             committed = await self._coordinator_call(
+                "TxnCommitOffsets",
                 (group_pb2.COORDINATOR_TYPE_GROUP, group.group_id),
                 lambda address: self._network.groups(address).TxnCommitOffsets,
                 request,
@@ -719,6 +720,7 @@ class TransactionManager:
         deadline: float,
     ) -> Any:
         return await self._coordinator_call(
+            method,
             (group_pb2.COORDINATOR_TYPE_TRANSACTION, self._transactional_id),
             lambda address: getattr(self._network.transactions(address), method),
             request,
@@ -728,15 +730,18 @@ class TransactionManager:
 
     async def _coordinator_call(
         self,
+        what: str,
         key: tuple[int, str],
         rpc_at: Callable[[str], Callable[..., Awaitable[Any]]],
         request: Any,
         codes_of: Callable[[Any], Iterable[int]],
         deadline: float,
     ) -> Any:
-        """The answer of ``rpc_at(address)(request)`` at the coordinator of ``key`` (key
-        type, key), asked again while it moved, is loading, answers CONCURRENT_TRANSACTIONS
-        or cannot be reached, until ``deadline`` (then ClientTimeoutError)."""
+        """The answer of ``rpc_at(address)(request)`` (RPC ``what``) at the coordinator of
+        ``key`` (key type, key), asked again while it moved, is loading, answers
+        CONCURRENT_TRANSACTIONS or cannot be reached, until ``deadline`` (then
+        ClientTimeoutError). A call failing with a gRPC status that is not retriable
+        (UNIMPLEMENTED, INVALID_ARGUMENT, ...: ``rpc_error``) is an unexpected answer: fatal."""
         failures = 0
         while True:
             problem = ""
@@ -747,8 +752,10 @@ class TransactionManager:
             except _Retry as retry:
                 problem = str(retry)
             except grpc.aio.AioRpcError as failure:
+                code, problem = rpc_error(failure)
+                if not code.retriable:
+                    raise self._fatal_answer(what, code, problem) from None
                 self._coordinators.pop(key, None)
-                problem = rpc_error(failure)[1]
             else:
                 codes = {error_code(code) for code in codes_of(response)}
                 if not codes & _RETRY_CODES:

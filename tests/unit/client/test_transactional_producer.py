@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from threading import Event, Thread
 from typing import Any
 
+import grpc
 import pytest
 from storage_double import RunningDouble
 from transaction_doubles import (
@@ -26,6 +27,7 @@ import brook.client.accumulator as accumulator_module
 from brook.client import AsyncProducer, Producer
 from brook.client.admin import OffsetAndMetadata
 from brook.client.errors import (
+    ApiError,
     ClientTimeoutError,
     ConfigError,
     ProducerFencedError,
@@ -571,3 +573,25 @@ def test_offsets_that_ran_out_of_time_make_the_transaction_abortable(cluster: Cl
             producer.commit_transaction()
         producer.abort_transaction()
     assert [end.committed for end in cluster.coordinator.calls("EndTxn")] == [False]
+
+
+@pytest.mark.parametrize(
+    "status", [grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INVALID_ARGUMENT]
+)
+def test_a_coordinator_call_failing_for_good_is_not_retried(
+    cluster: Cluster, status: grpc.StatusCode
+) -> None:
+    """A gRPC status no retry can change is an unexpected answer (fatal) at once, not retried
+    until the operation's bound."""
+    cluster.coordinator.statuses["EndTxn"] = status
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("single", b"x")
+        started = time.monotonic()
+        with pytest.raises(ApiError, match=status.name):
+            producer.commit_transaction()
+        assert time.monotonic() - started < 2.0  # the bound is 3 s + 2 s
+        with pytest.raises(ApiError):
+            producer.begin_transaction()
+    assert len(cluster.coordinator.calls("EndTxn")) == 1
