@@ -42,7 +42,10 @@ COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS, and unreachable coordi
 retried with ``retry.backoff.ms`` back-off (finding the coordinator again where it moved),
 each operation bounded (``max.block.ms`` for the caller's wait; the operation itself goes on
 in the background when the caller's timeout passes, and calling the same method again waits
-for it, as in Kafka).
+for it, as in Kafka). A commit or abort that ran out of its own bound stays COMMITTING or
+ABORTING, and calling it again resumes it (EndTxn is idempotent). A send racing the commit or
+abort is in the transaction or fails: both leave IN_TRANSACTION under the accumulator's lock,
+under which a send checks the state and places its record.
 
 ``TransactionTracker`` is the bookkeeping the caller threads and the accumulator share (under
 its own lock); ``TransactionManager`` does the I/O on the producer's loop.
