@@ -548,8 +548,10 @@ class RecordAccumulator:
         idempotence = self.idempotence
         if idempotence is not None and idempotence.fatal_error is not None:
             raise idempotence.fatal_error.with_traceback(None)
-        if self.transactions is not None:
-            self.transactions.check_send()
+        transactions = self.transactions
+        if transactions is not None:
+            # Fails fast; the check that counts is repeated under the lock below.
+            transactions.check_send()
         # Everything that does not depend on the batch is encoded (and checked) before the
         # lock is taken.
         tail = encode_record_tail(key, value, headers)
@@ -589,6 +591,10 @@ class RecordAccumulator:
         lock = self._lock
         lock.acquire()
         try:
+            if transactions is not None:
+                # Under the lock that leaving IN_TRANSACTION takes (hold_sends): the record
+                # joins the open transaction before its commit or abort starts, or fails.
+                transactions.check_send()
             if sticky:
                 partition = self._sticky.partition(topic, num_partitions, info.available)
             assert partition is not None
@@ -701,6 +707,13 @@ class RecordAccumulator:
         if batch.deadline < self._next_expiry:
             self._next_expiry = batch.deadline
         return batch
+
+    def hold_sends(self, change: Callable[[], None]) -> None:
+        """Run ``change`` with no append in progress (the lock held). A transactional producer
+        ends its transaction this way: every send either placed its record (its batch is
+        among the incomplete ones a flush waits for) or sees the new state and raises."""
+        with self._lock:
+            change()
 
     def has_free_bytes(self, needed: int) -> bool:
         return self._free_bytes >= needed

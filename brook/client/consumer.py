@@ -531,16 +531,23 @@ class _ConsumerCore(ClientCore):
         )
         held = owned or []
         partitions = await group.join(deadline, held)
-        try:
-            # Partitions the member kept go on from where it is.
-            committed = await group.fetch_committed(
-                [tp for tp in partitions if tp not in set(held)], deadline
-            )
-        except BaseException:
-            # Without positions the assignment cannot be used; join again next poll.
-            group.rejoin_needed = True
-            raise
-        return partitions, committed
+        # Partitions the member kept go on from where it is.
+        added = [tp for tp in partitions if tp not in set(held)]
+        while True:
+            try:
+                return partitions, await group.fetch_committed(added, deadline)
+            except ClientTimeoutError as error:
+                if group.rejoin_needed:
+                    raise
+                # The group is fine, its offsets are not ready (UNSTABLE_OFFSET_COMMIT while
+                # a transaction's offsets are pending, a slow coordinator): keep the
+                # assignment and ask again, as Kafka's consumer does on every poll.
+                _log.info("committed offsets of group %s: %s; asking again", group.group_id, error)
+                deadline = time.monotonic() + self.default_timeout_s
+            except BaseException:
+                # Without positions the assignment cannot be used; join again next poll.
+                group.rejoin_needed = True
+                raise
 
     def _rebalance_steps(self, deadline: float) -> Steps[bool]:
         group = self.group

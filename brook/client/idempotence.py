@@ -16,7 +16,8 @@ Kafka 3.x's idempotent producer (KIP-360):
   failover to a replica without it), and the batch is not in its log. The producer bumps its
   epoch, numbers every partition from 0 again and retries;
 - INVALID_PRODUCER_EPOCH / PRODUCER_FENCED: another instance holds this producer id with a newer
-  epoch. Fatal: writing on would fence the newer instance in turn;
+  epoch. Fatal: writing on would fence the newer instance in turn (a transactional producer's
+  INVALID_PRODUCER_EPOCH excepted: its coordinator's timeout abort, see transactions.py);
 - any other error: retriable ones are retried with the same sequence. A batch that finally
   fails may or may not be in the log; the next batch of its partition tells: it is appended
   (the failed one was), or refused as out of order with every predecessor answered (it was

@@ -163,10 +163,10 @@ class _ProducerCore(ClientCore):
                     self.metadata.request_update()
                     if time.monotonic() >= deadline:
                         problem = self._placement_problem(topic, partition)
+                        error = UnknownTopicOrPartitionError(problem)
+                        self.send_failed(error)
                         batch = ProducerBatch.failed(
-                            topic,
-                            -1 if partition is None else partition,
-                            UnknownTopicOrPartitionError(problem),
+                            topic, -1 if partition is None else partition, error
                         )
                         return RecordFuture(batch, 0, -1)
                 except NeedMemory as need:
@@ -181,9 +181,20 @@ class _ProducerCore(ClientCore):
                             "the cluster acknowledges them"
                         ) from None
                 yield version, max(deadline - time.monotonic(), 0.0)
+        except Exception as error:
+            self.send_failed(error)
+            raise
         finally:
             if waiting_for_memory:
                 self.accumulator.end_memory_wait()
+
+    def send_failed(self, error: BaseException) -> None:
+        """A send raised ``error`` or returned a future failed with it: the open transaction
+        misses that record, so it can no longer commit (Kafka's doSend calls
+        maybeTransitionToErrorState). A state error (a send outside a transaction) changes
+        nothing."""
+        if self.transactions is not None and not isinstance(error, TransactionStateError):
+            self.transactions.state.abortable(error)
 
     def _placement_problem(self, topic: str, partition: int | None) -> str:
         cluster = self.metadata.cluster
@@ -311,6 +322,9 @@ class Producer(Closing):
                 core.blocked_send(topic, value, key, headers, partition, timestamp),
                 core.notifier,
             )
+        except Exception as error:
+            self._core.send_failed(error)
+            raise
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything now and wait (up to ``timeout`` seconds) until every record sent
@@ -344,7 +358,8 @@ class Producer(Closing):
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Send every pending record of the transaction, then commit it. Raises
-        TransactionAbortableError when one of its sends failed: call abort_transaction."""
+        TransactionAbortableError when one of its sends failed: call abort_transaction.
+        After a ClientTimeoutError the outcome is unknown: call commit_transaction again."""
         manager = self._core.transactional("commit_transaction")
         self._run_transactional("commit_transaction", manager.begin_commit, timeout)
 
@@ -422,6 +437,9 @@ class AsyncProducer(AsyncClosing):
                 core.blocked_send(topic, value, key, headers, partition, timestamp),
                 core.notifier,
             )
+        except Exception as error:
+            core.send_failed(error)
+            raise
 
     async def send_and_wait(
         self,

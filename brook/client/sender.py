@@ -343,6 +343,16 @@ class Sender:
             self._accumulator.complete(queue, [batch], -1, -1)
         elif idempotence.fatal_error is not None:
             self._accumulator.fail(queue, [batch], idempotence.fatal_error)
+        elif (
+            judged is Verdict.FENCED
+            and code is ErrorCode.INVALID_PRODUCER_EPOCH
+            and self._transactions is not None
+        ):
+            # KIP-588: the coordinator bumped the epoch aborting this transaction (it timed
+            # out); the transaction must be aborted, the producer may go on (transactions.py).
+            self._accumulator.fail(
+                queue, [batch], api_error(code, f"{text} (the transaction must be aborted)")
+            )
         elif judged is Verdict.FENCED:
             fenced = idempotence.fence(f"{queue.topic}-{queue.partition}", code, text)
             self._accumulator.fail(queue, [batch], fenced)

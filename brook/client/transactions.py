@@ -29,16 +29,23 @@ Errors are Kafka's three kinds:
   ``TransactionAbortableError``, sends raise it too and batches not yet sent are failed with
   it); ``abort_transaction`` recovers, bumping the epoch (KIP-360: InitProducerId with the
   current id and epoch) so that sequence gaps the failure left cannot block the next one;
-- fatal errors: PRODUCER_FENCED, INVALID_PRODUCER_EPOCH (``ProducerFencedError``: a newer
-  producer took the id), TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE and unexpected
-  answers to InitProducerId or EndTxn. Every later call raises the error; close the producer.
+- fatal errors: PRODUCER_FENCED and the coordinator's INVALID_PRODUCER_EPOCH
+  (``ProducerFencedError``: a newer producer took the id), TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+  INVALID_TXN_STATE and unexpected answers to InitProducerId or EndTxn. Every later call raises
+  the error; close the producer. A partition's INVALID_PRODUCER_EPOCH is abortable instead
+  (KIP-588): the coordinator aborted the transaction that outlived transaction.timeout.ms with a
+  bumped epoch; the abort skips EndTxn and asks InitProducerId with the old epoch, which the
+  coordinator answers with the new one unless another instance took the id since.
 
 Coordinator answers NOT_COORDINATOR (following its NodeHint), COORDINATOR_NOT_AVAILABLE,
 COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS, and unreachable coordinators, are
 retried with ``retry.backoff.ms`` back-off (finding the coordinator again where it moved),
 each operation bounded (``max.block.ms`` for the caller's wait; the operation itself goes on
 in the background when the caller's timeout passes, and calling the same method again waits
-for it, as in Kafka).
+for it, as in Kafka). A commit or abort that ran out of its own bound stays COMMITTING or
+ABORTING, and calling it again resumes it (EndTxn is idempotent). A send racing the commit or
+abort is in the transaction or fails: both leave IN_TRANSACTION under the accumulator's lock,
+under which a send checks the state and places its record.
 
 ``TransactionTracker`` is the bookkeeping the caller threads and the accumulator share (under
 its own lock); ``TransactionManager`` does the I/O on the producer's loop.
@@ -149,6 +156,10 @@ class TransactionTracker:
         self.error: BaseException | None = None
         # The next abort must bump the epoch: sequences of the partitions may have gaps.
         self.bump_required = False
+        # A partition refused a batch as INVALID_PRODUCER_EPOCH: the coordinator aborted the
+        # transaction with a bumped epoch (its timeout), so the abort sends no EndTxn (the
+        # old epoch would be refused) and goes straight to the bump (KIP-588).
+        self.ended_by_coordinator = False
 
     def _fail_if_errored(self) -> None:
         if self.state is TxnState.FATAL_ERROR:
@@ -237,6 +248,7 @@ class TransactionTracker:
             self.added.clear()
             self.new.clear()
             self.offsets_added = False
+            self.ended_by_coordinator = False
             self.error = None
             self.state = TxnState.READY
 
@@ -260,11 +272,23 @@ class TransactionTracker:
             return self.error
 
     def batch_failed(self, error: BaseException) -> None:
-        """A batch of the transaction failed for good (the accumulator tells)."""
+        """A batch of the transaction failed for good (the accumulator tells). Unless the
+        abort dropped it unsent, it may have left a gap in its partition's sequences, in any
+        state (during an abort too): the next epoch must not inherit them."""
         if isinstance(error, ProducerFencedError):
             self.fatal(error)
         elif not isinstance(error, TransactionAbortedError):
+            with self._lock:
+                self.bump_required = True
+                if isinstance(error, ApiError) and error.code is ErrorCode.INVALID_PRODUCER_EPOCH:
+                    self.ended_by_coordinator = True
             self.abortable(error)
+
+
+def _resumable(name: str, error: ClientTimeoutError) -> ClientTimeoutError:
+    """The error of operation ``name`` that ran out of time and stays pending: calling
+    ``name`` again resumes it (Kafka keeps the pending result the same way)."""
+    return ClientTimeoutError(f"{name}: {error}; call {name} again to resume it")
 
 
 class _Retry(Exception):
@@ -397,7 +421,13 @@ class TransactionManager:
         self.state.require("send_offsets_to_transaction", TxnState.IN_TRANSACTION)
 
         async def send() -> None:
-            await self._send_offsets(offsets, group)
+            try:
+                await self._send_offsets(offsets, group)
+            except Exception as error:
+                # Ran out of time, or failed unexpectedly: the offsets may be missing from
+                # the transaction, which must not commit without them.
+                self.state.abortable(error)
+                raise
 
         return send
 
@@ -436,6 +466,7 @@ class TransactionManager:
         failures = 0
         while True:
             committed = await self._coordinator_call(
+                "TxnCommitOffsets",
                 (group_pb2.COORDINATOR_TYPE_GROUP, group.group_id),
                 lambda address: self._network.groups(address).TxnCommitOffsets,
                 request,
@@ -470,7 +501,8 @@ class TransactionManager:
             raise self._abort_required(api_error(min(codes), text))
 
     def begin_commit(self) -> Operation:
-        self.state.transition(TxnState.COMMITTING, allowed_from=(TxnState.IN_TRANSACTION,))
+        # COMMITTING: a commit that ran out of time is resumed (EndTxn is idempotent).
+        self._end_sends(TxnState.COMMITTING, (TxnState.IN_TRANSACTION, TxnState.COMMITTING))
         return self._commit
 
     async def _commit(self) -> None:
@@ -481,18 +513,28 @@ class TransactionManager:
             try:
                 await self._end_transaction(committed=True)
             except ClientTimeoutError as error:
-                # No coordinator answered for longer than the transaction may live: it has
-                # been (or will be) aborted by the coordinator; so should it be here.
-                self.state.abortable(error)
-                raise
+                # EndTxn may have been decided without its answer reaching us: the outcome is
+                # unknown until a repeated EndTxn tells (as in Kafka, only commit may follow).
+                raise ClientTimeoutError(
+                    f"commit_transaction: {error}; the coordinator may or may not have "
+                    "committed the transaction: call commit_transaction again to resume it "
+                    "and learn the outcome"
+                ) from error
         self.state.completed()
 
     def begin_abort(self) -> Operation:
-        self.state.transition(
+        # ABORTING: an abort that failed (it ran out of time) is resumed; every step of it
+        # may be repeated (EndTxn is idempotent).
+        self._end_sends(
             TxnState.ABORTING,
-            allowed_from=(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR),
+            (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING),
         )
         return self._abort
+
+    def _end_sends(self, to: TxnState, allowed_from: tuple[TxnState, ...]) -> None:
+        """Leave the open transaction for ``to`` with no send in progress: a record sent
+        concurrently is in the transaction (the flush waits for its batch) or fails."""
+        self._accumulator.hold_sends(lambda: self.state.transition(to, allowed_from=allowed_from))
 
     async def _abort(self) -> None:
         # Batches not sent yet are not written at all (Kafka aborts the undrained batches);
@@ -505,14 +547,19 @@ class TransactionManager:
         await self._flush()
         if self._adding is not None:
             await asyncio.wait([self._adding])
-        if self.state.started:
-            await self._end_transaction(committed=False)
-        if self.state.bump_required:
-            await self._init_producer_id(bump=True)
+        try:
+            if self.state.started and not self.state.ended_by_coordinator:
+                await self._end_transaction(committed=False)
+            if self.state.bump_required:
+                await self._init_producer_id(bump=True)
+        except ClientTimeoutError as error:
+            raise _resumable("abort_transaction", error) from error
         self.state.completed()
 
     async def _flush(self) -> None:
-        """Wait until every batch of the transaction is acknowledged or failed."""
+        """Wait until every batch of the transaction is acknowledged or failed (Kafka's
+        hasIncompleteBatches). Sends ended with the transaction (``_end_sends``), so every
+        incomplete batch is one of it and none can be added."""
         batches = self._accumulator.begin_flush()
         try:
             for batch in batches:
@@ -676,6 +723,7 @@ class TransactionManager:
         deadline: float,
     ) -> Any:
         return await self._coordinator_call(
+            method,
             (group_pb2.COORDINATOR_TYPE_TRANSACTION, self._transactional_id),
             lambda address: getattr(self._network.transactions(address), method),
             request,
@@ -685,15 +733,18 @@ class TransactionManager:
 
     async def _coordinator_call(
         self,
+        what: str,
         key: tuple[int, str],
         rpc_at: Callable[[str], Callable[..., Awaitable[Any]]],
         request: Any,
         codes_of: Callable[[Any], Iterable[int]],
         deadline: float,
     ) -> Any:
-        """The answer of ``rpc_at(address)(request)`` at the coordinator of ``key`` (key
-        type, key), asked again while it moved, is loading, answers CONCURRENT_TRANSACTIONS
-        or cannot be reached, until ``deadline`` (then ClientTimeoutError)."""
+        """The answer of ``rpc_at(address)(request)`` (RPC ``what``) at the coordinator of
+        ``key`` (key type, key), asked again while it moved, is loading, answers
+        CONCURRENT_TRANSACTIONS or cannot be reached, until ``deadline`` (then
+        ClientTimeoutError). A call failing with a gRPC status that is not retriable
+        (UNIMPLEMENTED, INVALID_ARGUMENT, ...: ``rpc_error``) is an unexpected answer: fatal."""
         failures = 0
         while True:
             problem = ""
@@ -704,8 +755,10 @@ class TransactionManager:
             except _Retry as retry:
                 problem = str(retry)
             except grpc.aio.AioRpcError as failure:
+                code, problem = rpc_error(failure)
+                if not code.retriable:
+                    raise self._fatal_answer(what, code, problem) from None
                 self._coordinators.pop(key, None)
-                problem = rpc_error(failure)[1]
             else:
                 codes = {error_code(code) for code in codes_of(response)}
                 if not codes & _RETRY_CODES:
@@ -753,6 +806,10 @@ class TransactionManager:
         except CoordinatorNotFoundError as error:
             raise _Retry(str(error)) from None
         except CoordinatorRefusedError as error:
+            if key_type == group_pb2.COORDINATOR_TYPE_GROUP:
+                # The group's (send_offsets_to_transaction), e.g. GROUP_AUTHORIZATION_FAILED:
+                # this transaction cannot commit its offsets; the producer is fine (Kafka).
+                raise self._abort_required(api_error(error.code, str(error))) from None
             raise self._fatal_answer("FindCoordinator", error.code, str(error)) from None
         self._coordinators[key] = found
         return found

@@ -5,22 +5,38 @@ they carry, and how each kind of error answer ends (retried, abortable, fatal)."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
+from threading import Event, Thread
+from typing import Any
 
+import grpc
 import pytest
 from storage_double import RunningDouble
-from transaction_doubles import FAST, GROUP, PRODUCER_ID, RESULT_TIMEOUT_S, TXN_ID, Cluster
+from transaction_doubles import (
+    FAST,
+    GROUP,
+    PRODUCER_ID,
+    RESULT_TIMEOUT_S,
+    TXN_ID,
+    Cluster,
+    answer_all,
+)
 
+import brook.client.accumulator as accumulator_module
 from brook.client import AsyncProducer, Producer
 from brook.client.admin import OffsetAndMetadata
 from brook.client.errors import (
+    ApiError,
     ClientTimeoutError,
     ConfigError,
     ProducerFencedError,
+    RecordTooLargeError,
     TransactionAbortableError,
     TransactionAbortedError,
     TransactionStateError,
 )
+from brook.client.transactions import TxnState
 from brook.client.types import TopicPartition
 from brook.errors import ErrorCode
 from brook.record import read_header
@@ -322,3 +338,260 @@ def test_the_async_producer_runs_the_same_transaction(cluster: Cluster) -> None:
     [end] = cluster.coordinator.calls("EndTxn")
     assert end.committed
     assert len(cluster.coordinator.calls("TxnCommitOffsets")) == 1
+
+
+@pytest.mark.parametrize("failure", ["unknown topic", "too large", "no memory"])
+def test_a_send_failing_before_its_batch_makes_the_transaction_abortable(
+    cluster: Cluster, failure: str
+) -> None:
+    """A record that never reaches a batch (no metadata or memory within max.block.ms, or too
+    large) is missing from the transaction: commit raises, nothing is committed, and the abort
+    recovers (Kafka's doSend makes the transaction abortable)."""
+    cluster.coordinator.add_delay_s = 1.0  # the batches wait (and hold memory) meanwhile
+    with cluster.producer(max_block_ms=300, buffer_memory=64 * 1024) as producer:
+        producer.init_transactions(RESULT_TIMEOUT_S)
+        producer.begin_transaction()
+        producer.send("single", b"kept")
+        if failure == "unknown topic":
+            assert producer.send("no-such-topic", b"lost").exception(RESULT_TIMEOUT_S) is not None
+        else:
+            value = b"x" * (100 * 1024 if failure == "too large" else 40 * 1024)
+            with pytest.raises((RecordTooLargeError, ClientTimeoutError)):
+                # "no memory": the second 40 KiB record finds no room while the first waits.
+                for partition in range(3):
+                    producer.send("events", value, partition=partition)
+        with pytest.raises(TransactionAbortableError):
+            producer.commit_transaction(RESULT_TIMEOUT_S)
+        producer.abort_transaction(RESULT_TIMEOUT_S)
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")] in ([], [False])
+
+
+def _hold_encoding(monkeypatch: pytest.MonkeyPatch, value: bytes) -> tuple[Event, Event]:
+    """Make send of ``value`` stop between its state check and its batch (while encoding);
+    returns (entered, release)."""
+    entered, release = Event(), Event()
+    encode = accumulator_module.encode_record_tail
+
+    def held(key: bytes | None, data: bytes | None, headers: Any) -> bytes:
+        if data == value:
+            entered.set()
+            release.wait(RESULT_TIMEOUT_S)
+        return encode(key, data, headers)
+
+    monkeypatch.setattr(accumulator_module, "encode_record_tail", held)
+    return entered, release
+
+
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_a_send_racing_the_end_of_its_transaction_is_in_it_or_fails(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
+    """A send that started in a transaction while another thread commits or aborts it: its
+    record is never written after that transaction's EndTxn (in the next transaction, or
+    after the abort markers); the send raises instead."""
+    entered, release = _hold_encoding(monkeypatch, b"late")
+    outcome: dict[str, object] = {}
+
+    def late_send(producer: Producer) -> None:
+        try:
+            outcome["future"] = producer.send("single", b"late")
+        except TransactionStateError as error:
+            outcome["error"] = error
+
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("single", b"first").result(RESULT_TIMEOUT_S)
+        sender = Thread(target=late_send, args=(producer,))
+        sender.start()
+        assert entered.wait(RESULT_TIMEOUT_S)
+        ending = Thread(
+            target=producer.commit_transaction if end == "commit" else producer.abort_transaction
+        )
+        ending.start()
+        deadline = time.monotonic() + RESULT_TIMEOUT_S
+        while producer._core.transactions.state.state is TxnState.IN_TRANSACTION:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        release.set()
+        sender.join(RESULT_TIMEOUT_S)
+        ending.join(RESULT_TIMEOUT_S)
+        assert not ending.is_alive()
+        producer.begin_transaction()
+        producer.send("events", b"next", partition=0).result(RESULT_TIMEOUT_S)
+        producer.commit_transaction()
+    assert "error" in outcome, "the late record went into another transaction"
+    late = [
+        name
+        for name, request in cluster.log
+        if name == "Produce" and any(b"late" in data.records for data in request.partitions)
+    ]
+    assert late == []
+
+
+def test_an_abort_that_ran_out_of_time_is_resumed_by_calling_it_again(cluster: Cluster) -> None:
+    """EndTxn(abort) unanswered (CONCURRENT_TRANSACTIONS) past the operation's bound: the
+    abort fails, and calling abort_transaction again finishes it; the producer goes on."""
+    with cluster.producer(transaction_timeout_ms=300) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("single", b"x").result(RESULT_TIMEOUT_S)
+        scripts = cluster.coordinator.scripts
+        cluster.running.call(
+            lambda: scripts.update(EndTxn=[ErrorCode.CONCURRENT_TRANSACTIONS] * 10_000)
+        )
+        with pytest.raises(ClientTimeoutError, match="call abort_transaction again"):
+            producer.abort_transaction(RESULT_TIMEOUT_S)
+        cluster.running.call(lambda: scripts.update(EndTxn=[]))
+        producer.abort_transaction()
+        producer.begin_transaction()
+        kept = producer.send("single", b"kept")
+        producer.commit_transaction()
+        assert kept.result(RESULT_TIMEOUT_S).offset >= 0
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")][-2:] == [False, True]
+
+
+def test_a_commit_that_ran_out_of_time_is_resumed_by_calling_it_again(cluster: Cluster) -> None:
+    """EndTxn(commit) unanswered past the operation's bound: the outcome is unknown, so the
+    transaction is not made abortable; calling commit_transaction again finishes it."""
+    with cluster.producer(transaction_timeout_ms=300) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        committed = producer.send("single", b"x")
+        scripts = cluster.coordinator.scripts
+        cluster.running.call(
+            lambda: scripts.update(EndTxn=[ErrorCode.CONCURRENT_TRANSACTIONS] * 10_000)
+        )
+        with pytest.raises(ClientTimeoutError, match="may or may not have committed"):
+            producer.commit_transaction(RESULT_TIMEOUT_S)
+        with pytest.raises(TransactionStateError):
+            producer.abort_transaction()
+        cluster.running.call(lambda: scripts.update(EndTxn=[]))
+        producer.commit_transaction()
+        assert committed.result(RESULT_TIMEOUT_S).offset >= 0
+        producer.begin_transaction()
+        producer.send("single", b"next")
+        producer.commit_transaction()
+    ends = cluster.coordinator.calls("EndTxn")
+    assert {end.committed for end in ends} == {True}
+
+
+def test_a_batch_failing_during_the_abort_bumps_the_epoch(cluster: Cluster) -> None:
+    """A batch in flight when the abort starts fails afterwards: its sequence may be a gap,
+    so the abort bumps the epoch and the next transaction numbers the partition from 0."""
+
+    async def produce(request: Any, context: Any) -> Any:
+        cluster.log.append(("Produce", request))
+        await asyncio.sleep(0.5)
+        return answer_all(request, ErrorCode.INVALID_RECORD)
+
+    faults = cluster.storage.faults
+    answered = faults["Produce"]
+    faults["Produce"] = produce
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        failed = producer.send("single", b"x")
+        deadline = time.monotonic() + RESULT_TIMEOUT_S
+        while "Produce" not in cluster.methods():  # in flight
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        producer.abort_transaction()
+        assert failed.exception() is not None
+        faults["Produce"] = answered
+        producer.begin_transaction()
+        producer.send("single", b"next").result(RESULT_TIMEOUT_S)
+        producer.commit_transaction()
+    inits = cluster.coordinator.calls("InitProducerId")
+    assert [(i.producer_id, i.producer_epoch) for i in inits] == [(-1, -1), (PRODUCER_ID, 0)]
+    last = cluster.produced_batches()[-1][2]
+    assert (last.producer_epoch, last.base_sequence) == (1, 0)
+
+
+def test_invalid_producer_epoch_from_a_partition_is_abortable_and_the_abort_recovers(
+    cluster: Cluster,
+) -> None:
+    """KIP-588: a partition answering INVALID_PRODUCER_EPOCH means the coordinator aborted the
+    transaction with a bumped epoch (it timed out). The transaction must be aborted; the abort
+    sends no EndTxn (its old epoch would be fenced) but InitProducerId with the producer's id
+    and epoch, and the producer goes on under the answer."""
+    cluster.produce_errors = [ErrorCode.INVALID_PRODUCER_EPOCH]
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        failed = producer.send("single", b"late")
+        with pytest.raises(TransactionAbortableError):
+            producer.commit_transaction()
+        assert not isinstance(failed.exception(), ProducerFencedError)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        kept = producer.send("single", b"kept")
+        producer.commit_transaction()
+        assert kept.result(RESULT_TIMEOUT_S).offset >= 0
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")] == [True]
+    inits = cluster.coordinator.calls("InitProducerId")
+    assert [(i.producer_id, i.producer_epoch) for i in inits] == [(-1, -1), (PRODUCER_ID, 0)]
+
+
+def test_a_refused_group_coordinator_lookup_makes_the_transaction_abortable(
+    cluster: Cluster,
+) -> None:
+    """send_offsets_to_transaction whose group FindCoordinator is refused (not authorized for
+    the group): that transaction cannot commit, the producer is not dead."""
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        scripts = cluster.coordinator.scripts
+        cluster.running.call(
+            lambda: scripts.update(FindCoordinator=[ErrorCode.GROUP_AUTHORIZATION_FAILED])
+        )
+        with pytest.raises(TransactionAbortableError, match="GROUP_AUTHORIZATION_FAILED"):
+            producer.send_offsets_to_transaction({TopicPartition("in", 0): 1}, GROUP)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send("single", b"kept")
+        producer.commit_transaction()
+
+
+def test_offsets_that_ran_out_of_time_make_the_transaction_abortable(cluster: Cluster) -> None:
+    """TxnCommitOffsets unanswered past the operation's bound: the offsets may be missing
+    from the transaction, so it cannot commit."""
+    with cluster.producer(transaction_timeout_ms=300) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        scripts = cluster.coordinator.scripts
+        cluster.running.call(
+            lambda: scripts.update(
+                TxnCommitOffsets=[ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] * 10_000
+            )
+        )
+        with pytest.raises(ClientTimeoutError):
+            producer.send_offsets_to_transaction(
+                {TopicPartition("in", 0): 1}, GROUP, timeout=RESULT_TIMEOUT_S
+            )
+        with pytest.raises(TransactionAbortableError):
+            producer.commit_transaction()
+        producer.abort_transaction()
+    assert [end.committed for end in cluster.coordinator.calls("EndTxn")] == [False]
+
+
+@pytest.mark.parametrize(
+    "status", [grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INVALID_ARGUMENT]
+)
+def test_a_coordinator_call_failing_for_good_is_not_retried(
+    cluster: Cluster, status: grpc.StatusCode
+) -> None:
+    """A gRPC status no retry can change is an unexpected answer (fatal) at once, not retried
+    until the operation's bound."""
+    cluster.coordinator.statuses["EndTxn"] = status
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("single", b"x")
+        started = time.monotonic()
+        with pytest.raises(ApiError, match=status.name):
+            producer.commit_transaction()
+        assert time.monotonic() - started < 2.0  # the bound is 3 s + 2 s
+        with pytest.raises(ApiError):
+            producer.begin_transaction()
+    assert len(cluster.coordinator.calls("EndTxn")) == 1

@@ -140,6 +140,8 @@ class ScriptedCoordinator(
         self.double = double
         self.log = log
         self.scripts: dict[str, list[ErrorCode]] = {}
+        # Methods that fail with a gRPC status instead of answering.
+        self.statuses: dict[str, grpc.StatusCode] = {}
         self.epoch = -1
         # Seconds AddPartitionsToTxn waits before it answers.
         self.add_delay_s = 0.0
@@ -155,12 +157,13 @@ class ScriptedCoordinator(
         return [request for name, request in self.log if name == method]
 
     async def FindCoordinator(self, request: Any, context: Any) -> Any:
-        self.log.append(("FindCoordinator", request))
+        code = self._code("FindCoordinator", request)
         host, port = self.double.address.rsplit(":", 1)
         return group_pb2.FindCoordinatorResponse(
             coordinators=[
                 group_pb2.Coordinator(
                     key=key,
+                    error_code=code,  # type: ignore[arg-type]
                     node_id=COORDINATOR_NODE_ID,
                     endpoints=[common_pb2.Endpoint(listener="GRPC", host=host, port=int(port))],
                 )
@@ -199,6 +202,8 @@ class ScriptedCoordinator(
 
     async def EndTxn(self, request: Any, context: Any) -> Any:
         code = self._code("EndTxn", request)
+        if "EndTxn" in self.statuses:
+            await context.abort(self.statuses["EndTxn"], "scripted failure")
         return transaction_pb2.EndTxnResponse(error_code=code)  # type: ignore[arg-type]
 
     async def DescribeTransactions(self, request: Any, context: Any) -> Any:

@@ -656,3 +656,38 @@ def test_transitions_outside_kafkas_rules_are_refused() -> None:
     with pytest.raises(ValueError):
         prepared.to(TxnState.COMPLETE_COMMIT, 1)
     assert prepared.to(TxnState.COMPLETE_ABORT, 5).update_ms == 5
+
+
+def test_the_producer_of_a_timed_out_transaction_recovers_with_its_old_epoch() -> None:
+    """KIP-588: after the timeout abort, the producer's InitProducerId naming its id and old
+    epoch is told to wait while the markers are written, then gets the fencing epoch, which
+    it can write with; once another instance bumped the id, the old epoch is fenced."""
+
+    async def scenario(h: Harness) -> None:
+        producer_id, epoch = await h.init(timeout_ms=1_000)
+        await h.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
+        h.markers.hold = asyncio.Event()
+        h.timers.advance(1_000)
+        assert h.coordinator.abort_timed_out() == [TXN]
+        await h.until_state(TxnState.PREPARE_ABORT)
+        early = await h.coordinator.init_producer_id(TXN, 1_000, producer_id, epoch)
+        assert early.error is ErrorCode.CONCURRENT_TRANSACTIONS, early
+        h.markers.hold.set()
+        await h.until_state(TxnState.COMPLETE_ABORT)
+
+        recovered = await h.coordinator.init_producer_id(TXN, 1_000, producer_id, epoch)
+        assert recovered.error is ErrorCode.NONE, recovered
+        assert (recovered.producer_id, recovered.producer_epoch) == (producer_id, epoch + 1)
+        added = await h.coordinator.add_partitions(TXN, producer_id, epoch + 1, [("t", 0)])
+        assert added[0] is ErrorCode.NONE, added
+        assert (await h.coordinator.end_txn(TXN, producer_id, epoch + 1, True))[0] is (
+            ErrorCode.NONE
+        )
+        await h.until_state(TxnState.COMPLETE_COMMIT)
+
+        # Another instance takes the id: the old epoch is fenced for good.
+        assert await h.init() == (producer_id, epoch + 2)
+        zombie = await h.coordinator.init_producer_id(TXN, 1_000, producer_id, epoch)
+        assert zombie.error is ErrorCode.PRODUCER_FENCED, zombie
+
+    run(scenario)

@@ -24,8 +24,11 @@ CompleteCommit/CompleteAbort. An ongoing transaction is aborted by the coordinat
 bumped producer epoch (Kafka's epoch fence) when it times out (``abort_timed_out``) or when
 InitProducerId finds it (the new instance is told CONCURRENT_TRANSACTIONS until the abort is
 complete): the old producer's later requests are PRODUCER_FENCED here, and the markers carry
-the bumped epoch, which fences it on the data partitions too. While that abort is being
-written the transaction is pending PrepareEpochFence; the record written is PrepareAbort.
+the bumped epoch, which fences it on the data partitions too. Only the producer whose
+transaction timed out may come back (KIP-588): its InitProducerId naming its id and old epoch
+gets the bumped epoch once the abort is complete, unless another instance bumped it since.
+While that abort is being written the transaction is pending PrepareEpochFence; the record
+written is PrepareAbort.
 Idle transactional ids expire after transactional.id.expiration.ms (``expire_ids``: a
 tombstone).
 """
@@ -327,9 +330,16 @@ class TransactionCoordinator:
         current = entry.current
         expected = (expected_producer_id, expected_producer_epoch)
         if expected_producer_id != NO_PRODUCER_ID:
-            if current.state.idle and _retried(current, expected):
-                # A retry of the InitProducerId that bumped it: its answer again.
-                return InitResult(ErrorCode.NONE, "", current.producer_id, current.producer_epoch)
+            if _retried(current, expected):
+                # A retry of the InitProducerId that bumped it, or the producer whose own
+                # transaction this coordinator aborted (KIP-588): the current id and epoch,
+                # once the abort's markers are written.
+                if current.state.preparing:
+                    return _concurrent(transactional_id)
+                if current.state.idle:
+                    return InitResult(
+                        ErrorCode.NONE, "", current.producer_id, current.producer_epoch
+                    )
             if expected != (current.producer_id, current.producer_epoch):
                 return InitResult(
                     ErrorCode.PRODUCER_FENCED,
@@ -339,7 +349,7 @@ class TransactionCoordinator:
         if current.state.preparing:
             return _concurrent(transactional_id)
         if current.state is TxnState.ONGOING:
-            self._fence(transactional_id, entry)
+            self._fence(transactional_id, entry, recoverable=False)
             return _concurrent(transactional_id)
         now_ms = self._timers.now_ms()
         producer_id, producer_epoch = current.producer_id, current.producer_epoch + 1
@@ -413,19 +423,28 @@ class TransactionCoordinator:
         except ProducerIdUnavailableError as error:
             raise BrookError(error.code, str(error)) from None
 
-    def _fence(self, transactional_id: str, entry: _Entry) -> None:
+    def _fence(self, transactional_id: str, entry: _Entry, *, recoverable: bool) -> None:
         """Aborts the entry's ongoing transaction with a bumped producer epoch (the same one
-        when it is exhausted: the next InitProducerId hands out a new id), in the background."""
+        when it is exhausted: the next InitProducerId hands out a new id), in the background.
+
+        ``recoverable`` (the transaction timed out): the producer's id and epoch are recorded
+        as the last ones, so that its InitProducerId naming them gets the bumped epoch
+        (KIP-588: a producer recovers from its transaction's timeout by aborting). A fence for
+        another instance's InitProducerId records none: the fenced instance stays fenced."""
         current = entry.current
         assert current is not None and current.state is TxnState.ONGOING
         bump = 1 if current.producer_epoch < PRODUCER_EPOCH_MAX else 0
+        last_id, last_epoch = (
+            (current.producer_id, current.producer_epoch)
+            if recoverable and bump
+            else (NO_PRODUCER_ID, NO_EPOCH)
+        )
         target = current.to(
             TxnState.PREPARE_ABORT,
             self._timers.now_ms(),
             producer_epoch=current.producer_epoch + bump,
-            # The fenced instance's epoch is no retry of anything (Kafka's NO_PRODUCER_EPOCH).
-            last_producer_id=NO_PRODUCER_ID,
-            last_producer_epoch=NO_EPOCH,
+            last_producer_id=last_id,
+            last_producer_epoch=last_epoch,
         )
         entry.pending = TxnState.PREPARE_EPOCH_FENCE  # until the task's write takes over
         task = asyncio.get_running_loop().create_task(
@@ -680,7 +699,7 @@ class TransactionCoordinator:
                 "aborting a transaction that timed out",
                 extra={"transactional_id": transactional_id},
             )
-            self._fence(transactional_id, entry)
+            self._fence(transactional_id, entry, recoverable=True)
         return [transactional_id for transactional_id, _ in timed_out]
 
     async def expire_ids(self) -> int:
