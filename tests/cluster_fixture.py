@@ -170,6 +170,39 @@ def shared_cluster(
         factory.close(keep_files=failed)
 
 
+@contextmanager
+def one_node_transactions_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    *,
+    controller: Mapping[str, str] | None = None,
+    storage_node: Mapping[str, str] | None = None,
+    group_coordinator: Mapping[str, str] | None = None,
+) -> Iterator[LocalCluster]:
+    """A ``shared_cluster`` of one controller, one storage node and two coordinators (no
+    gateway) whose internal topics (offsets, transaction state) have one replica, on the one
+    storage node; ``controller``, ``storage_node`` and ``group_coordinator``: more config of
+    that role."""
+    with shared_cluster(
+        tmp_path_factory,
+        name,
+        controllers=1,
+        storage_nodes=1,
+        group_coordinators=2,
+        gateways=0,
+        config_overrides={
+            "controller": {
+                "offsets.topic.replication.factor": "1",
+                "transaction.state.log.replication.factor": "1",
+                **(controller or {}),
+            },
+            "storage-node": dict(storage_node or {}),
+            "group-coordinator": dict(group_coordinator or {}),
+        },
+    ) as started:
+        yield started
+
+
 class ClusterFactory:
     """Makes clusters under ``root`` and owns their teardown."""
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Final
 
 import pytest
-from cluster_fixture import shared_cluster, wait_until
+from cluster_fixture import one_node_transactions_cluster, wait_until
 
 from brook.client import (
     Admin,
@@ -45,25 +45,17 @@ ABORT_CHECK_MS: Final = 200
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with shared_cluster(
+    with one_node_transactions_cluster(
         tmp_path_factory,
         "sdk-txn",
-        controllers=1,
-        storage_nodes=1,
-        group_coordinators=2,
-        gateways=0,
-        config_overrides={
-            "controller": {
-                "offsets.topic.num.partitions": str(TRANSACTION_PARTITIONS),
-                "offsets.topic.replication.factor": "1",
-                "transaction.state.log.num.partitions": str(TRANSACTION_PARTITIONS),
-                "transaction.state.log.replication.factor": "1",
-            },
-            "group-coordinator": {
-                "group.initial.rebalance.delay.ms": "0",
-                "group.min.session.timeout.ms": "1000",
-                "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(ABORT_CHECK_MS),
-            },
+        controller={
+            "offsets.topic.num.partitions": str(TRANSACTION_PARTITIONS),
+            "transaction.state.log.num.partitions": str(TRANSACTION_PARTITIONS),
+        },
+        group_coordinator={
+            "group.initial.rebalance.delay.ms": "0",
+            "group.min.session.timeout.ms": "1000",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(ABORT_CHECK_MS),
         },
     ) as started:
         yield started
