@@ -480,15 +480,22 @@ def test_a_batch_failing_during_the_abort_bumps_the_epoch(cluster: Cluster) -> N
     """A batch in flight when the abort starts fails afterwards: its sequence may be a gap,
     so the abort bumps the epoch and the next transaction numbers the partition from 0."""
 
+    aborting: list[Any] = []  # the producer, once made
+
     async def produce(request: Any, context: Any) -> Any:
+        # Answered (a failure) only once the abort has started: the batch is in flight then.
         cluster.log.append(("Produce", request))
-        await asyncio.sleep(0.5)
+        deadline = time.monotonic() + RESULT_TIMEOUT_S
+        while aborting[0]._core.transactions.state.state is TxnState.IN_TRANSACTION:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.005)
         return answer_all(request, ErrorCode.INVALID_RECORD)
 
     faults = cluster.storage.faults
     answered = faults["Produce"]
     faults["Produce"] = produce
     with cluster.producer() as producer:
+        aborting.append(producer)
         producer.init_transactions()
         producer.begin_transaction()
         failed = producer.send("single", b"x")

@@ -84,6 +84,8 @@ class Log(MemoryOffsetsLog):
         super().__init__()
         self.fail_next: list[ErrorCode] = []
         self.read_hold: asyncio.Event | None = None
+        # Set once a read waits for read_hold.
+        self.read_held = asyncio.Event()
         self.append_hold: asyncio.Event | None = None
         # Set once an append waits for append_hold: sent, its outcome not known yet.
         self.append_held = asyncio.Event()
@@ -99,6 +101,7 @@ class Log(MemoryOffsetsLog):
 
     async def read(self, partition: int, from_offset: int) -> AsyncIterator[LogRecord]:
         if self.read_hold is not None:
+            self.read_held.set()
             await self.read_hold.wait()
         async for record in super().read(partition, from_offset):
             yield record
@@ -513,7 +516,7 @@ def test_a_caller_giving_up_mid_write_neither_loses_nor_half_applies_the_decisio
         await h.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
         h.log.append_hold = asyncio.Event()
         end = asyncio.create_task(h.coordinator.end_txn(TXN, producer_id, epoch, True))
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(h.log.append_held.wait(), WAIT_S)
         end.cancel()  # the client's call was cancelled while PrepareCommit was being written
         with pytest.raises(asyncio.CancelledError):
             await end
@@ -549,7 +552,7 @@ def test_not_coordinator_and_load_in_progress() -> None:
         assert error is ErrorCode.NOT_COORDINATOR and "__transaction_state" in message
         h.log.read_hold = asyncio.Event()
         load = asyncio.create_task(h.coordinator.load_partition(partition, 3))
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(h.log.read_held.wait(), WAIT_S)
         assert (await h.coordinator.init_producer_id(TXN, TIMEOUT_MS)).error is (
             ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         )
