@@ -26,45 +26,45 @@ from brook.v1 import common_pb2 as brook_dot_v1_dot_common__pb2
 from brook.v1 import errors_pb2 as brook_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x62rook/v1/transaction.proto\x12\x08\x62rook.v1\x1a\x15\x62rook/v1/common.proto\x1a\x15\x62rook/v1/errors.proto\"\x9b\x01\n2TransactionCoordinatorServiceInitProducerIdRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x1e\n\x16transaction_timeout_ms\x18\x02 \x01(\x05\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\"\xcb\x01\n3TransactionCoordinatorServiceInitProducerIdResponse\x12\'\n\nerror_code\x18\x01 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\x12\'\n\x0b\x63oordinator\x18\x05 \x01(\x0b\x32\x12.brook.v1.NodeHint\"\xa5\x01\n\x19\x41\x64\x64PartitionsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12,\n\npartitions\x18\x04 \x03(\x0b\x32\x18.brook.v1.TopicPartition\x12\x13\n\x0bverify_only\x18\x05 \x01(\x08\"w\n\x1a\x41\x64\x64PartitionsToTxnResponse\x12\x30\n\npartitions\x18\x01 \x03(\x0b\x32\x1c.brook.v1.TxnPartitionResult\x12\'\n\x0b\x63oordinator\x18\x02 \x01(\x0b\x32\x12.brook.v1.NodeHint\"v\n\x12TxnPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\'\n\nerror_code\x18\x03 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\"q\n\x16\x41\x64\x64OffsetsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x10\n\x08group_id\x18\x04 \x01(\t\"\x82\x01\n\x17\x41\x64\x64OffsetsToTxnResponse\x12\'\n\nerror_code\x18\x01 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\'\n\x0b\x63oordinator\x18\x03 \x01(\x0b\x32\x12.brook.v1.NodeHint\"i\n\rEndTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x11\n\tcommitted\x18\x04 \x01(\x08\"y\n\x0e\x45ndTxnResponse\x12\'\n\nerror_code\x18\x01 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\'\n\x0b\x63oordinator\x18\x03 \x01(\x0b\x32\x12.brook.v1.NodeHint\"8\n\x1b\x44\x65scribeTransactionsRequest\x12\x19\n\x11transactional_ids\x18\x01 \x03(\t\"V\n\x1c\x44\x65scribeTransactionsResponse\x12\x36\n\x0ctransactions\x18\x01 \x03(\x0b\x32 .brook.v1.TransactionDescription\"\x91\x03\n\x16TransactionDescription\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\'\n\nerror_code\x18\x02 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12)\n\x05state\x18\x04 \x01(\x0e\x32\x1a.brook.v1.TransactionState\x12\x13\n\x0bproducer_id\x18\x05 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x06 \x01(\x05\x12\x1e\n\x16transaction_timeout_ms\x18\x07 \x01(\x05\x12!\n\x19transaction_start_time_ms\x18\x08 \x01(\x03\x12,\n\npartitions\x18\t \x03(\x0b\x32\x18.brook.v1.TopicPartition\x12\x0e\n\x06groups\x18\n \x03(\t\x12\'\n\x0b\x63oordinator\x18\x0b \x01(\x0b\x32\x12.brook.v1.NodeHint\x12\x1b\n\x13last_update_time_ms\x18\x0c \x01(\x03\"\x85\x01\n\x17ListTransactionsRequest\x12\x31\n\rstate_filters\x18\x01 \x03(\x0e\x32\x1a.brook.v1.TransactionState\x12\x1b\n\x13producer_id_filters\x18\x02 \x03(\x03\x12\x1a\n\x12\x64uration_filter_ms\x18\x03 \x01(\x03\"\xac\x01\n\x18ListTransactionsResponse\x12\'\n\nerror_code\x18\x01 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x31\n\x0ctransactions\x18\x03 \x03(\x0b\x32\x1b.brook.v1.ListedTransaction\x12\x1d\n\x15unknown_state_filters\x18\x04 \x03(\t\"m\n\x11ListedTransaction\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.brook.v1.TransactionState*\xd0\x02\n\x10TransactionState\x12!\n\x1dTRANSACTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17TRANSACTION_STATE_EMPTY\x10\x01\x12\x1d\n\x19TRANSACTION_STATE_ONGOING\x10\x02\x12$\n TRANSACTION_STATE_PREPARE_COMMIT\x10\x03\x12#\n\x1fTRANSACTION_STATE_PREPARE_ABORT\x10\x04\x12%\n!TRANSACTION_STATE_COMPLETE_COMMIT\x10\x05\x12$\n TRANSACTION_STATE_COMPLETE_ABORT\x10\x06\x12\x1a\n\x16TRANSACTION_STATE_DEAD\x10\x07\x12)\n%TRANSACTION_STATE_PREPARE_EPOCH_FENCE\x10\x08\x32\xe7\x04\n\x1dTransactionCoordinatorService\x12\x8d\x01\n\x0eInitProducerId\x12<.brook.v1.TransactionCoordinatorServiceInitProducerIdRequest\x1a=.brook.v1.TransactionCoordinatorServiceInitProducerIdResponse\x12_\n\x12\x41\x64\x64PartitionsToTxn\x12#.brook.v1.AddPartitionsToTxnRequest\x1a$.brook.v1.AddPartitionsToTxnResponse\x12V\n\x0f\x41\x64\x64OffsetsToTxn\x12 .brook.v1.AddOffsetsToTxnRequest\x1a!.brook.v1.AddOffsetsToTxnResponse\x12;\n\x06\x45ndTxn\x12\x17.brook.v1.EndTxnRequest\x1a\x18.brook.v1.EndTxnResponse\x12\x65\n\x14\x44\x65scribeTransactions\x12%.brook.v1.DescribeTransactionsRequest\x1a&.brook.v1.DescribeTransactionsResponse\x12Y\n\x10ListTransactions\x12!.brook.v1.ListTransactionsRequest\x1a\".brook.v1.ListTransactionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x62rook/v1/transaction.proto\x12\x08\x62rook.v1\x1a\x15\x62rook/v1/common.proto\x1a\x15\x62rook/v1/errors.proto\"\xbc\x01\n2TransactionCoordinatorServiceInitProducerIdRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x1e\n\x16transaction_timeout_ms\x18\x02 \x01(\x05\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\x12\x1f\n\x17\x65nable_two_phase_commit\x18\x05 \x01(\x08\"\xcb\x01\n3TransactionCoordinatorServiceInitProducerIdResponse\x12\'\n\nerror_code\x18\x01 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\x12\'\n\x0b\x63oordinator\x18\x05 \x01(\x0b\x32\x12.brook.v1.NodeHint\"\xa5\x01\n\x19\x41\x64\x64PartitionsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12,\n\npartitions\x18\x04 \x03(\x0b\x32\x18.brook.v1.TopicPartition\x12\x13\n\x0bverify_only\x18\x05 \x01(\x08\"w\n\x1a\x41\x64\x64PartitionsToTxnResponse\x12\x30\n\npartitions\x18\x01 \x03(\x0b\x32\x1c.brook.v1.TxnPartitionResult\x12\'\n\x0b\x63oordinator\x18\x02 \x01(\x0b\x32\x12.brook.v1.NodeHint\"v\n\x12TxnPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\'\n\nerror_code\x18\x03 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\"q\n\x16\x41\x64\x64OffsetsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x10\n\x08group_id\x18\x04 \x01(\t\"\x82\x01\n\x17\x41\x64\x64OffsetsToTxnResponse\x12\'\n\nerror_code\x18\x01 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\'\n\x0b\x63oordinator\x18\x03 \x01(\x0b\x32\x12.brook.v1.NodeHint\"i\n\rEndTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x11\n\tcommitted\x18\x04 \x01(\x08\"y\n\x0e\x45ndTxnResponse\x12\'\n\nerror_code\x18\x01 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\'\n\x0b\x63oordinator\x18\x03 \x01(\x0b\x32\x12.brook.v1.NodeHint\"8\n\x1b\x44\x65scribeTransactionsRequest\x12\x19\n\x11transactional_ids\x18\x01 \x03(\t\"V\n\x1c\x44\x65scribeTransactionsResponse\x12\x36\n\x0ctransactions\x18\x01 \x03(\x0b\x32 .brook.v1.TransactionDescription\"\x91\x03\n\x16TransactionDescription\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\'\n\nerror_code\x18\x02 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12)\n\x05state\x18\x04 \x01(\x0e\x32\x1a.brook.v1.TransactionState\x12\x13\n\x0bproducer_id\x18\x05 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x06 \x01(\x05\x12\x1e\n\x16transaction_timeout_ms\x18\x07 \x01(\x05\x12!\n\x19transaction_start_time_ms\x18\x08 \x01(\x03\x12,\n\npartitions\x18\t \x03(\x0b\x32\x18.brook.v1.TopicPartition\x12\x0e\n\x06groups\x18\n \x03(\t\x12\'\n\x0b\x63oordinator\x18\x0b \x01(\x0b\x32\x12.brook.v1.NodeHint\x12\x1b\n\x13last_update_time_ms\x18\x0c \x01(\x03\"\x85\x01\n\x17ListTransactionsRequest\x12\x31\n\rstate_filters\x18\x01 \x03(\x0e\x32\x1a.brook.v1.TransactionState\x12\x1b\n\x13producer_id_filters\x18\x02 \x03(\x03\x12\x1a\n\x12\x64uration_filter_ms\x18\x03 \x01(\x03\"\xac\x01\n\x18ListTransactionsResponse\x12\'\n\nerror_code\x18\x01 \x01(\x0e\x32\x13.brook.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x31\n\x0ctransactions\x18\x03 \x03(\x0b\x32\x1b.brook.v1.ListedTransaction\x12\x1d\n\x15unknown_state_filters\x18\x04 \x03(\t\"m\n\x11ListedTransaction\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.brook.v1.TransactionState*\xd0\x02\n\x10TransactionState\x12!\n\x1dTRANSACTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17TRANSACTION_STATE_EMPTY\x10\x01\x12\x1d\n\x19TRANSACTION_STATE_ONGOING\x10\x02\x12$\n TRANSACTION_STATE_PREPARE_COMMIT\x10\x03\x12#\n\x1fTRANSACTION_STATE_PREPARE_ABORT\x10\x04\x12%\n!TRANSACTION_STATE_COMPLETE_COMMIT\x10\x05\x12$\n TRANSACTION_STATE_COMPLETE_ABORT\x10\x06\x12\x1a\n\x16TRANSACTION_STATE_DEAD\x10\x07\x12)\n%TRANSACTION_STATE_PREPARE_EPOCH_FENCE\x10\x08\x32\xe7\x04\n\x1dTransactionCoordinatorService\x12\x8d\x01\n\x0eInitProducerId\x12<.brook.v1.TransactionCoordinatorServiceInitProducerIdRequest\x1a=.brook.v1.TransactionCoordinatorServiceInitProducerIdResponse\x12_\n\x12\x41\x64\x64PartitionsToTxn\x12#.brook.v1.AddPartitionsToTxnRequest\x1a$.brook.v1.AddPartitionsToTxnResponse\x12V\n\x0f\x41\x64\x64OffsetsToTxn\x12 .brook.v1.AddOffsetsToTxnRequest\x1a!.brook.v1.AddOffsetsToTxnResponse\x12;\n\x06\x45ndTxn\x12\x17.brook.v1.EndTxnRequest\x1a\x18.brook.v1.EndTxnResponse\x12\x65\n\x14\x44\x65scribeTransactions\x12%.brook.v1.DescribeTransactionsRequest\x1a&.brook.v1.DescribeTransactionsResponse\x12Y\n\x10ListTransactions\x12!.brook.v1.ListTransactionsRequest\x1a\".brook.v1.ListTransactionsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'brook.v1.transaction_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TRANSACTIONSTATE']._serialized_start=2310
-  _globals['_TRANSACTIONSTATE']._serialized_end=2646
+  _globals['_TRANSACTIONSTATE']._serialized_start=2343
+  _globals['_TRANSACTIONSTATE']._serialized_end=2679
   _globals['_TRANSACTIONCOORDINATORSERVICEINITPRODUCERIDREQUEST']._serialized_start=87
-  _globals['_TRANSACTIONCOORDINATORSERVICEINITPRODUCERIDREQUEST']._serialized_end=242
-  _globals['_TRANSACTIONCOORDINATORSERVICEINITPRODUCERIDRESPONSE']._serialized_start=245
-  _globals['_TRANSACTIONCOORDINATORSERVICEINITPRODUCERIDRESPONSE']._serialized_end=448
-  _globals['_ADDPARTITIONSTOTXNREQUEST']._serialized_start=451
-  _globals['_ADDPARTITIONSTOTXNREQUEST']._serialized_end=616
-  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_start=618
-  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_end=737
-  _globals['_TXNPARTITIONRESULT']._serialized_start=739
-  _globals['_TXNPARTITIONRESULT']._serialized_end=857
-  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_start=859
-  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_end=972
-  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_start=975
-  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_end=1105
-  _globals['_ENDTXNREQUEST']._serialized_start=1107
-  _globals['_ENDTXNREQUEST']._serialized_end=1212
-  _globals['_ENDTXNRESPONSE']._serialized_start=1214
-  _globals['_ENDTXNRESPONSE']._serialized_end=1335
-  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_start=1337
-  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_end=1393
-  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_start=1395
-  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_end=1481
-  _globals['_TRANSACTIONDESCRIPTION']._serialized_start=1484
-  _globals['_TRANSACTIONDESCRIPTION']._serialized_end=1885
-  _globals['_LISTTRANSACTIONSREQUEST']._serialized_start=1888
-  _globals['_LISTTRANSACTIONSREQUEST']._serialized_end=2021
-  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_start=2024
-  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_end=2196
-  _globals['_LISTEDTRANSACTION']._serialized_start=2198
-  _globals['_LISTEDTRANSACTION']._serialized_end=2307
-  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_start=2649
-  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_end=3264
+  _globals['_TRANSACTIONCOORDINATORSERVICEINITPRODUCERIDREQUEST']._serialized_end=275
+  _globals['_TRANSACTIONCOORDINATORSERVICEINITPRODUCERIDRESPONSE']._serialized_start=278
+  _globals['_TRANSACTIONCOORDINATORSERVICEINITPRODUCERIDRESPONSE']._serialized_end=481
+  _globals['_ADDPARTITIONSTOTXNREQUEST']._serialized_start=484
+  _globals['_ADDPARTITIONSTOTXNREQUEST']._serialized_end=649
+  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_start=651
+  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_end=770
+  _globals['_TXNPARTITIONRESULT']._serialized_start=772
+  _globals['_TXNPARTITIONRESULT']._serialized_end=890
+  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_start=892
+  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_end=1005
+  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_start=1008
+  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_end=1138
+  _globals['_ENDTXNREQUEST']._serialized_start=1140
+  _globals['_ENDTXNREQUEST']._serialized_end=1245
+  _globals['_ENDTXNRESPONSE']._serialized_start=1247
+  _globals['_ENDTXNRESPONSE']._serialized_end=1368
+  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_start=1370
+  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_end=1426
+  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_start=1428
+  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_end=1514
+  _globals['_TRANSACTIONDESCRIPTION']._serialized_start=1517
+  _globals['_TRANSACTIONDESCRIPTION']._serialized_end=1918
+  _globals['_LISTTRANSACTIONSREQUEST']._serialized_start=1921
+  _globals['_LISTTRANSACTIONSREQUEST']._serialized_end=2054
+  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_start=2057
+  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_end=2229
+  _globals['_LISTEDTRANSACTION']._serialized_start=2231
+  _globals['_LISTEDTRANSACTION']._serialized_end=2340
+  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_start=2682
+  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_end=3297
 # @@protoc_insertion_point(module_scope)

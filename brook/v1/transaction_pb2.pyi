@@ -31,16 +31,18 @@ TRANSACTION_STATE_DEAD: TransactionState
 TRANSACTION_STATE_PREPARE_EPOCH_FENCE: TransactionState
 
 class TransactionCoordinatorServiceInitProducerIdRequest(_message.Message):
-    __slots__ = ("transactional_id", "transaction_timeout_ms", "producer_id", "producer_epoch")
+    __slots__ = ("transactional_id", "transaction_timeout_ms", "producer_id", "producer_epoch", "enable_two_phase_commit")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_TWO_PHASE_COMMIT_FIELD_NUMBER: _ClassVar[int]
     transactional_id: str
     transaction_timeout_ms: int
     producer_id: int
     producer_epoch: int
-    def __init__(self, transactional_id: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+    enable_two_phase_commit: bool
+    def __init__(self, transactional_id: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., enable_two_phase_commit: _Optional[bool] = ...) -> None: ...
 
 class TransactionCoordinatorServiceInitProducerIdResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "producer_id", "producer_epoch", "coordinator")
