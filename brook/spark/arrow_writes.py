@@ -2,30 +2,133 @@
 batch and streaming sinks, ``produce``).
 
 The input columns are Spark's Kafka sink's: ``value`` (required; binary or string), ``key``
-(binary or string, optional), ``topic`` (string; a row's own topic wins over the ``topic``
-option), ``partition`` (int; without one, Kafka's default partitioner chooses: murmur2 of the
-key, so a record lands where a Kafka producer would have put it) and ``headers``
-(``array<struct<key: string, value: binary>>``).
+(binary or string, optional), ``topic`` (string), ``partition`` (int; without one, Kafka's
+default partitioner chooses: murmur2 of the key, so a record lands where a Kafka producer
+would have put it) and ``headers`` (``array<struct<key: string, value: binary>>``). Other
+columns are ignored. As in Spark, the ``topic`` option, when given, wins over a row's
+``topic`` column. Columns are converted to Python values a whole column at a time (Arrow's
+own conversion); only the send itself is per record.
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 import pyarrow as pa
 
 from brook.client import Producer
 
-__all__ = ["check_write_schema", "send_arrow_batch"]
+__all__ = ["WriteSchemaError", "check_write_schema", "send_arrow_batch"]
+
+_BYTES_TYPES: Final = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
+_STRING_TYPES: Final = (pa.string(), pa.large_string())
+_INT_TYPES: Final = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+
+
+class WriteSchemaError(ValueError):
+    """Rows that cannot be written to Brook (Spark's Kafka sink's checks and wording)."""
 
 
 def check_write_schema(schema: pa.Schema, *, default_topic: str | None) -> None:
-    """ValueError (Spark's wording) when ``schema`` cannot be written: no ``value`` column, a
-    column of the wrong type, or neither a ``topic`` column nor ``default_topic``."""
-    raise NotImplementedError
+    """WriteSchemaError when ``schema`` cannot be written: no ``value`` column, a column of
+    the wrong type, or neither a ``topic`` column nor ``default_topic``."""
+    names = set(schema.names)
+    if "value" not in names:
+        raise WriteSchemaError("Required attribute 'value' not found")
+    _require(schema, "value", _BYTES_TYPES, "string or binary")
+    if "key" in names:
+        _require(schema, "key", _BYTES_TYPES, "string or binary")
+    if default_topic is None:
+        if "topic" not in names:
+            raise WriteSchemaError(
+                "topic option required when no 'topic' attribute is present. Use the topic "
+                "option for setting a topic."
+            )
+        _require(schema, "topic", _STRING_TYPES, "string")
+    if "partition" in names:
+        _require(schema, "partition", _INT_TYPES, "int")
+    if "headers" in names:
+        headers = schema.field("headers").type
+        if not (
+            pa.types.is_list(headers)
+            and pa.types.is_struct(headers.value_type)
+            and {f.name for f in headers.value_type} == {"key", "value"}
+            and headers.value_type.field("key").type in _STRING_TYPES
+            and headers.value_type.field("value").type in _BYTES_TYPES
+        ):
+            raise WriteSchemaError(
+                f"headers attribute type must be array<struct<key:string,value:binary>>, "
+                f"not {headers}"
+            )
 
 
 def send_arrow_batch(
     producer: Producer, batch: pa.RecordBatch, *, default_topic: str | None
 ) -> int:
     """Sends every row of ``batch`` through ``producer`` (queued, not flushed) and returns how
-    many; the futures' failures surface at the producer's flush."""
-    raise NotImplementedError
+    many; a send's failure surfaces at the producer's flush. WriteSchemaError for a batch
+    ``check_write_schema`` refuses, or for a row without a topic or value type."""
+    check_write_schema(batch.schema, default_topic=default_topic)
+    rows: int = batch.num_rows
+    if rows == 0:
+        return 0
+    values = _bytes_column(batch, "value")
+    keys = _bytes_column(batch, "key") if "key" in batch.schema.names else _nones(rows)
+    if default_topic is not None:
+        topics: list[str | None] = [default_topic] * rows
+    else:
+        topics = batch.column("topic").to_pylist()
+    partitions = (
+        batch.column("partition").to_pylist() if "partition" in batch.schema.names else _nones(rows)
+    )
+    headers = (
+        _headers_column(batch.column("headers"))
+        if "headers" in batch.schema.names
+        else _nones(rows)
+    )
+    send = producer.send
+    for topic, value, key, partition, row_headers in zip(
+        topics, values, keys, partitions, headers, strict=False
+    ):
+        if topic is None:
+            raise WriteSchemaError("a row's topic is null and no topic option is set")
+        send(topic, value, key=key, partition=partition, headers=row_headers)
+    return rows
+
+
+def _require(schema: pa.Schema, name: str, allowed: tuple[pa.DataType, ...], what: str) -> None:
+    found = schema.field(name).type
+    if found not in allowed:
+        raise WriteSchemaError(f"{name} attribute type must be a {what}, not {found}")
+
+
+def _bytes_column(batch: pa.RecordBatch, name: str) -> list[bytes | None]:
+    column = batch.column(name)
+    if column.type in _STRING_TYPES:
+        column = column.cast(pa.binary() if column.type == pa.string() else pa.large_binary())
+    values: list[bytes | None] = column.to_pylist()
+    return values
+
+
+def _headers_column(
+    column: pa.Array,
+) -> list[list[tuple[str, bytes | None]] | None]:
+    out: list[list[tuple[str, bytes | None]] | None] = []
+    for row in column.to_pylist():
+        if row is None:
+            out.append(None)
+            continue
+        out.append(
+            [
+                (
+                    entry["key"],
+                    entry["value"].encode() if isinstance(entry["value"], str) else entry["value"],
+                )
+                for entry in row
+            ]
+        )
+    return out
+
+
+def _nones(rows: int) -> list[None]:
+    return [None] * rows
