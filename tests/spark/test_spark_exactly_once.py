@@ -236,7 +236,8 @@ def test_a_task_failing_on_its_first_attempt_leaves_every_row_exactly_once(
 
     from pyspark.sql.functions import udf
 
-    failing = udf(fail_first_attempt, BinaryType())
+    # A lambda: no type hints for PySpark to try inferring a pandas UDF from.
+    failing = udf(lambda value: fail_first_attempt(value), BinaryType())
     checkpoint = str(tmp_path / "checkpoint")
     # Small Arrow batches, so that the writer has sent rows when the UDF fails.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
