@@ -62,6 +62,7 @@ from brook.client.producer import AsyncProducer, Producer
 from brook.client.types import (
     ConsumerRecord,
     OffsetAndTimestamp,
+    PreparedTransaction,
     RecordMetadata,
     TimestampType,
     TopicPartition,
@@ -98,6 +99,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionDescription",
     "PartitionLag",
+    "PreparedTransaction",
     "Producer",
     "ProducerFencedError",
     "ProducerState",

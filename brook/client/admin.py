@@ -46,7 +46,7 @@ import grpc
 
 from brook.client.errors import ApiError, ClientClosedError, ClientTimeoutError, api_error
 from brook.client.group.protocol import CONSUMER_PROTOCOL_TYPE, decode_assignment
-from brook.client.types import TopicPartition
+from brook.client.types import PreparedTransaction, TopicPartition
 from brook.closing import Closing
 from brook.config import ConfigError, parse_host_port
 from brook.errors import ErrorCode, error_code
@@ -113,6 +113,9 @@ DEFAULT_API_TIMEOUT_MS_DEFAULT: Final = 60_000
 RETRY_BACKOFF_MS_DEFAULT: Final = 100
 
 _T = TypeVar("_T")
+# The transaction timeout a fencing InitProducerId registers (Kafka's default
+# transaction.timeout.ms): the fenced id starts no transaction of its own.
+_FENCE_TRANSACTION_TIMEOUT_MS: Final = 60_000
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -1334,6 +1337,82 @@ class Admin(Closing):
                 groups=tuple(found.groups),
             )
         return described
+
+    def complete_transaction(
+        self,
+        prepared: PreparedTransaction,
+        *,
+        commit: bool,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Ends a prepared two-phase transaction (KIP-939: ``Producer.prepare_transaction``)
+        with EndTxn under its producer id and epoch, from any process: commits it
+        (``commit``) or aborts it. Idempotent: a repeat after the outcome was written
+        succeeds (while its markers are being written the coordinator says
+        CONCURRENT_TRANSACTIONS, asked again until done). Raises ApiError PRODUCER_FENCED
+        or INVALID_PRODUCER_ID_MAPPING when the transaction is no longer that producer's
+        (fenced: it was aborted), INVALID_TXN_STATE for the opposite outcome."""
+        request = transaction_pb2.EndTxnRequest(
+            transactional_id=prepared.transactional_id,
+            producer_id=prepared.producer_id,
+            producer_epoch=prepared.producer_epoch,
+            committed=commit,
+        )
+        answer = self._settled_transaction_call(
+            prepared.transactional_id,
+            lambda address, t: self._transactions_stub(address).EndTxn(request, timeout=t),
+            "EndTxn",
+            self._deadline(timeout_ms),
+        )
+        error = _error(answer.error_code, answer.error_message)
+        if error is not None:
+            raise error
+
+    def fence_transactional_id(
+        self, transactional_id: str, *, timeout_ms: int | None = None
+    ) -> None:
+        """Fences whoever holds ``transactional_id`` (InitProducerId, as a new producer
+        instance would): its open transaction, prepared or not, is aborted, and its producer
+        epoch is bumped so that the old holder can neither write nor end a transaction
+        again. Returns once the abort is complete."""
+        request = transaction_pb2.TransactionCoordinatorServiceInitProducerIdRequest(
+            transactional_id=transactional_id,
+            transaction_timeout_ms=_FENCE_TRANSACTION_TIMEOUT_MS,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        answer = self._settled_transaction_call(
+            transactional_id,
+            lambda address, t: self._transactions_stub(address).InitProducerId(request, timeout=t),
+            "InitProducerId",
+            self._deadline(timeout_ms),
+        )
+        error = _error(answer.error_code, answer.error_message)
+        if error is not None:
+            raise error
+
+    def _settled_transaction_call(
+        self,
+        transactional_id: str,
+        rpc: Callable[[str, float], Any],
+        what: str,
+        deadline: float,
+    ) -> Any:
+        """The answer of ``rpc`` at the coordinator of ``transactional_id`` (see
+        ``_coordinator_call``), asked again while it is CONCURRENT_TRANSACTIONS (a state
+        change of the id, such as its markers, is in progress)."""
+        while True:
+            _, answer = self._coordinator_call(
+                (group_pb2.COORDINATOR_TYPE_TRANSACTION, transactional_id),
+                rpc,
+                lambda r: [r.error_code],
+                deadline,
+            )
+            if error_code(answer.error_code) is not ErrorCode.CONCURRENT_TRANSACTIONS:
+                return answer
+            self._backoff(
+                deadline, f"{what} for transactional id {transactional_id!r}", "in progress"
+            )
 
     def describe_producers(
         self, partitions: Sequence[TopicPartition], *, timeout_ms: int | None = None

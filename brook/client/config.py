@@ -194,6 +194,14 @@ def _check_idempotence(config: Config) -> str | None:
     )
 
 
+def _check_two_phase(config: Config) -> str | None:
+    if config.get_bool("transaction.two.phase.commit.enable") and (
+        config.get_optional_string("transactional.id") is None
+    ):
+        return "transaction.two.phase.commit.enable=true needs a transactional.id"
+    return None
+
+
 def _check_transactional(config: Config) -> str | None:
     transactional_id = config.get_optional_string("transactional.id")
     if not config.get_bool("enable.idempotence"):
@@ -342,6 +350,17 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             Range(1),
         ),
         ConfigKey(
+            "transaction.two.phase.commit.enable",
+            ConfigType.BOOLEAN,
+            False,
+            "Two-phase commit (KIP-939): init_transactions() marks the transactional id's "
+            "transactions as two-phase, which the coordinator never aborts for "
+            "transaction.timeout.ms; prepare_transaction() then leaves the transaction open for "
+            "another process to commit or abort (Admin.complete_transaction). Needs "
+            "transactional.id.",
+            _L,
+        ),
+        ConfigKey(
             "partitioner.ignore.keys",
             ConfigType.BOOLEAN,
             False,
@@ -350,7 +369,7 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             _M,
         ),
     ),
-    (_check_delivery_timeout, _check_idempotence),
+    (_check_delivery_timeout, _check_idempotence, _check_two_phase),
 )
 
 
@@ -579,6 +598,7 @@ class ProducerConfig(ClientCommon):
     idempotence_explicit: bool
     transactional_id: str | None
     transaction_timeout_ms: int
+    transaction_two_phase_commit: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,6 +646,7 @@ def producer_config(settings: ClientSettings | None = None, **kwargs: object) ->
         or config.get_optional_string("transactional.id") is not None,
         transactional_id=config.get_optional_string("transactional.id"),
         transaction_timeout_ms=config.get_int("transaction.timeout.ms"),
+        transaction_two_phase_commit=config.get_bool("transaction.two.phase.commit.enable"),
     )
 
 

@@ -66,7 +66,7 @@ from brook.client.runtime import (
 )
 from brook.client.sender import Sender
 from brook.client.transactions import Operation, TransactionManager, TransactionTracker
-from brook.client.types import Header, RecordMetadata, TopicPartition
+from brook.client.types import Header, PreparedTransaction, RecordMetadata, TopicPartition
 from brook.closing import AsyncClosing, Closing
 
 __all__ = ["AsyncProducer", "Producer"]
@@ -112,6 +112,7 @@ class _ProducerCore(ClientCore):
             else TransactionManager(
                 state=state,
                 transaction_timeout_ms=config.transaction_timeout_ms,
+                two_phase=config.transaction_two_phase_commit,
                 accumulator=self.accumulator,
                 network=self.network,
                 locator=storage_node_locator(
@@ -363,6 +364,17 @@ class Producer(Closing):
         manager = self._core.transactional("commit_transaction")
         self._run_transactional("commit_transaction", manager.begin_commit, timeout)
 
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """Two-phase commit's first phase (KIP-939; needs transaction.two.phase.commit.enable):
+        send every pending record of the transaction and leave it open, returning what another
+        process needs to end it (``Admin.complete_transaction``). Raises
+        TransactionAbortableError when one of its sends failed. The coordinator never aborts
+        it for its timeout, and ``close`` leaves it open; only commit_transaction or
+        abort_transaction may follow on this producer."""
+        manager = self._core.transactional("prepare_transaction")
+        self._run_transactional("prepare_transaction", manager.begin_prepare, timeout)
+        return manager.prepared()
+
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: its records not sent yet fail with TransactionAbortedError
         and those written are never shown to read_committed consumers."""
@@ -489,6 +501,18 @@ class AsyncProducer(AsyncClosing):
         await manager.run_operation(
             "commit_transaction", manager.begin_commit, core.transaction_timeout_s(timeout)
         )
+
+    async def prepare_transaction(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> PreparedTransaction:
+        """As Producer.prepare_transaction."""
+        core = self._started()
+        manager = core.transactional("prepare_transaction")
+        await manager.run_operation(
+            "prepare_transaction", manager.begin_prepare, core.transaction_timeout_s(timeout)
+        )
+        return manager.prepared()
 
     async def abort_transaction(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """As Producer.abort_transaction."""

@@ -75,7 +75,7 @@ from brook.client.errors import (
 )
 from brook.client.group.coordinator import offset_commit_partitions
 from brook.client.idempotence import FENCING_CODES, IdempotenceState
-from brook.client.types import TopicPartition
+from brook.client.types import PreparedTransaction, TopicPartition
 from brook.errors import ErrorCode, error_code
 from brook.rpc.backoff import RetryBackoff, backoff_s
 from brook.rpc.channels import ChannelPool
@@ -134,6 +134,9 @@ class TxnState(enum.Enum):
     READY = "ready"
     IN_TRANSACTION = "in-transaction"
     COMMITTING = "committing"
+    # Two-phase (KIP-939): prepare_transaction flushing, then the transaction left open.
+    PREPARING = "preparing"
+    PREPARED = "prepared"
     ABORTING = "aborting"
     ABORTABLE_ERROR = "abortable-error"
     FATAL_ERROR = "fatal-error"
@@ -255,7 +258,7 @@ class TransactionTracker:
     def abortable(self, error: BaseException) -> None:
         """The open transaction can no longer commit (a send or an add failed)."""
         with self._lock:
-            if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+            if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.PREPARING):
                 _log.info("transaction of %r must be aborted: %s", self.transactional_id, error)
                 self.state = TxnState.ABORTABLE_ERROR
                 self.error = error
@@ -303,6 +306,7 @@ class TransactionManager:
         *,
         state: TransactionTracker,
         transaction_timeout_ms: int,
+        two_phase: bool,
         accumulator: RecordAccumulator,
         network: ChannelPool,
         locator: CoordinatorLocator,
@@ -312,6 +316,7 @@ class TransactionManager:
     ) -> None:
         self.state = state
         self._timeout_ms = transaction_timeout_ms
+        self._two_phase = two_phase
         self._accumulator = accumulator
         idempotence = accumulator.idempotence
         assert idempotence is not None, "a transactional producer is idempotent"
@@ -333,8 +338,9 @@ class TransactionManager:
 
     async def close(self) -> None:
         """Cancel the requests of the manager still running (the producer is closing); a
-        transaction left open is aborted by its coordinator after transaction.timeout.ms,
-        or at once by the next init_transactions with the same id."""
+        transaction left open is aborted by its coordinator after transaction.timeout.ms
+        (never a two-phase one: it waits for its EndTxn), or at once by the next
+        init_transactions with the same id."""
         tasks = [task for task in (self._adding, self._operation and self._operation[1]) if task]
         for task in tasks:
             task.cancel()
@@ -396,6 +402,7 @@ class TransactionManager:
             transaction_timeout_ms=self._timeout_ms,
             producer_id=idempotence.producer_id if bump else -1,
             producer_epoch=idempotence.epoch if bump else -1,
+            enable_two_phase_commit=self._two_phase,
         )
         response = await self._txn_call(
             "InitProducerId", request, lambda r: [r.error_code], self._operation_deadline()
@@ -500,9 +507,37 @@ class TransactionManager:
                 continue
             raise self._abort_required(api_error(min(codes), text))
 
+    def begin_prepare(self) -> Operation:
+        """prepare_transaction (KIP-939): every batch of the transaction acknowledged, then
+        the transaction left open (PREPARED) with its producer id and epoch for whoever
+        completes it; only commit_transaction or abort_transaction may follow here."""
+        if not self._two_phase:
+            raise TransactionStateError(
+                "prepare_transaction needs transaction.two.phase.commit.enable=true (else the "
+                "coordinator aborts the prepared transaction after transaction.timeout.ms)"
+            )
+        self._end_sends(TxnState.PREPARING, (TxnState.IN_TRANSACTION, TxnState.PREPARING))
+        return self._prepare
+
+    async def _prepare(self) -> None:
+        await self._flush()
+        # A batch that failed while the prepare waited made the transaction abortable.
+        self.state.transition(TxnState.PREPARED, allowed_from=(TxnState.PREPARING,))
+
+    def prepared(self) -> PreparedTransaction:
+        """The prepared transaction's identity (after ``begin_prepare``'s operation)."""
+        self.state.require("prepared", TxnState.PREPARED)
+        idempotence = self._idempotence
+        return PreparedTransaction(
+            self._transactional_id, idempotence.producer_id, idempotence.epoch
+        )
+
     def begin_commit(self) -> Operation:
         # COMMITTING: a commit that ran out of time is resumed (EndTxn is idempotent).
-        self._end_sends(TxnState.COMMITTING, (TxnState.IN_TRANSACTION, TxnState.COMMITTING))
+        self._end_sends(
+            TxnState.COMMITTING,
+            (TxnState.IN_TRANSACTION, TxnState.PREPARED, TxnState.COMMITTING),
+        )
         return self._commit
 
     async def _commit(self) -> None:
@@ -527,7 +562,12 @@ class TransactionManager:
         # may be repeated (EndTxn is idempotent).
         self._end_sends(
             TxnState.ABORTING,
-            (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING),
+            (
+                TxnState.IN_TRANSACTION,
+                TxnState.PREPARED,
+                TxnState.ABORTABLE_ERROR,
+                TxnState.ABORTING,
+            ),
         )
         return self._abort
 
@@ -600,7 +640,7 @@ class TransactionManager:
             assert state.error is not None
             self._accumulator.abort_queued(state.error)
             return None
-        if state.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+        if state.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.PREPARING):
             return None
         if self._adding is not None or not state.new:
             return None

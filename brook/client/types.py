@@ -11,6 +11,7 @@ __all__ = [
     "ConsumerRecord",
     "Header",
     "OffsetAndTimestamp",
+    "PreparedTransaction",
     "RecordMetadata",
     "TimestampType",
     "TopicPartition",
@@ -49,6 +50,16 @@ class OffsetAndTimestamp:
     offset: int
     timestamp: int
     leader_epoch: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """A two-phase transaction left open by ``Producer.prepare_transaction`` (KIP-939): who
+    holds these three may end it (``Admin.complete_transaction``), from any process."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
 
 
 class ConsumerRecord:

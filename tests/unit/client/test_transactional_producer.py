@@ -602,3 +602,39 @@ def test_a_coordinator_call_failing_for_good_is_not_retried(
         with pytest.raises(ApiError):
             producer.begin_transaction()
     assert len(cluster.coordinator.calls("EndTxn")) == 1
+
+
+def test_two_phase_is_asked_in_init_and_prepare_leaves_the_transaction_to_another_party(
+    cluster: Cluster,
+) -> None:
+    """KIP-939: InitProducerId carries enable_two_phase_commit; prepare_transaction sends the
+    records, answers the producer id and epoch, and ends nothing (no EndTxn, also not on
+    close); only commit or abort may follow it."""
+    with cluster.producer(transaction_two_phase_commit_enable=True) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        sent = producer.send("single", b"x")
+        prepared = producer.prepare_transaction()
+        assert sent.done() and sent.exception() is None
+        assert (prepared.transactional_id, prepared.producer_id) == (TXN_ID, PRODUCER_ID)
+        assert prepared.producer_epoch == 0
+        with pytest.raises(TransactionStateError):
+            producer.send("single", b"y")
+        with pytest.raises(TransactionStateError):
+            producer.begin_transaction()
+    [init] = cluster.coordinator.calls("InitProducerId")
+    assert init.enable_two_phase_commit
+    assert "EndTxn" not in cluster.methods()
+
+
+def test_prepare_needs_two_phase_and_two_phase_needs_a_transactional_id(cluster: Cluster) -> None:
+    with cluster.producer() as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        with pytest.raises(TransactionStateError, match=r"two\.phase"):
+            producer.prepare_transaction()
+        producer.abort_transaction()
+    [init] = cluster.coordinator.calls("InitProducerId")
+    assert not init.enable_two_phase_commit
+    with pytest.raises(ConfigError, match=r"needs a transactional\.id"):
+        Producer({"transaction.two.phase.commit.enable": True})

@@ -694,3 +694,95 @@ def test_the_producer_of_a_timed_out_transaction_recovers_with_its_old_epoch() -
         assert zombie.error is ErrorCode.PRODUCER_FENCED, zombie
 
     run(scenario)
+
+
+# -- two-phase commit (KIP-939) ------------------------------------------------------------
+
+
+def test_a_two_phase_transaction_outlives_its_timeout_and_any_holder_of_its_epoch_commits() -> None:
+    """The timeout sweep aborts the ordinary transaction and leaves the two-phase one Ongoing;
+    a commit with its producer id and epoch (from whoever) completes it, and a retry of that
+    commit succeeds once it is complete (while its markers are written: the retriable
+    CONCURRENT_TRANSACTIONS, as Kafka)."""
+
+    async def scenario(h: Harness) -> None:
+        result = await h.coordinator.init_producer_id("2pc", 1_000, two_phase=True)
+        assert result.error is ErrorCode.NONE, result
+        producer_id, epoch = result.producer_id, result.producer_epoch
+        plain_id, plain_epoch = await h.init("plain", timeout_ms=1_000)
+        await h.coordinator.add_partitions("2pc", producer_id, epoch, [("t", 0)])
+        await h.coordinator.add_partitions("plain", plain_id, plain_epoch, [("t", 1)])
+        h.timers.advance(10 * MAX_TIMEOUT_MS)
+        assert h.coordinator.abort_timed_out() == ["plain"]
+        await h.until_state(TxnState.COMPLETE_ABORT, "plain")
+        prepared = h.state("2pc")
+        assert prepared.state is TxnState.ONGOING and prepared.two_phase
+
+        h.markers.hold = asyncio.Event()
+        assert (await h.coordinator.end_txn("2pc", producer_id, epoch, True))[0] is ErrorCode.NONE
+        retried = await h.coordinator.end_txn("2pc", producer_id, epoch, True)
+        assert retried[0] is ErrorCode.CONCURRENT_TRANSACTIONS
+        h.markers.hold.set()
+        await h.until_state(TxnState.COMPLETE_COMMIT, "2pc")
+        assert (await h.coordinator.end_txn("2pc", producer_id, epoch, True))[0] is ErrorCode.NONE
+        assert (await h.coordinator.end_txn("2pc", producer_id, epoch, False))[0] is (
+            ErrorCode.INVALID_TXN_STATE
+        )
+
+    run(scenario)
+
+
+def test_two_phase_survives_a_successor_and_is_cleared_by_a_plain_init() -> None:
+    async def scenario() -> None:
+        first = Harness()
+        await first.load(coordinator_epoch=0)
+        result = await first.coordinator.init_producer_id(TXN, 1_000, two_phase=True)
+        producer_id, epoch = result.producer_id, result.producer_epoch
+        await first.coordinator.add_partitions(TXN, producer_id, epoch, [("t", 0)])
+        await first.close()
+
+        successor = Harness(first.log)
+        await successor.load(coordinator_epoch=1)
+        successor.timers.advance(10 * MAX_TIMEOUT_MS)
+        assert successor.coordinator.abort_timed_out() == []
+        assert successor.state().two_phase and successor.state().state is TxnState.ONGOING
+
+        # A plain InitProducerId fences the prepared transaction (aborted, its epoch bumped)
+        # and clears the flag: the next transaction times out as any other.
+        fenced = await successor.coordinator.init_producer_id(TXN, 1_000)
+        assert fenced.error is ErrorCode.CONCURRENT_TRANSACTIONS
+        await successor.until_state(TxnState.COMPLETE_ABORT)
+        assert await successor.init(timeout_ms=1_000) == (producer_id, epoch + 2)
+        assert not successor.state().two_phase
+        zombie = await successor.coordinator.end_txn(TXN, producer_id, epoch, True)
+        assert zombie[0] is ErrorCode.PRODUCER_FENCED
+        await successor.coordinator.add_partitions(TXN, producer_id, epoch + 2, [("t", 0)])
+        successor.timers.advance(1_000)
+        assert successor.coordinator.abort_timed_out() == [TXN]
+        await successor.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_the_two_phase_flag_round_trips_and_old_values_read_as_not_two_phase() -> None:
+    transaction = Transaction(
+        transactional_id="t",
+        producer_id=5,
+        producer_epoch=1,
+        last_producer_id=-1,
+        last_producer_epoch=-1,
+        timeout_ms=60_000,
+        state=TxnState.ONGOING,
+        partitions=frozenset({("t", 0)}),
+        groups=frozenset(),
+        start_ms=10,
+        update_ms=10,
+        two_phase=True,
+    )
+    assert decode_transaction("t", encode_transaction(transaction)) == transaction
+    plain = replace(transaction, two_phase=False)
+    old_value = encode_transaction(plain)
+    assert b"two_phase" not in old_value, "values without the flag are as before"
+    assert decode_transaction("t", old_value) == plain
+    with pytest.raises(RecordFormatError):
+        decode_transaction("t", old_value[:-1] + b',"two_phase":1}')

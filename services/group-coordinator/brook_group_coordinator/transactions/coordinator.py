@@ -21,8 +21,9 @@ Ending a transaction: EndTxn writes PrepareCommit/PrepareAbort and is answered; 
 task then writes the markers (``MarkerWriter``: WriteTxnMarkers on the data partitions,
 CompleteTransaction for the groups), retried with back-off until written, and then
 CompleteCommit/CompleteAbort. An ongoing transaction is aborted by the coordinator with a
-bumped producer epoch (Kafka's epoch fence) when it times out (``abort_timed_out``) or when
-InitProducerId finds it (the new instance is told CONCURRENT_TRANSACTIONS until the abort is
+bumped producer epoch (Kafka's epoch fence) when it times out (``abort_timed_out``; never a
+two-phase one, KIP-939: it waits for EndTxn from whoever holds its producer id and epoch) or
+when InitProducerId finds it (the new instance is told CONCURRENT_TRANSACTIONS until the abort is
 complete): the old producer's later requests are PRODUCER_FENCED here, and the markers carry
 the bumped epoch, which fences it on the data partitions too. Only the producer whose
 transaction timed out may come back (KIP-588): its InitProducerId naming its id and old epoch
@@ -306,13 +307,17 @@ class TransactionCoordinator:
         timeout_ms: int,
         expected_producer_id: int = NO_PRODUCER_ID,
         expected_producer_epoch: int = NO_EPOCH,
+        *,
+        two_phase: bool = False,
     ) -> InitResult:
         """Kafka's InitProducerId with a transactional id (KIP-360's expected id and epoch,
         or NO_PRODUCER_ID): a new producer id at epoch 0 for a new id, else the epoch bumped
         (a new producer id once the epoch is exhausted), fencing older instances. With an
         expected id and epoch: the current ones bump (and are recorded as the last ones, so a
         retry of this call whose answer was lost gets the same answer), the recorded last
-        ones get the current ones again, anything else is PRODUCER_FENCED."""
+        ones get the current ones again, anything else is PRODUCER_FENCED. ``two_phase``
+        (KIP-939's enable2Pc) is recorded with the new epoch: it marks the id's transactions
+        as two-phase (exempt from the timeout abort) until an InitProducerId without it."""
         error, message = self.check_coordinator(transactional_id)
         if error is not ErrorCode.NONE:
             return InitResult(error, message)
@@ -324,7 +329,7 @@ class TransactionCoordinator:
             )
         entry = self._entries.get(transactional_id)
         if entry is None:
-            return await self._init_new(transactional_id, timeout_ms)
+            return await self._init_new(transactional_id, timeout_ms, two_phase)
         if entry.pending is not None or entry.current is None:
             return _concurrent(transactional_id)
         current = entry.current
@@ -382,6 +387,7 @@ class TransactionCoordinator:
             partitions=frozenset(),
             groups=frozenset(),
             start_ms=NO_START,
+            two_phase=two_phase,
         )
         try:
             await self._write(entry, transactional_id, target, TxnState.EMPTY)
@@ -389,7 +395,9 @@ class TransactionCoordinator:
             return InitResult(_write_failure(e), e.message)
         return InitResult(ErrorCode.NONE, "", producer_id, producer_epoch)
 
-    async def _init_new(self, transactional_id: str, timeout_ms: int) -> InitResult:
+    async def _init_new(
+        self, transactional_id: str, timeout_ms: int, two_phase: bool
+    ) -> InitResult:
         owned = self.owned[self.partition_for(transactional_id)]
         entry = _Entry(owned, None, TxnState.EMPTY)
         self._entries[transactional_id] = entry
@@ -408,6 +416,7 @@ class TransactionCoordinator:
                 groups=frozenset(),
                 start_ms=NO_START,
                 update_ms=now_ms,
+                two_phase=two_phase,
             )
             await self._write(entry, transactional_id, target, TxnState.EMPTY)
         except BrookError as e:
@@ -682,8 +691,9 @@ class TransactionCoordinator:
     # -- timeouts and expiry ----------------------------------------------------------------
 
     def abort_timed_out(self) -> list[str]:
-        """Starts the epoch-fencing abort of every ongoing transaction past its timeout;
-        returns their transactional ids."""
+        """Starts the epoch-fencing abort of every ongoing transaction past its timeout,
+        except two-phase ones (KIP-939: prepared, they wait for their decision however long it
+        takes); returns their transactional ids."""
         now_ms = self._timers.now_ms()
         timed_out = [
             (transactional_id, entry)
@@ -691,6 +701,7 @@ class TransactionCoordinator:
             if entry.pending is None
             and entry.current is not None
             and entry.current.state is TxnState.ONGOING
+            and not entry.current.two_phase
             and entry.current.expires_ms <= now_ms
             and entry.owned.load is PartitionLoad.LOADED
         ]

@@ -12,7 +12,8 @@ Key:   u16 kind 10 (a transaction), then the transactional id as u16 length + UT
 Value: UTF-8 JSON object with "v": 1 (a later version may add fields and still read old ones):
        producer_id, producer_epoch, last_producer_id, last_producer_epoch, timeout_ms, state
        (Kafka's state name), partitions ([topic, partition] pairs, sorted), groups (sorted),
-       start_ms, update_ms.
+       start_ms, update_ms; "two_phase": true only for a two-phase (KIP-939) transactional id
+       (absent, as in values written before it existed: false).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def encode_transaction(transaction: Transaction) -> bytes:
         "start_ms": transaction.start_ms,
         "update_ms": transaction.update_ms,
     }
+    if transaction.two_phase:
+        value["two_phase"] = True
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
@@ -101,6 +104,7 @@ def decode_transaction(transactional_id: str, raw: bytes) -> Transaction:
             groups=frozenset(str(g) for g in value["groups"]),
             start_ms=_int(value, "start_ms"),
             update_ms=_int(value, "update_ms"),
+            two_phase=_bool(value, "two_phase"),
         )
     except RecordFormatError:
         raise
@@ -112,4 +116,12 @@ def _int(value: dict[str, Any], field: str) -> int:
     found = value[field]
     if not isinstance(found, int) or isinstance(found, bool):
         raise RecordFormatError(f"{field} is {found!r}, not an integer")
+    return found
+
+
+def _bool(value: dict[str, Any], field: str) -> bool:
+    """An optional boolean field, false when absent."""
+    found = value.get(field, False)
+    if not isinstance(found, bool):
+        raise RecordFormatError(f"{field} is {found!r}, not a boolean")
     return found

@@ -127,6 +127,7 @@ class TransactionCoordinatorServicer(transaction_pb2_grpc.TransactionCoordinator
             request.transaction_timeout_ms,
             request.producer_id,
             request.producer_epoch,
+            two_phase=request.enable_two_phase_commit,
         )
         return transaction_pb2.TransactionCoordinatorServiceInitProducerIdResponse(
             error_code=_wire(result.error),

@@ -77,7 +77,10 @@ class Transaction:
     (KIP-360: a retry of it is recognised); NO_PRODUCER_ID/-1 when the last change of the
     epoch was not such a request (a new id, a plain InitProducerId, a fencing abort), as
     Kafka's NO_PRODUCER_EPOCH: whoever held the replaced epoch then is fenced. ``start_ms``:
-    when the ongoing transaction began, -1 when none is. Times are wall-clock milliseconds."""
+    when the ongoing transaction began, -1 when none is. Times are wall-clock milliseconds.
+    ``two_phase``: the last InitProducerId asked for two-phase commit (KIP-939's enable2Pc):
+    the transaction is never aborted for its timeout, only by EndTxn or a fencing
+    InitProducerId."""
 
     transactional_id: str
     producer_id: int
@@ -90,6 +93,7 @@ class Transaction:
     groups: frozenset[str]
     start_ms: int
     update_ms: int
+    two_phase: bool = False
 
     def to(self, state: TxnState, now_ms: int, **changes: Any) -> Transaction:
         """The next state; ValueError for a transition Kafka does not allow (a bug here,
