@@ -15,10 +15,15 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "OFFSETS_TOPIC",
     "RESERVED_PRODUCER_ID_BASE",
     "TRANSACTION_STATE_PRODUCER_ID_BASE",
     "is_reserved_producer_id",
 ]
+
+# The internal topic of committed offsets (Kafka's name), whose metadata also lists the group
+# coordinators to clients that know only storage nodes.
+OFFSETS_TOPIC: Final = "__consumer_offsets"
 
 # Far above any id the controllers' 1000-id blocks reach (2**62 blocks), and below the int64
 # limit by as many ids as there could be __consumer_offsets and __transaction_state

@@ -9,7 +9,12 @@ consumer groups, their offsets and lag through the group coordinators and storag
             raise errors["events"]
         print(admin.describe_topics(["events"])["events"].partitions)
 
-``bootstrap_servers`` are controllers' GRPC addresses (any one reachable is enough). Requests go
+``bootstrap_servers`` are controllers' GRPC addresses (any one reachable is enough). With
+``bootstrap_role="storage_node"`` they are storage nodes' instead (the producer's and
+consumer's bootstrap servers, what a Spark job is given): topics, coordinators and partition
+leaders are then found through a storage node's GetMetadata, so consumer groups, offsets,
+transactions and topic descriptions work, and an operation only the controllers answer raises
+ConfigError. Requests go
 to the active controller (``brook.rpc.quorum``): the client finds it with DescribeQuorum and
 follows it when it changes. Operations on several resources return, per resource, None or the
 ``ApiError`` the controller answered with (Kafka's error codes), because one bad topic does not
@@ -50,6 +55,7 @@ from brook.client.types import PreparedTransaction, TopicPartition
 from brook.closing import Closing
 from brook.config import ConfigError, parse_host_port
 from brook.errors import ErrorCode, error_code
+from brook.reserved import OFFSETS_TOPIC
 from brook.rpc.addresses import format_address, listener_address
 from brook.rpc.backoff import RetryBackoff
 from brook.rpc.channels import ChannelPoolClosedError, SyncChannelPool
@@ -418,6 +424,7 @@ class Admin(Closing):
         request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
         default_api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS_DEFAULT,
         retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
+        bootstrap_role: Literal["controller", "storage_node"] = "controller",
     ) -> None:
         entries = (
             [e.strip() for e in bootstrap_servers.split(",")]
@@ -430,8 +437,12 @@ class Admin(Closing):
                 parse_host_port(entry)
             except ValueError as e:
                 problems.append(f"bootstrap_servers: {e}")
+        if bootstrap_role not in ("controller", "storage_node"):
+            problems.append(
+                f"bootstrap_role={bootstrap_role!r} must be 'controller' or 'storage_node'"
+            )
         if not entries:
-            problems.append("bootstrap_servers must name at least one controller")
+            problems.append(f"bootstrap_servers must name at least one {bootstrap_role}")
         for name, value in (
             ("request_timeout_ms", request_timeout_ms),
             ("default_api_timeout_ms", default_api_timeout_ms),
@@ -448,7 +459,8 @@ class Admin(Closing):
         self._backoff_s = retry_backoff_ms / 1000
         self._retry_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_ms)
         self._channels = SyncChannelPool()
-        self._quorum = ControllerQuorum(entries)
+        self._from_storage_nodes = bootstrap_role == "storage_node"
+        self._quorum = None if self._from_storage_nodes else ControllerQuorum(entries)
         # (key type, group or transactional id) -> its coordinator, as last found.
         self._coordinators: dict[tuple[int, str], Coordinator] = {}
         self._closed = False
@@ -465,10 +477,23 @@ class Admin(Closing):
         except ChannelPoolClosedError:
             raise ClientClosedError("the admin client is closed") from None
 
+    def _controllers(self) -> ControllerQuorum:
+        """The controllers; ConfigError when bootstrapped from storage nodes, which do not
+        say where the controllers are."""
+        if self._quorum is None:
+            raise ConfigError(
+                [
+                    "this admin client was bootstrapped from storage nodes "
+                    f"({','.join(self._bootstrap)}); the operation is the controllers': "
+                    "give their addresses instead"
+                ]
+            )
+        return self._quorum
+
     def _find_leader(self, remaining_s: float) -> str | None:
         """Asks the controllers who leads; its GRPC address, None if none could say."""
         deadline = time.monotonic() + remaining_s
-        for address in self._quorum.addresses:
+        for address in self._controllers().addresses:
             stub = controller_pb2_grpc.ControllerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
             try:
                 quorum = stub.DescribeQuorum(
@@ -498,10 +523,11 @@ class Admin(Closing):
     ) -> _T:
         """Sends to the active controller, following it across leader changes, until the
         answer holds no error that a retry elsewhere would fix, or the time runs out."""
+        quorum = self._controllers()
         timeout_s = (timeout_ms or self._api_timeout_ms) / 1000
         try:
             response, _ = call_active_controller_sync(
-                self._quorum,
+                quorum,
                 "the admin request",
                 lambda address, t: rpc(
                     admin_pb2_grpc.AdminServiceStub(self._channel(address)),  # type: ignore[no-untyped-call]
@@ -604,14 +630,23 @@ class Admin(Closing):
     def _topics(
         self, names: Sequence[str] | None, include_internal: bool, timeout_ms: int | None
     ) -> dict[str, TopicDescription | ApiError]:
-        request = admin_pb2.DescribeTopicsRequest(
-            names=list(names or []), include_internal=include_internal
-        )
-        response = self._call(
-            lambda stub, t: stub.DescribeTopics(request, timeout=t),
-            lambda r: [t.error_code for t in r.topics],
-            timeout_ms,
-        )
+        response: admin_pb2.DescribeTopicsResponse | storage_pb2.GetMetadataResponse
+        if self._from_storage_nodes:
+            response = self._storage_metadata(
+                storage_pb2.GetMetadataRequest(
+                    topics=list(names or []), include_internal=include_internal
+                ),
+                self._deadline(timeout_ms),
+            )
+        else:
+            request = admin_pb2.DescribeTopicsRequest(
+                names=list(names or []), include_internal=include_internal
+            )
+            response = self._call(
+                lambda stub, t: stub.DescribeTopics(request, timeout=t),
+                lambda r: [t.error_code for t in r.topics],
+                timeout_ms,
+            )
         return {
             topic.name: _error(topic.error_code, topic.error_message) or _describe_topic(topic)
             for topic in response.topics
@@ -755,13 +790,46 @@ class Admin(Closing):
 
     def _node_addresses(self, role: str, deadline: float) -> dict[int, str]:
         """node id -> GRPC address of the unfenced nodes of ``role``, as the controllers know
-        them (the admin client's view of what GetMetadata tells other clients)."""
+        them (the admin client's view of what GetMetadata tells other clients), or as a
+        storage node's GetMetadata lists them when bootstrapped from storage nodes."""
+        if self._from_storage_nodes:
+            metadata = self._storage_metadata(
+                # Naming one small topic keeps the answer small (no topics means all of them).
+                storage_pb2.GetMetadataRequest(topics=[OFFSETS_TOPIC]),
+                deadline,
+            )
+            wanted = common_pb2.NodeRole.Value(f"NODE_ROLE_{role.upper()}")
+            found = {
+                broker.node_id: listener_address(broker.endpoints)
+                for broker in metadata.brokers
+                if broker.role == wanted and not broker.fenced
+            }
+            return {node_id: address for node_id, address in found.items() if address}
         cluster = self.describe_cluster(timeout_ms=self._remaining_ms(deadline))
         return {
             node.node_id: node.endpoints["GRPC"]
             for node in cluster.nodes
             if node.role == role and not node.fenced and "GRPC" in node.endpoints
         }
+
+    def _storage_metadata(
+        self, request: storage_pb2.GetMetadataRequest, deadline: float
+    ) -> storage_pb2.GetMetadataResponse:
+        """GetMetadata from the first bootstrap storage node that answers, trying them again
+        (after back-off) until ``deadline``."""
+        while True:
+            problems = []
+            for address in self._bootstrap:
+                stub = storage_pb2_grpc.StorageServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
+                try:
+                    answer: storage_pb2.GetMetadataResponse = stub.GetMetadata(
+                        request, timeout=self._rpc_timeout(deadline)
+                    )
+                except grpc.RpcError as error:
+                    problems.append(_unreachable(error, address))
+                    continue
+                return answer
+            self._backoff(deadline, "GetMetadata", "; ".join(problems))
 
     def _coordinator_stub(self, address: str) -> group_pb2_grpc.GroupCoordinatorServiceStub:
         return group_pb2_grpc.GroupCoordinatorServiceStub(self._channel(address))  # type: ignore[no-untyped-call]

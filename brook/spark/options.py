@@ -3,8 +3,9 @@
 As in Spark's Kafka connector, ``kafka.bootstrap.servers`` is required and every other
 ``kafka.``-prefixed option goes to the client with the prefix removed (``kafka.client.id``
 becomes the SDK's ``client.id``). Brook's bootstrap servers are the storage nodes' gRPC
-addresses, as for the SDK's producer and consumer, not the gateway's Kafka listener. Spark passes options case-insensitively
-(lower-cased keys); the names in error messages are Spark's spelling.
+addresses, as for the SDK's producer and consumer, not the gateway's Kafka listener. Spark
+passes options case-insensitively (lower-cased keys); the names in error messages are Spark's
+spelling.
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
                 if batch.num_rows == 0:
                     continue
                 if producer is None:
-                    producer = self._producer(transactional_id, partition_id)
+                    producer = self._producer(transactional_id)
                     producer.init_transactions()
                     producer.begin_transaction()
                 rows += send_arrow_batch(producer, batch, default_topic=self._topic)
@@ -166,21 +166,11 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
             producer.close(_TASK_TIMEOUT_S)
         return TaskTransaction(prepared, rows, query_id)
 
-    def _producer(self, transactional_id: str, partition_id: int) -> Producer:
-        """A two-phase transactional producer bootstrapped from the storage nodes the
-        controllers (``kafka.bootstrap.servers``) name."""
-        with self._admin() as admin:
-            storage_nodes = sorted(
-                node.endpoints["GRPC"]
-                for node in admin.describe_cluster().nodes
-                if node.role == "storage_node" and not node.fenced and "GRPC" in node.endpoints
-            )
-        if not storage_nodes:
-            raise RuntimeError(f"task {partition_id}: the cluster has no storage node to write to")
+    def _producer(self, transactional_id: str) -> Producer:
+        """A two-phase transactional producer for one task attempt."""
         return Producer(
             {
                 **self._client,
-                "bootstrap.servers": ",".join(storage_nodes),
                 "transactional.id": transactional_id,
                 "transaction.two.phase.commit.enable": True,
             }
@@ -243,7 +233,9 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
                 admin.fence_transactional_id(listed.transactional_id)
 
     def _admin(self) -> Admin:
-        return Admin(self._client["bootstrap.servers"])
+        """The driver's admin client: it finds the coordinators through the storage nodes
+        (``kafka.bootstrap.servers``, as every Brook source and sink)."""
+        return Admin(self._client["bootstrap.servers"], bootstrap_role="storage_node")
 
 
 def _prefix(options: Mapping[str, str]) -> str:

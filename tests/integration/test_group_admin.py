@@ -36,6 +36,7 @@ from brook.client import (
     Producer,
     TopicPartition,
 )
+from brook.config import ConfigError
 from brook.errors import ErrorCode, error_code
 from brook.launcher import LocalCluster, Role
 from brook.v1 import group_pb2
@@ -469,3 +470,30 @@ def test_cli_bad_arguments_exit_2_with_a_clear_message_and_change_nothing(
         no_target.stderr
     )
     assert _committed(admin, "cli-guarded") == {0: 4}
+
+
+def test_an_admin_bootstrapped_from_storage_nodes_serves_groups_and_topics_only(
+    cluster: LocalCluster, admin: Admin
+) -> None:
+    """What the Spark sink's driver uses: the coordinators and the topics are found through
+    a storage node's GetMetadata; an operation only the controllers answer is refused with a
+    clear error instead of being sent to a storage node."""
+    group = "storage-bootstrapped"
+    tp = TopicPartition(TOPIC, 0)
+    with Admin(
+        cluster.bootstrap_servers(Role.STORAGE_NODE),
+        bootstrap_role="storage_node",
+        default_api_timeout_ms=ADMIN_TIMEOUT_MS,
+    ) as from_storage:
+        assert from_storage.alter_consumer_group_offsets(
+            group, {tp: OffsetAndMetadata(3, "by storage")}
+        ) == {tp: None}
+        assert admin.list_consumer_group_offsets(group) == {tp: OffsetAndMetadata(3, "by storage")}
+        assert from_storage.list_consumer_group_offsets(group) == admin.list_consumer_group_offsets(
+            group
+        )
+        assert from_storage.describe_topics([TOPIC]) == admin.describe_topics([TOPIC])
+        with pytest.raises(ConfigError, match="the operation is the controllers'"):
+            from_storage.create_topics([NewTopic("not-created", 1, 1)])
+    assert TOPIC in admin.list_topics() and "not-created" not in admin.list_topics()
+    assert admin.delete_consumer_groups([group]) == {group: None}

@@ -17,14 +17,14 @@ from spark_session import spark_session
 QUERY_TIMEOUT_S = 300
 
 
-def main(controllers: str, topic: str, directory: str, checkpoint: str, scratch: str) -> int:
+def main(bootstrap: str, topic: str, directory: str, checkpoint: str, scratch: str) -> int:
     with spark_session(Path(scratch)) as spark:
         query = (
             spark.readStream.format("text")
             .option("maxFilesPerTrigger", 1)
             .load(directory)
             .writeStream.format("brook")
-            .option("kafka.bootstrap.servers", controllers)
+            .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", topic)
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)

@@ -103,7 +103,7 @@ def _open_transactions(cluster: LocalCluster, prefix: str) -> list[str]:
 def _writer(cluster: LocalCluster, topic: str, prefix: str) -> ExactlyOnceStreamWriter:
     return ExactlyOnceStreamWriter(
         {
-            "kafka.bootstrap.servers": cluster.controller_bootstrap_servers,
+            "kafka.bootstrap.servers": cluster.bootstrap_servers(Role.STORAGE_NODE),
             "topic": topic,
             "transactionalIdPrefix": prefix,
         },
@@ -247,7 +247,7 @@ def test_a_task_failing_on_its_first_attempt_leaves_every_row_exactly_once(
         .load(str(tmp_path / "in"))
         .select(failing("value").alias("value"))
         .writeStream.format("brook")
-        .option("kafka.bootstrap.servers", cluster.controller_bootstrap_servers)
+        .option("kafka.bootstrap.servers", cluster.bootstrap_servers(Role.STORAGE_NODE))
         .option("topic", topic)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
@@ -289,7 +289,7 @@ def test_a_driver_killed_after_the_brook_commit_resumes_without_loss_or_duplicat
     arguments = [
         sys.executable,
         str(DRIVER_SCRIPT),
-        cluster.controller_bootstrap_servers,
+        cluster.bootstrap_servers(Role.STORAGE_NODE),
         topic,
         str(tmp_path / "in"),
         str(tmp_path / "checkpoint"),

@@ -65,6 +65,7 @@ from brook.client.metadata import Metadata
 from brook.client.runtime import Notifier, Wakeup
 from brook.client.types import TopicPartition
 from brook.errors import ErrorCode, error_code
+from brook.reserved import OFFSETS_TOPIC
 from brook.rpc.addresses import listener_address
 from brook.rpc.backoff import backoff_s
 from brook.rpc.channels import ChannelPool
@@ -90,7 +91,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_OFFSETS_TOPIC = "__consumer_offsets"
 # Commit answers after which the partitions may already be someone else's.
 _COMMIT_FAILED = frozenset(
     {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
@@ -147,7 +147,7 @@ def storage_node_locator(
         random.shuffle(known)
         candidates = known + [a for a in bootstrap_servers if a not in known]
         # Naming one small topic keeps the answer small (no topics means all of them).
-        request = storage_pb2.GetMetadataRequest(topics=[_OFFSETS_TOPIC])
+        request = storage_pb2.GetMetadataRequest(topics=[OFFSETS_TOPIC])
         for address in candidates:
             try:
                 response = await network.storage(address).GetMetadata(request, timeout=timeout_s)
