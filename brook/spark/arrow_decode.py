@@ -1,12 +1,13 @@
 """Fetched Kafka RecordBatch v2 bytes as one Arrow record batch in the Kafka source's schema,
 decoded in bulk.
 
-One pass of Python over the records notes where each record's key and value lie and its
-offset and timestamp deltas (plain ints appended to lists: no per-record objects); everything
-else is done once per fetch by numpy and Arrow: the keys' and values' bytes are cut out of
-the (decompressed) batch data with a mask, their offsets are cumulative sums, offsets and
-timestamps are the batches' bases repeated plus the deltas. Only headers, when asked for, are
-built per record.
+The only per-record Python is a scan of each batch's record lengths, which notes where each
+record starts (an int appended to a list). Everything else is done once per fetch over
+all its records at once, with numpy: the varints of every record (timestamp delta, offset
+delta, key length, value length) are decoded together, one vectorised step per varint byte;
+keys and values are cut out of the batches' (decompressed) data by Arrow in one copy each;
+offsets and timestamps are the batches' bases repeated plus the deltas. Only headers, when
+asked for, are built record by record.
 
 Control batches (transaction markers) are never rows. ``aborted`` (read_committed) drops the
 records of aborted transactions, as the SDK's consumer does (``AbortedTransactions``).
@@ -25,7 +26,7 @@ from brook.record import BATCH_OVERHEAD, BatchHeader, RecordError, TimestampType
 from brook.record.batch import COMPRESSION_MASK, TIMESTAMP_TYPE_MASK, compression_of, verify_crc
 from brook.record.compression import decompress
 from brook.record.errors import CorruptRecordError
-from brook.record.varint import read_varint, read_varlong
+from brook.record.varint import read_varint
 from brook.spark.schema import ARROW_HEADERS_TYPE, arrow_schema
 
 __all__ = ["DecodedFetch", "decode_fetch"]
@@ -45,7 +46,8 @@ class DecodedFetch:
 
 @dataclass
 class _Columns:
-    """What the Python pass collects: per batch, then per record."""
+    """What the scan collects: per batch, then per record (positions in the concatenation of
+    the batches' record data, ``chunks``)."""
 
     chunks: list[bytes] = field(default_factory=list)
     chunk_bytes: int = 0
@@ -54,13 +56,8 @@ class _Columns:
     # The batch's max timestamp when its timestamps are the log's append time, else -1.
     append_times: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
-    offset_deltas: list[int] = field(default_factory=list)
-    timestamp_deltas: list[int] = field(default_factory=list)
-    key_starts: list[int] = field(default_factory=list)
-    key_lengths: list[int] = field(default_factory=list)
-    value_starts: list[int] = field(default_factory=list)
-    value_lengths: list[int] = field(default_factory=list)
-    headers: list[list[dict[str, object]]] = field(default_factory=list)
+    # Where each record begins (its length varint).
+    records: list[int] = field(default_factory=list)
 
 
 def decode_fetch(
@@ -94,7 +91,7 @@ def decode_fetch(
             if header.next_offset > start and not (header.is_control or skipped):
                 if check_crc:
                     verify_crc(buffer, pos, header)
-                _collect(buffer, pos, batch_end, header, columns, include_headers)
+                _collect(buffer, pos, batch_end, header, columns)
         except RecordError as error:
             raise CorruptRecordError(
                 f"record batch of {topic}-{partition} at offset {header.base_offset} is "
@@ -114,7 +111,6 @@ def _collect(
     batch_end: int,
     header: BatchHeader,
     columns: _Columns,
-    include_headers: bool,
 ) -> None:
     """Notes where the records of the batch at ``pos`` lie in the concatenated chunks."""
     data: bytes
@@ -135,20 +131,12 @@ def _collect(
     )
     count = header.records_count
     columns.counts.append(count)
-    delta_fields = (
-        (columns.timestamp_deltas.append, read_varlong),
-        (columns.offset_deltas.append, read_varint),
-    )
-    slices = (
-        (columns.key_starts.append, columns.key_lengths.append),
-        (columns.value_starts.append, columns.value_lengths.append),
-    )
-    headers = columns.headers.append
+    records = columns.records.append
     end = len(data)
     p = 0
     try:
         for _ in range(count):
-            # length varint (one or two bytes inline, as every field below)
+            records(base + p)
             b = data[p]
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
@@ -159,42 +147,31 @@ def _collect(
                 p += 2
             else:
                 length, p = read_varint(data, p)
-            record_end = p + length
-            if length < 1 or record_end > end:
+            if length < 1 or p + length > end:
                 raise CorruptRecordError(f"a record claims {length} bytes, {end - p} remain")
-            p += 1  # attributes: unused
-            for deltas, read_long in delta_fields:  # the timestamp's, then the offset's
-                b = data[p]
-                if b < 0x80:
-                    deltas((b >> 1) ^ -(b & 1))
-                    p += 1
-                elif data[p + 1] < 0x80:
-                    delta = (b & 0x7F) | (data[p + 1] << 7)
-                    deltas((delta >> 1) ^ -(delta & 1))
-                    p += 2
-                else:
-                    delta, p = read_long(data, p)
-                    deltas(delta)
-            for starts, lengths in slices:  # the key, then the value
-                b = data[p]
-                if b < 0x80:
-                    length = (b >> 1) ^ -(b & 1)
-                    p += 1
-                elif data[p + 1] < 0x80:
-                    length = (b & 0x7F) | (data[p + 1] << 7)
-                    length = (length >> 1) ^ -(length & 1)
-                    p += 2
-                else:
-                    length, p = read_varint(data, p)
-                starts(base + p)
-                lengths(length)
-                if length > 0:
-                    p += length
-            if include_headers:
-                headers(_headers(data, p))
-            p = record_end
+            p += length
     except IndexError as error:
         raise CorruptRecordError("the batch's records run past its end") from error
+
+
+def _varints(data: npt.NDArray[np.uint8], positions: _Ints) -> tuple[_Ints, _Ints]:
+    """The zig-zag varints (up to 64 bits) at ``positions`` of ``data``, all at once, and the
+    positions after them. ``data`` must end with ten zero bytes (a varint never reads past
+    them); CorruptRecordError for a varint longer than ten bytes."""
+    value = np.zeros(len(positions), dtype=np.uint64)
+    position = positions.copy()
+    reading = np.ones(len(positions), dtype=np.bool_)
+    for shift in range(0, 70, 7):
+        byte = data[position].astype(np.uint64)
+        value |= np.where(reading, (byte & 0x7F) << np.uint64(shift), 0).astype(np.uint64)
+        position += reading
+        reading &= byte >= 0x80
+        if not reading.any():
+            break
+    else:
+        raise CorruptRecordError("a record has a varint longer than ten bytes")
+    decoded = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
+    return decoded, position
 
 
 def _headers(data: bytes, p: int) -> list[dict[str, object]]:
@@ -238,30 +215,42 @@ def _binary(data: pa.Buffer, starts: _Ints, lengths: _Ints) -> pa.Array:
 def _record_batch(
     columns: _Columns, topic: str, partition: int, start: int, end: int, include_headers: bool
 ) -> pa.RecordBatch:
-    schema = arrow_schema(include_headers=include_headers)
+    joined = b"".join(columns.chunks)
+    data = np.frombuffer(joined + bytes(10), dtype=np.uint8)
     counts = np.asarray(columns.counts, dtype=np.int64)
-    offsets = np.repeat(np.asarray(columns.base_offsets, dtype=np.int64), counts)
-    offsets += np.asarray(columns.offset_deltas, dtype=np.int64)
+    try:
+        # Each record: length, attributes (unused), timestamp delta, offset delta, key, value.
+        record_lengths, record_starts = _varints(data, np.asarray(columns.records, np.int64))
+        record_ends = record_starts + record_lengths
+        timestamp_deltas, position = _varints(data, record_starts + 1)
+        offset_deltas, position = _varints(data, position)
+        key_lengths, key_starts = _varints(data, position)
+        value_lengths, value_starts = _varints(data, key_starts + np.maximum(key_lengths, 0))
+    except IndexError as error:
+        raise CorruptRecordError("a record runs past its batch's end") from error
+    value_ends = value_starts + np.maximum(value_lengths, 0)
+    if np.any(value_ends >= record_ends) or np.any(np.minimum(key_lengths, value_lengths) < -1):
+        raise CorruptRecordError("a record's key or value runs past the record's end")
+    offsets = np.repeat(np.asarray(columns.base_offsets, dtype=np.int64), counts) + offset_deltas
     append_times = np.repeat(np.asarray(columns.append_times, dtype=np.int64), counts)
-    timestamps = np.repeat(np.asarray(columns.base_timestamps, dtype=np.int64), counts)
-    timestamps += np.asarray(columns.timestamp_deltas, dtype=np.int64)
     log_append = append_times >= 0
-    timestamps = np.where(log_append, append_times, timestamps)
+    timestamps = np.where(
+        log_append,
+        append_times,
+        np.repeat(np.asarray(columns.base_timestamps, dtype=np.int64), counts) + timestamp_deltas,
+    )
     wanted = (offsets >= start) & (offsets < end)
     every = bool(wanted.all())
-    data = pa.py_buffer(b"".join(columns.chunks))
-    key_starts = np.asarray(columns.key_starts, dtype=np.int64)
-    key_lengths = np.asarray(columns.key_lengths, dtype=np.int64)
-    value_starts = np.asarray(columns.value_starts, dtype=np.int64)
-    value_lengths = np.asarray(columns.value_lengths, dtype=np.int64)
     if not every:
         offsets, timestamps, log_append = offsets[wanted], timestamps[wanted], log_append[wanted]
         key_starts, key_lengths = key_starts[wanted], key_lengths[wanted]
         value_starts, value_lengths = value_starts[wanted], value_lengths[wanted]
+        value_ends = value_ends[wanted]
     rows = len(offsets)
+    buffer = pa.py_buffer(joined)
     arrays = [
-        _binary(data, key_starts, key_lengths),
-        _binary(data, value_starts, value_lengths),
+        _binary(buffer, key_starts, key_lengths),
+        _binary(buffer, value_starts, value_lengths),
         pa.repeat(pa.scalar(topic, pa.string()), rows),
         pa.repeat(pa.scalar(partition, pa.int32()), rows),
         pa.array(offsets, pa.int64()),
@@ -274,8 +263,6 @@ def _record_batch(
         ),
     ]
     if include_headers:
-        headers = columns.headers
-        if not every:
-            headers = [h for h, keep in zip(headers, wanted.tolist(), strict=True) if keep]
+        headers = [_headers(joined, p) for p in value_ends.tolist()]
         arrays.append(pa.array(headers, ARROW_HEADERS_TYPE))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers=include_headers))
