@@ -27,7 +27,7 @@ from brook.client.types import TopicPartition
 from brook.closing import Closing
 from brook.errors import ErrorCode, error_code
 from brook.rpc.backoff import backoff_s
-from brook.rpc.channels import SyncChannelPool
+from brook.rpc.channels import SyncChannelPool, channel_options
 from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2
 
@@ -45,7 +45,14 @@ class LogClient(Closing):
 
     def __init__(self, config: ConsumerConfig) -> None:
         self.config = config
-        self._channels = SyncChannelPool()
+        self._channels = SyncChannelPool(
+            channel_options(
+                client_id=config.client_id,
+                receive_bytes_max=max(config.fetch_max_bytes, config.max_partition_fetch_bytes),
+                reconnect_backoff_ms=config.reconnect_backoff_ms,
+                reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+            )
+        )
         self._cluster = EMPTY_CLUSTER
         self._request_timeout_s = config.request_timeout_ms / 1000
 

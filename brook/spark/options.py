@@ -2,8 +2,9 @@
 
 As in Spark's Kafka connector, ``kafka.bootstrap.servers`` is required and every other
 ``kafka.``-prefixed option goes to the client with the prefix removed (``kafka.client.id``
-becomes the SDK's ``client.id``). Brook's bootstrap servers are its gRPC addresses (the
-controllers'), not the gateway's Kafka listener. Spark passes options case-insensitively
+becomes the SDK's ``client.id``). Brook's bootstrap servers are its storage nodes' gRPC
+addresses (the SDK producer's and consumer's ``bootstrap.servers``), not the gateway's Kafka
+listener. Spark passes options case-insensitively
 (lower-cased keys); the names in error messages are Spark's spelling.
 """
 
@@ -45,7 +46,7 @@ def require_bootstrap(options: Mapping[str, str]) -> str:
     if servers is None or not servers.strip():
         raise OptionError(
             f"Option '{BOOTSTRAP_OPTION}' must be specified for configuring Brook consumer "
-            "and producer (the cluster's gRPC addresses, host:port[,host:port...])"
+            "and producer (the storage nodes' gRPC addresses, host:port[,host:port...])"
         )
     return servers.strip()
 
