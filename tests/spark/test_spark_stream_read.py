@@ -6,8 +6,8 @@ Spark's checkpoint, so a stopped and restarted query reads on with no gap and no
   latest;
 - maxOffsetsPerTrigger bounds every micro-batch; Trigger.AvailableNow stops at the offsets
   that were latest when it started, even while records keep arriving;
-- a partition added to a topic and a new topic matching subscribePattern are read from their
-  first offset;
+- a partition added to a topic and a new topic matching subscribePattern while the query
+  runs are read from their first offset;
 - records deleted before the query read them fail it (failOnDataLoss), and with
   failOnDataLoss=false the query goes on from the log start;
 - ending options are refused in a streaming read.
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from cluster_fixture import wait_until
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from read_helpers import add_partitions, bootstrap, create_topic, read_cluster, write
@@ -95,20 +96,6 @@ def _expected(topic: str, partition: int, offsets: range) -> list[Read]:
     return [(topic, partition, n, f"{topic}-{n}".encode()) for n in offsets]
 
 
-def _first_run(
-    spark: SparkSession,
-    cluster: LocalCluster,
-    checkpoint: Path,
-    topic: str,
-    count: int,
-    options: dict[str, str],
-) -> None:
-    """A new one-partition ``topic`` of ``count`` records, read whole by a first run."""
-    create_topic(cluster, topic, 1)
-    _send(cluster, topic, 0, range(count))
-    assert _rows(_run(spark, cluster, checkpoint, **options)) == _expected(topic, 0, range(count))
-
-
 def test_a_restarted_query_reads_on_with_no_gap_or_duplicate(
     spark: SparkSession, cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -161,19 +148,42 @@ def test_max_offsets_per_trigger_bounds_batches_and_available_now_stops_at_its_t
     assert _rows(later) == _expected("limited", 0, range(70, 70 + 5 * len(arrived)))
 
 
-def test_new_partitions_and_topics_are_read_from_their_start(
+def test_partitions_and_topics_added_while_the_query_runs_are_read_from_their_start(
     spark: SparkSession, cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    checkpoint = tmp_path / "grow"
-    options = {"subscribePattern": "grow-.*", "startingOffsets": "earliest"}
-    _first_run(spark, cluster, checkpoint, "grow-a", 5, options)
-    add_partitions(cluster, "grow-a", 2)
-    _send(cluster, "grow-a", 1, range(3))
-    create_topic(cluster, "grow-b", 1)
-    _send(cluster, "grow-b", 0, range(4))
-    create_topic(cluster, "other", 1)
-    _send(cluster, "other", 0, range(2))
-    assert _rows(_run(spark, cluster, checkpoint, **options)) == _expected(
+    create_topic(cluster, "grow-a", 1)
+    _send(cluster, "grow-a", 0, range(5))
+    read: list[Read] = []
+
+    def collect(frame: DataFrame, batch_id: int) -> None:
+        read.extend((r.topic, r.partition, r.offset, bytes(r.value)) for r in frame.collect())
+
+    stream = (
+        spark.readStream.format("brook")
+        .option("kafka.bootstrap.servers", bootstrap(cluster))
+        .option("subscribePattern", "grow-.*")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    query = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "grow"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        wait_until(lambda: len(read) >= 5, "the first records", QUERY_TIMEOUT_S)
+        add_partitions(cluster, "grow-a", 2)
+        _send(cluster, "grow-a", 1, range(3))
+        create_topic(cluster, "grow-b", 1)
+        _send(cluster, "grow-b", 0, range(4))
+        create_topic(cluster, "other", 1)
+        _send(cluster, "other", 0, range(2))
+        wait_until(lambda: len(read) >= 12, "the new partitions' records", QUERY_TIMEOUT_S)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert sorted(read) == _expected("grow-a", 0, range(5)) + _expected(
         "grow-a", 1, range(3)
     ) + _expected("grow-b", 0, range(4))
 
@@ -183,7 +193,10 @@ def test_deleted_records_fail_the_query_or_are_skipped(
 ) -> None:
     checkpoint = tmp_path / "retention"
     options = {"subscribe": "retention", "startingOffsets": "earliest"}
-    _first_run(spark, cluster, checkpoint, "retention", 10, options)
+    create_topic(cluster, "retention", 1)
+    _send(cluster, "retention", 0, range(10))
+    first = _run(spark, cluster, checkpoint, **options)
+    assert _rows(first) == _expected("retention", 0, range(10))
     _send(cluster, "retention", 0, range(10, 30))
     assert delete_records(cluster, "retention", 0, 20) == 20
     with pytest.raises(PySparkException, match="retention-0: offsets 10 to 19 are no longer"):
