@@ -49,7 +49,7 @@ class _Columns:
     """What the scan collects: per batch, then per record (positions in the concatenation of
     the batches' record data, ``chunks``)."""
 
-    chunks: list[bytes] = field(default_factory=list)
+    chunks: list[bytes | memoryview] = field(default_factory=list)
     chunk_bytes: int = 0
     base_offsets: list[int] = field(default_factory=list)
     base_timestamps: list[int] = field(default_factory=list)
@@ -81,28 +81,26 @@ def decode_fetch(
     next_offset = start
     pos = 0
     size = len(buffer)
-    while size - pos >= BATCH_OVERHEAD and next_offset < end:
-        header = read_header(buffer, pos)
-        batch_end = pos + header.size
-        if batch_end > size:
-            break
-        try:
+    try:
+        while size - pos >= BATCH_OVERHEAD and next_offset < end:
+            header = read_header(buffer, pos)
+            batch_end = pos + header.size
+            if batch_end > size:
+                break
             skipped = aborted is not None and aborted.skips(header, buffer, pos, check_crc)
             if header.next_offset > start and not (header.is_control or skipped):
                 if check_crc:
                     verify_crc(buffer, pos, header)
                 _collect(buffer, pos, batch_end, header, columns)
-        except RecordError as error:
-            raise CorruptRecordError(
-                f"record batch of {topic}-{partition} at offset {header.base_offset} is "
-                f"invalid: {error}"
-            ) from error
-        next_offset = max(next_offset, header.next_offset)
-        pos = batch_end
-    return DecodedFetch(
-        _record_batch(columns, topic, partition, start, end, include_headers),
-        min(next_offset, end),
-    )
+            next_offset = max(next_offset, header.next_offset)
+            pos = batch_end
+        batch = _record_batch(columns, topic, partition, start, end, include_headers)
+    except RecordError as error:
+        raise CorruptRecordError(
+            f"record batches of {topic}-{partition} fetched from offset {start} are invalid "
+            f"(at byte {pos} of the answer, offset {next_offset}): {error}"
+        ) from error
+    return DecodedFetch(batch, min(next_offset, end))
 
 
 def _collect(
@@ -113,14 +111,14 @@ def _collect(
     columns: _Columns,
 ) -> None:
     """Notes where the records of the batch at ``pos`` lie in the concatenated chunks."""
-    data: bytes
+    data: bytes | memoryview
     if header.attributes & COMPRESSION_MASK:
         decompressed = decompress(
             compression_of(header.attributes), memoryview(buffer)[pos + BATCH_OVERHEAD : batch_end]
         )
         data = decompressed if type(decompressed) is bytes else bytes(decompressed)
     else:
-        data = buffer[pos + BATCH_OVERHEAD : batch_end]
+        data = memoryview(buffer)[pos + BATCH_OVERHEAD : batch_end]
     base = columns.chunk_bytes
     columns.chunks.append(data)
     columns.chunk_bytes += len(data)

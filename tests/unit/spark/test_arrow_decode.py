@@ -129,5 +129,7 @@ def test_markers_are_never_rows_and_read_committed_drops_aborted_transactions() 
 def test_a_corrupt_batch_is_an_error_naming_the_partition_and_offset() -> None:
     buffer = bytearray(build_batch(_records(0, 5), base_offset=20))
     buffer[-2] ^= 0xFF
-    with pytest.raises(CorruptRecordError, match="record batch of t-3 at offset 20"):
+    with pytest.raises(
+        CorruptRecordError, match="record batches of t-3 fetched from offset 20 are invalid"
+    ):
         decode_fetch(bytes(buffer), "t", 3, 20, 25, aborted=None, include_headers=False)
