@@ -102,3 +102,17 @@ def fetch(
 def values(response: Any) -> list[bytes]:
     """The values of a decoded Fetch (or Subscribe) answer's records."""
     return [record.value for record in response.decoded_records]
+
+
+def delete_records(cluster: LocalCluster, topic: str, partition: int, before: int) -> int:
+    """DeleteRecords of every record of the partition below offset ``before`` (retention's
+    effect, on demand); the partition's new log start offset."""
+    request = storage_pb2.DeleteRecordsRequest(
+        partitions=[
+            storage_pb2.DeleteRecordsPartition(topic=topic, partition=partition, offset=before)
+        ],
+        timeout_ms=int(RPC_TIMEOUT_S * 1000),
+    )
+    answer = first_answer(leader_address(cluster, topic, partition), "DeleteRecords", request)
+    assert code_of(answer) is ErrorCode.NONE, answer.error_message
+    return int(answer.low_watermark)

@@ -51,6 +51,7 @@ import grpc
 
 from brook.client.errors import ApiError, ClientClosedError, ClientTimeoutError, api_error
 from brook.client.group.protocol import CONSUMER_PROTOCOL_TYPE, decode_assignment
+from brook.client.requests import list_offsets_request
 from brook.client.types import PreparedTransaction, TopicPartition
 from brook.closing import Closing
 from brook.config import ConfigError, parse_host_port
@@ -1102,18 +1103,7 @@ class Admin(Closing):
         def ask(
             stub: storage_pb2_grpc.StorageServiceStub, tps: list[TopicPartition], timeout_s: float
         ) -> list[tuple[TopicPartition, int, str, int]]:
-            request = storage_pb2.ListOffsetsRequest(
-                isolation_level=common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED,
-                partitions=[
-                    storage_pb2.ListOffsetsPartition(
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        spec=specs[tp][0],  # type: ignore[arg-type]
-                        timestamp_ms=specs[tp][1],
-                    )
-                    for tp in tps
-                ],
-            )
+            request = list_offsets_request(common_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED, tps, specs)
             answer = stub.ListOffsets(request, timeout=timeout_s)
             return [
                 (TopicPartition(p.topic, p.partition), p.error_code, p.error_message, p.offset)

@@ -33,6 +33,7 @@ import grpc
 from brook.client.config import ConsumerConfig, OffsetResetStrategy
 from brook.client.errors import ApiError, ClientTimeoutError, OffsetOutOfRangeError, api_error
 from brook.client.metadata import Metadata
+from brook.client.requests import fetch_request, list_offsets_request
 from brook.client.runtime import Notifier, Wakeup
 from brook.client.sender import METADATA_REFRESH_CODES
 from brook.client.types import ConsumerRecord, TopicPartition
@@ -444,19 +445,10 @@ class Fetcher:
     ) -> None:
         config = self._config
         cluster = self._metadata.cluster
-        request = storage_pb2.FetchRequest(
-            max_wait_ms=config.fetch_max_wait_ms,
-            min_bytes=config.fetch_min_bytes,
-            max_bytes=config.fetch_max_bytes,
-            isolation_level=config.isolation_level,  # type: ignore[arg-type]
-            partitions=[
-                storage_pb2.FetchPartition(
-                    topic=state.tp.topic,
-                    partition=state.tp.partition,
-                    fetch_offset=position,
-                    partition_max_bytes=config.max_partition_fetch_bytes,
-                    current_leader_epoch=cluster.leader_epoch(state.tp.topic, state.tp.partition),
-                )
+        request = fetch_request(
+            config,
+            [
+                (state.tp, position, cluster.leader_epoch(state.tp.topic, state.tp.partition))
                 for state, _, position in items
             ],
         )
@@ -668,19 +660,7 @@ class Fetcher:
         tps: list[TopicPartition],
         specs: Mapping[TopicPartition, tuple[int, int]],
     ) -> dict[TopicPartition, storage_pb2.ListOffsetsPartitionResponse | ApiError]:
-        request = storage_pb2.ListOffsetsRequest(
-            isolation_level=self._config.isolation_level,  # type: ignore[arg-type]
-            partitions=[
-                storage_pb2.ListOffsetsPartition(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    spec=specs[tp][0],  # type: ignore[arg-type]
-                    timestamp_ms=specs[tp][1],
-                    current_leader_epoch=-1,
-                )
-                for tp in tps
-            ],
-        )
+        request = list_offsets_request(self._config.isolation_level, tps, specs)
         try:
             response = await self._network.storage(address).ListOffsets(
                 request, timeout=self._request_timeout_s
