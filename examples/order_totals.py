@@ -2,9 +2,11 @@
 
 Reads the ``orders`` topic as a stream (``format("brook")``, Spark's Kafka source options),
 parses each order's JSON value, sums the amounts per customer over one-minute event-time
-windows (with a watermark), and writes every update to ``order-totals`` through Brook's
-exactly-once sink: a total is visible to ``read_committed`` consumers exactly once, even when
-tasks are retried or the driver is killed and restarted on the same checkpoint.
+windows, and writes each window's final total, once the watermark (the latest order time seen
+less ``WATERMARK_DELAY``) has passed the window's end, to ``order-totals`` through Brook's
+exactly-once sink: every window's total is one record for ``read_committed`` consumers, even
+when tasks are retried or the driver is killed and restarted on the same checkpoint. (Append
+mode: Spark's Python data sources take Append and Complete, not Update.)
 
 With a local cluster running (``brook cluster up``), one command creates the topics, writes
 sample orders and runs the job until Ctrl-C:
@@ -12,9 +14,9 @@ sample orders and runs the job until Ctrl-C:
     .venv/bin/python examples/order_totals.py --sample-orders 1000
 
 ``--available-now`` processes what the topic holds and exits (Trigger.AvailableNow), printing
-the final totals read back with read_committed. The checkpoint directory (``--checkpoint``)
-is what makes a restart resume exactly where the last run stopped. Needs the ``[spark]``
-extra and Java 17.
+the totals read back with read_committed. The checkpoint directory (``--checkpoint``) is what
+makes a restart resume exactly where the last run stopped. Needs the ``[spark]`` extra and
+Java 17.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ TOTALS = "order-totals"
 CUSTOMERS = ("ada", "grace", "linus", "barbara", "edsger", "margaret")
 ORDER_SCHEMA = "order_id string, customer string, amount double, ordered_at timestamp"
 READ_BACK_TIMEOUT_S = 30.0
+WINDOW = "1 minute"
+WATERMARK_DELAY = "1 minute"
+WATERMARK_DELAY_MS = 60_000
 
 
 def create_topics(controllers: str, partitions: int) -> None:
@@ -53,31 +58,46 @@ def create_topics(controllers: str, partitions: int) -> None:
                 raise SystemExit(f"creating {name}: {error}")
 
 
-def write_sample_orders(bootstrap: str, count: int, seed: int) -> dict[tuple[str, str], float]:
-    """``count`` orders spread over the last few minutes, keyed by customer; returns the
-    expected total per (customer, window start ISO minute)."""
+def write_sample_orders(bootstrap: str, count: int, seed: int) -> list[dict[str, object]]:
+    """``count`` orders spread over the last five minutes, keyed by customer; returns them."""
     from brook.client import Producer
 
     rng = random.Random(seed)
     now_ms = int(time.time() * 1000)
-    expected: dict[tuple[str, str], float] = {}
+    orders: list[dict[str, object]] = []
     with Producer(bootstrap_servers=bootstrap) as producer:
         for n in range(count):
             customer = rng.choice(CUSTOMERS)
             ordered_ms = now_ms - rng.randrange(5 * 60_000)
-            amount = rng.randrange(100, 10_000) / 100
-            order = {
+            order: dict[str, object] = {
                 "order_id": f"{seed}-{n}",
                 "customer": customer,
-                "amount": amount,
-                "ordered_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ordered_ms / 1000))
-                + f".{ordered_ms % 1000:03d}Z",
+                "amount": rng.randrange(100, 10_000) / 100,
+                "ordered_at": _iso(ordered_ms),
+                "ordered_ms": ordered_ms,
             }
+            orders.append(order)
             producer.send(ORDERS, json.dumps(order).encode(), key=customer.encode())
-            window = time.strftime("%Y-%m-%dT%H:%M:00", time.gmtime(ordered_ms // 60_000 * 60))
-            expected[(customer, window)] = round(expected.get((customer, window), 0.0) + amount, 2)
         producer.flush()
-    return expected
+    return orders
+
+
+def closed_window_totals(orders: list[dict[str, object]]) -> dict[tuple[str, str], float]:
+    """The totals the job emits for ``orders``: per (customer, window start), rounded to cents,
+    of every one-minute window that the watermark (latest order less WATERMARK_DELAY) has
+    passed."""
+    watermark_ms = max(int(str(o["ordered_ms"])) for o in orders) - WATERMARK_DELAY_MS
+    totals: dict[tuple[str, str], float] = {}
+    for order in orders:
+        start_ms = int(str(order["ordered_ms"])) // 60_000 * 60_000
+        if start_ms + 60_000 <= watermark_ms:
+            key = (str(order["customer"]), _iso(start_ms)[:19])
+            totals[key] = totals.get(key, 0.0) + float(str(order["amount"]))
+    return {key: round(total, 2) for key, total in totals.items()}
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
 def run_job(bootstrap: str, checkpoint: Path, *, available_now: bool) -> None:
@@ -110,8 +130,8 @@ def run_job(bootstrap: str, checkpoint: Path, *, available_now: bool) -> None:
             .select("order.*")
         )
         totals = (
-            orders.withWatermark("ordered_at", "10 minutes")
-            .groupBy(f.window("ordered_at", "1 minute"), "customer")
+            orders.withWatermark("ordered_at", WATERMARK_DELAY)
+            .groupBy(f.window("ordered_at", WINDOW), "customer")
             .agg(f.round(f.sum("amount"), 2).alias("total"), f.count("*").alias("orders"))
             .select(
                 f.concat_ws(
@@ -129,7 +149,7 @@ def run_job(bootstrap: str, checkpoint: Path, *, available_now: bool) -> None:
         )
         writer = (
             totals.writeStream.format("brook")
-            .outputMode("update")
+            .outputMode("append")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", TOTALS)
             .option("checkpointLocation", str(checkpoint))
@@ -147,13 +167,13 @@ def run_job(bootstrap: str, checkpoint: Path, *, available_now: bool) -> None:
         spark.stop()
 
 
-def read_totals(bootstrap: str, controllers: str) -> dict[tuple[str, str], float]:
-    """The last committed total of every (customer, window) in ``order-totals``."""
+def read_totals(bootstrap: str, controllers: str) -> list[dict[str, object]]:
+    """Every committed record of ``order-totals``, in order per partition."""
     from brook.client import Admin, Consumer, TopicPartition
 
     with Admin(controllers) as admin:
         count = len(admin.describe_topics([TOTALS])[TOTALS].partitions)
-    totals: dict[tuple[str, str], float] = {}
+    totals: list[dict[str, object]] = []
     with Consumer(
         bootstrap_servers=bootstrap,
         isolation_level="read_committed",
@@ -167,9 +187,7 @@ def read_totals(bootstrap: str, controllers: str) -> dict[tuple[str, str], float
         while any(consumer.position(tp) < ends[tp] for tp in partitions):
             if time.monotonic() > deadline:
                 raise SystemExit(f"{TOTALS} could not be read back in {READ_BACK_TIMEOUT_S} s")
-            for record in consumer.poll(timeout=1.0):
-                total = json.loads(record.value or b"{}")
-                totals[(total["customer"], total["window"])] = total["total"]
+            totals.extend(json.loads(r.value or b"{}") for r in consumer.poll(timeout=1.0))
     return totals
 
 
@@ -188,10 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         write_sample_orders(args.bootstrap_servers, args.sample_orders, args.seed)
     run_job(args.bootstrap_servers, args.checkpoint.resolve(), available_now=args.available_now)
     if args.available_now:
-        for (customer, window), total in sorted(
-            read_totals(args.bootstrap_servers, args.controllers).items()
-        ):
-            print(json.dumps({"customer": customer, "window": window, "total": total}))
+        for total in read_totals(args.bootstrap_servers, args.controllers):
+            print(json.dumps(total))
     return 0
 
 
