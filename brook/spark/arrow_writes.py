@@ -117,14 +117,14 @@ def send_arrow_rows(
     ]
 
 
-def payload_bytes(batch: pa.RecordBatch) -> list[int]:
+def payload_bytes(batch: pa.RecordBatch) -> pa.Array:
     """Each row's key and value bytes (what a summary counts as a record's bytes; a null is
-    0), a whole column at a time."""
-    sizes = pc.fill_null(pc.binary_length(batch.column("value")), 0)
+    0) as int64, a whole column at a time."""
+    sizes = pc.fill_null(pc.binary_length(batch.column("value")), 0).cast(pa.int64())
     if "key" in batch.schema.names:
-        sizes = pc.add(sizes, pc.fill_null(pc.binary_length(batch.column("key")), 0))
-    lengths: list[int] = sizes.to_pylist()
-    return lengths
+        keys = pc.fill_null(pc.binary_length(batch.column("key")), 0).cast(pa.int64())
+        sizes = pc.add(sizes, keys)
+    return sizes
 
 
 def _require(schema: pa.Schema, name: str, allowed: tuple[pa.DataType, ...], what: str) -> None:

@@ -7,16 +7,20 @@ counts a batch's records once ``PENDING_BATCHES_MAX`` newer batches were sent af
 then they are normally acknowledged; if not, it waits for them), so a task holds the futures
 of a few batches, not one per row it ever sent, and the producer still has batches in flight
 while they are counted. ``finish`` flushes the producer and counts the rest. Counting is
-columnar: each future is asked only for its error and its partition; Arrow groups them.
+columnar: each future is asked only for its error and its partition; Arrow groups them
+and sums the bytes.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 from typing import Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from brook.client import ClientTimeoutError, Producer, RecordFuture, TopicPartition
 from brook.spark.arrow_writes import payload_bytes, send_arrow_rows
@@ -25,6 +29,11 @@ __all__ = ["PENDING_BATCHES_MAX", "DeliveryError", "DeliveryTally", "PartitionDe
 
 PENDING_BATCHES_MAX: Final = 2
 """Arrow batches whose futures a tally holds beyond the one being sent."""
+
+_TOPIC: Final = attrgetter("topic")
+_PARTITION: Final = attrgetter("partition")
+# Group keys: topic number * stride + partition (a partition number is below 2^31).
+_TOPIC_STRIDE: Final = 1 << 32
 
 
 class DeliveryError(RuntimeError):
@@ -52,7 +61,7 @@ class DeliveryTally:
         # passed (plus the request that may still be answering).
         config = producer.config
         self._wait_s = (config.delivery_timeout_ms + config.request_timeout_ms) / 1000
-        self._pending: deque[tuple[list[RecordFuture], list[int], str | None]] = deque()
+        self._pending: deque[tuple[list[RecordFuture], pa.Array, str | None]] = deque()
         self._partitions: dict[TopicPartition, PartitionDelivery] = {}
 
     def send(self, batch: pa.RecordBatch, *, default_topic: str | None) -> None:
@@ -72,39 +81,38 @@ class DeliveryTally:
             self._count(*self._pending.popleft())
         return dict(self._partitions)
 
-    def _count(self, futures: list[RecordFuture], sizes: list[int], topic: str | None) -> None:
+    def _count(self, futures: list[RecordFuture], sizes: pa.Array, topic: str | None) -> None:
         """Count one sent batch, waiting for its records' outcomes; ``topic``: the one topic
         every record went to, if known (saves asking each future)."""
-        wait_s = self._wait_s
-        for future in futures:
-            try:
-                error = future.exception(wait_s)
-            except ClientTimeoutError as timeout:
-                raise DeliveryError(str(timeout)) from timeout
-            if error is not None:
-                raise DeliveryError(
-                    f"a record for {future.topic}-{future.partition} was not written: {error}"
-                ) from error
-        columns = {
-            "topic": [topic] * len(futures) if topic is not None else [f.topic for f in futures],
-            "partition": [f.partition for f in futures],
-            "bytes": sizes,
-            "index": range(len(futures)),
-        }
-        groups = (
-            pa.table(columns)
-            .group_by(["topic", "partition"], use_threads=False)
-            .aggregate([("bytes", "sum"), ("bytes", "count"), ("index", "min"), ("index", "max")])
-            .to_pylist()
-        )
-        partitions = self._partitions
-        for group in groups:
-            where = TopicPartition(group["topic"], group["partition"])
-            last = futures[group["index_max"]].result(0).offset
-            delivery = partitions.get(where)
+        # map over the unbound methods: this runs once per record.
+        try:
+            errors = list(map(RecordFuture.exception, futures, repeat(self._wait_s)))
+        except ClientTimeoutError as timeout:
+            raise DeliveryError(str(timeout)) from timeout
+        if any(errors):
+            index, error = next((i, e) for i, e in enumerate(errors) if e is not None)
+            failed = futures[index]
+            raise DeliveryError(
+                f"a record for {failed.topic}-{failed.partition} was not written: {error}"
+            ) from error
+        # Grouped by (topic, partition) with Arrow, one pass per partition the batch went to.
+        partitions = pa.array(list(map(_PARTITION, futures)), pa.int64())
+        if topic is None:
+            topics = pa.array(list(map(_TOPIC, futures)), pa.string()).dictionary_encode()
+            names: list[str] = topics.dictionary.to_pylist()
+            groups = pc.add(pc.multiply(topics.indices.cast(pa.int64()), _TOPIC_STRIDE), partitions)
+        else:
+            names = [topic]
+            groups = partitions
+        deliveries = self._partitions
+        for group in pc.unique(groups).to_pylist():
+            rows = pc.indices_nonzero(pc.equal(groups, group))
+            where = TopicPartition(names[group // _TOPIC_STRIDE], group % _TOPIC_STRIDE)
+            last = futures[rows[-1].as_py()].result(0).offset
+            delivery = deliveries.get(where)
             if delivery is None:
-                first = futures[group["index_min"]].result(0).offset
-                delivery = partitions[where] = PartitionDelivery(0, 0, first, last)
-            delivery.records += group["bytes_count"]
-            delivery.bytes += group["bytes_sum"]
+                first = futures[rows[0].as_py()].result(0).offset
+                delivery = deliveries[where] = PartitionDelivery(0, 0, first, last)
+            delivery.records += len(rows)
+            delivery.bytes += pc.sum(pc.take(sizes, rows)).as_py()
             delivery.last_offset = last

@@ -3,13 +3,14 @@ sink.
 
     (df.selectExpr("CAST(id AS STRING) AS key", "payload AS value")
        .write.format("brook")
+       .mode("append")        # PySpark's Python data sources take append or overwrite
        .option("kafka.bootstrap.servers", "127.0.0.1:9101")
        .option("topic", "orders")
        .save())
 
-On the driver, the constructor checks the options, the DataFrame's columns
-(``brook.spark.arrow_writes``) and, when the ``topic`` option names one, that the topic
-exists: a bad write fails before any task runs. Each task sends its rows through one
+On the driver, the constructor checks the options (the producer's settings among them), the
+DataFrame's columns (``brook.spark.arrow_writes``) and, when the ``topic`` option names one,
+that the topic exists: a bad write fails before any task runs. Each task sends its rows through one
 idempotent producer (``enable.idempotence``, ``acks=all``; every ``kafka.*`` option is passed
 to it), flushes before it returns and fails when any record failed, so a job that succeeds has
 every row written. The guarantee is at least once: a task that fails after some of its records
@@ -29,6 +30,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from brook.client import Producer, TopicPartition
+from brook.client.config import producer_config
 from brook.spark.arrow_writes import check_write_schema
 from brook.spark.deliveries import DeliveryTally, PartitionDelivery
 from brook.spark.options import OptionError, client_config, option
@@ -61,6 +63,7 @@ class BatchWriter(DataSourceArrowWriter):
                     "producer is idempotent"
                 )
         self._settings = {**config, **_IDEMPOTENT}
+        producer_config(self._settings)  # ConfigError here rather than in every task
         self._topic = option(options, "topic")
         check_write_schema(to_arrow_schema(schema, timezone="UTC"), default_topic=self._topic)
         if self._topic is not None:

@@ -146,6 +146,20 @@ def test_a_record_that_cannot_be_written_fails_the_job(
     assert read_back(cluster, "three-partitions", PARTITIONS) == []
 
 
+def test_a_batch_with_a_null_topic_fails_the_job_and_sends_none_of_its_rows(
+    spark: SparkSession, cluster: LocalCluster
+) -> None:
+    create_topic(cluster, "some-rows-null", 1)
+    # One Spark partition, so one Arrow batch holds every row.
+    df = spark.range(0, 10, 1, 1).selectExpr(
+        "IF(id = 5, NULL, 'some-rows-null') AS topic", "CAST(id AS STRING) AS value"
+    )
+    with pytest.raises(Exception) as raised:
+        save(df, cluster)
+    assert "null topic present in the data" in error_text(raised.value)
+    assert read_back(cluster, "some-rows-null", 1) == []
+
+
 @pytest.fixture(scope="module")
 def refused(cluster: LocalCluster) -> LocalCluster:
     """The cluster, with the topic ``refused`` that refused writes must leave empty."""
