@@ -63,6 +63,30 @@ def test_the_summary_of_each_task_is_what_the_consumer_reads(
         assert row.bytes == sum(len(r.key or b"") + len(r.value or b"") for r in sent)
 
 
+def test_the_summary_counts_each_topic_of_the_topic_column(
+    spark: SparkSession, cluster: LocalCluster
+) -> None:
+    for topic in ("column-a", "column-b"):
+        create_topic(cluster, topic, PARTITIONS)
+    df = spark.range(0, 90, 1, 1).selectExpr(
+        "IF(id % 3 = 0, 'column-a', 'column-b') AS topic", "CAST(id AS STRING) AS value"
+    )
+    summary = produce(df, bootstrap_servers=storage_bootstrap(cluster)).collect()
+
+    for topic, rows in (("column-a", 30), ("column-b", 60)):
+        records = read_back(cluster, topic, PARTITIONS)
+        assert len(records) == rows
+        assert {
+            (row.partition, row.records, row.first_offset, row.last_offset)
+            for row in summary
+            if row.topic == topic
+        } == {
+            (p, len(got), got[0].offset, got[-1].offset)
+            for p in range(PARTITIONS)
+            if (got := [r for r in records if r.partition == p])
+        }
+
+
 def test_produce_udf_gives_each_row_the_partition_and_offset_its_record_landed_at(
     spark: SparkSession, cluster: LocalCluster
 ) -> None:
