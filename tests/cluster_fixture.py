@@ -178,18 +178,19 @@ def one_node_transactions_cluster(
     controller: Mapping[str, str] | None = None,
     storage_node: Mapping[str, str] | None = None,
     group_coordinator: Mapping[str, str] | None = None,
+    gateways: int = 0,
 ) -> Iterator[LocalCluster]:
-    """A ``shared_cluster`` of one controller, one storage node and two coordinators (no
-    gateway) whose internal topics (offsets, transaction state) have one replica, on the one
-    storage node; ``controller``, ``storage_node`` and ``group_coordinator``: more config of
-    that role."""
+    """A ``shared_cluster`` of one controller, one storage node, two coordinators and
+    ``gateways`` gateways, whose internal topics (offsets, transaction state) have one
+    replica, on the one storage node; ``controller``, ``storage_node`` and
+    ``group_coordinator``: more config of that role."""
     with shared_cluster(
         tmp_path_factory,
         name,
         controllers=1,
         storage_nodes=1,
         group_coordinators=2,
-        gateways=0,
+        gateways=gateways,
         config_overrides={
             "controller": {
                 "offsets.topic.replication.factor": "1",

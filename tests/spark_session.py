@@ -27,15 +27,16 @@ JVM_STOP_TIMEOUT_S = 30.0
 
 
 @contextmanager
-def spark_session(scratch: Path) -> Iterator[SparkSession]:
+def spark_session(scratch: Path, master: str = SPARK_MASTER) -> Iterator[SparkSession]:
     """A started SparkSession with ``format("brook")`` registered; stopped, its JVM with it,
-    on the way out. ``scratch``: a directory for Spark's local files and warehouse."""
+    on the way out. ``scratch``: a directory for Spark's local files and warehouse;
+    ``master``: the tests' unless a benchmark wants plain ``local[2]``."""
     # Spark starts its Python workers with PYSPARK_PYTHON: this interpreter, so they import
     # the same brook and pyarrow.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session = (
-        SparkSession.builder.master(SPARK_MASTER)
+        SparkSession.builder.master(master)
         .appName("brook-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -14,6 +14,7 @@ streaming sink is exactly-once (docs/spark.md); ``produce`` and ``produce_udf`` 
 producers. Needs the ``[spark]`` extra.
 """
 
+from brook.spark.produce import produce, produce_udf
 from brook.spark.source import BrookDataSource, register
 
-__all__ = ["BrookDataSource", "register"]
+__all__ = ["BrookDataSource", "produce", "produce_udf", "register"]

@@ -19,7 +19,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from brook.spark.options import flag
+from brook.spark.options import OptionError, flag
 from brook.spark.schema import source_schema
 
 if TYPE_CHECKING:
@@ -50,6 +50,10 @@ class BrookDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from brook.spark.writer import BatchWriter
+
+        if overwrite:
+            # A log cannot be overwritten (Spark's Kafka sink refuses the mode too).
+            raise OptionError("Save mode Overwrite is not allowed for Brook: use append")
 
         return BatchWriter(dict(self.options), schema)
 
