@@ -16,6 +16,7 @@ records of aborted transactions, as the SDK's consumer does (``AbortedTransactio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -187,6 +188,9 @@ def _headers(data: bytes, p: int) -> list[dict[str, object]]:
     return headers
 
 
+_BINARY_OFFSET_MAX: Final = 2**31 - 1
+
+
 def _binary(data: pa.Buffer, starts: _Ints, lengths: _Ints) -> pa.Array:
     """The byte strings ``data[start:start+length]`` (null where length is -1) as one Arrow
     binary array. The slices are in order and never overlap, so their ends are one rising
@@ -196,6 +200,12 @@ def _binary(data: pa.Buffer, starts: _Ints, lengths: _Ints) -> pa.Array:
     valid = lengths >= 0
     if rows == 0:
         return pa.array([], pa.binary())
+    if data.size > _BINARY_OFFSET_MAX:
+        # int32 offsets (Spark's BinaryType is Arrow's binary, not large_binary) would wrap.
+        raise ValueError(
+            f"{data.size} bytes of records in one fetch are more than an Arrow binary column "
+            f"holds ({_BINARY_OFFSET_MAX}); lower kafka.max.partition.fetch.bytes"
+        )
     bounds = np.empty(2 * rows, dtype=np.int32)
     bounds[0::2] = starts
     bounds[1::2] = starts + np.where(valid, lengths, 0)

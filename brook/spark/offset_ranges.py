@@ -36,6 +36,7 @@ __all__ = [
     "DataLossError",
     "OffsetRange",
     "check_data_loss",
+    "offsets_went_back",
     "rate_limit",
     "read_range",
     "resolve",
@@ -152,6 +153,19 @@ def _names_exactly(
             f"Option '{name}' must name every subscribed partition ({'; '.join(problems)}); "
             "use -2 for earliest and -1 for latest if you don't care"
         )
+
+
+def offsets_went_back(
+    start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]
+) -> str:
+    """What to say of partitions whose ``latest`` offset is below the ``start`` a query had
+    reached (the partition was recreated or its log truncated): Spark's Kafka source's
+    message, with the way out."""
+    changed = "; ".join(
+        f"{tp.topic}-{tp.partition}'s offset was changed from {start[tp]} to {offset}"
+        for tp, offset in sorted(latest.items())
+    )
+    return f"{changed}. {_DATA_LOSS_HINT}"
 
 
 def check_data_loss(tp: TopicPartition, position: int, log_start: int, *, fail: bool) -> int:

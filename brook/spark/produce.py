@@ -4,7 +4,7 @@ function that gives each row the partition and offset its record landed at).
 
     from brook.spark import produce, produce_udf
 
-    summary = produce(df, "orders", bootstrap_servers="127.0.0.1:9101", linger_ms=5)
+    summary = produce(df, "orders", bootstrap_servers="127.0.0.1:9101", linger_ms=5)  # sent
     summary.show()      # task, topic, partition, records, bytes, first_offset, last_offset
 
     send = produce_udf("orders", bootstrap_servers="127.0.0.1:9101")
@@ -76,12 +76,14 @@ def produce(
     bootstrap_servers: str,
     **producer_settings: object,
 ) -> DataFrame:
-    """The rows of ``df`` sent to Brook when the returned summary DataFrame is computed (it
-    is lazy, like any ``mapInArrow``): one row per (task, topic, partition) with the records
-    and bytes written and their first and last offsets (``SUMMARY_SCHEMA``). ``topic``, when
-    given, wins over a ``topic`` column. Checked here, before any task runs: the columns
-    (WriteSchemaError), the producer settings (ConfigError) and that ``topic`` exists
-    (OptionError)."""
+    """Sends the rows of ``df`` to Brook now (one Spark job, every task of it) and returns the
+    summary: one row per (task, topic, partition) with the records and bytes written and their
+    first and last offsets (``SUMMARY_SCHEMA``), a small DataFrame of what was collected, so
+    looking at it (``show``, ``count``, twice) sends nothing again. (A lazy ``mapInArrow``
+    would send whenever, and as much as, an action computes it: ``show()`` runs only the
+    tasks its first rows need.) ``topic``, when given, wins over a ``topic`` column. Checked
+    here, before any task runs: the columns (WriteSchemaError), the producer settings
+    (ConfigError) and that ``topic`` exists (OptionError)."""
     check_write_schema(to_arrow_schema(df.schema, timezone="UTC"), default_topic=topic)
     _check(bootstrap_servers, topic, producer_settings)
 
@@ -111,7 +113,8 @@ def produce(
                 schema=_SUMMARY_ARROW,
             )
 
-    return df.mapInArrow(produce_task, SUMMARY_SCHEMA)
+    summary = df.mapInArrow(produce_task, SUMMARY_SCHEMA).collect()
+    return df.sparkSession.createDataFrame(summary, SUMMARY_SCHEMA)
 
 
 def produce_udf(

@@ -13,6 +13,7 @@ and (``subscribePattern``) new topics join, read from their earliest offset.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -31,6 +32,7 @@ from brook.spark.offset_ranges import (
     DataLossError,
     OffsetRange,
     check_data_loss,
+    offsets_went_back,
     rate_limit,
     read_range,
     resolve,
@@ -40,6 +42,8 @@ from brook.spark.offset_ranges import (
 from brook.spark.read_options import offsets_json, parse_read_options
 
 __all__ = ["StreamReader"]
+
+_log = logging.getLogger(__name__)
 
 Offsets = dict[TopicPartition, int]
 
@@ -111,9 +115,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [tp for tp in latest if tp not in begin]
         if new:
             begin.update(self._driver_client().edge_offsets(new, EARLIEST))
-        end = {tp: max(offset, begin[tp]) for tp, offset in latest.items()}
+        # A partition whose latest offset is below where the query is (recreated, or its log
+        # truncated) lost what the query had not read: an error, or (failOnDataLoss false)
+        # read again from its log start up to its new latest (``partitions``).
+        backwards = {tp: offset for tp, offset in latest.items() if offset < begin[tp]}
+        if backwards and self._options.fail_on_data_loss:
+            raise DataLossError(offsets_went_back(begin, backwards))
+        end = {tp: offset for tp, offset in latest.items() if tp not in backwards}
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(begin, end, limit.max_rows)
+        end.update(backwards)
         for tp, offset in begin.items():
             end.setdefault(tp, offset)
         return offsets_json(end)
@@ -136,11 +147,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{named}: the partition no longer exists. Set the source option "
                 "'failOnDataLoss' to 'false' to go on without it."
             )
-        readable = [tp for tp in until if tp in existing and until[tp] > begin[tp]]
+        readable = [tp for tp in until if tp in existing and until[tp] != begin[tp]]
+        backwards = {tp: until[tp] for tp in readable if until[tp] < begin[tp]}
+        if backwards and fail:
+            raise DataLossError(offsets_went_back(begin, backwards))
         log_start = client.edge_offsets(readable, EARLIEST) if readable else {}
         ranges = []
         for tp in readable:
-            first = check_data_loss(tp, begin[tp], log_start[tp], fail=fail)
+            if tp in backwards:
+                _log.warning("%s", offsets_went_back(begin, {tp: until[tp]}))
+                first = log_start[tp]
+            else:
+                first = check_data_loss(tp, begin[tp], log_start[tp], fail=fail)
             ranges.append(OffsetRange(tp.topic, tp.partition, first, max(first, until[tp])))
         return split(ranges, self._options.min_partitions)
 

@@ -63,6 +63,21 @@ def test_the_summary_of_each_task_is_what_the_consumer_reads(
         assert row.bytes == sum(len(r.key or b"") + len(r.value or b"") for r in sent)
 
 
+def test_produce_sends_every_row_once_however_the_summary_is_looked_at(
+    spark: SparkSession, cluster: LocalCluster
+) -> None:
+    """The call sends (every task); looking at the summary partially (``show`` takes the
+    first rows), fully or twice sends nothing more."""
+    create_topic(cluster, "eager", PARTITIONS)
+    df = spark.range(ROWS, numPartitions=8).selectExpr("CAST(id AS STRING) AS value")
+    summary = produce(df, "eager", bootstrap_servers=storage_bootstrap(cluster))
+    assert len(read_back(cluster, "eager", PARTITIONS)) == ROWS
+    summary.show(1)
+    assert summary.count() == summary.count() == len(summary.collect())
+    values = sorted(int(r.value or b"") for r in read_back(cluster, "eager", PARTITIONS))
+    assert values == list(range(ROWS))
+
+
 def test_the_summary_counts_each_topic_of_the_topic_column(
     spark: SparkSession, cluster: LocalCluster
 ) -> None:

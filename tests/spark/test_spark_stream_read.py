@@ -23,10 +23,14 @@ import pytest
 from cluster_fixture import wait_until
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 from read_helpers import add_partitions, bootstrap, create_topic, read_cluster, write
 from storage_rpc import delete_records
 
 from brook.launcher import LocalCluster
+from brook.spark.offset_ranges import DataLossError
+from brook.spark.schema import source_schema
+from brook.spark.stream_reader import StreamReader
 
 pytestmark = pytest.mark.integration
 
@@ -211,3 +215,31 @@ def test_ending_options_are_refused_in_a_streaming_read(
     create_topic(cluster, "ending", 1)
     with pytest.raises(PySparkException, match="endingOffsets is not valid in streaming"):
         _run(spark, cluster, tmp_path / "ending", subscribe="ending", endingOffsets="latest")
+
+
+def test_offsets_that_went_back_fail_the_query_or_are_read_again_from_the_log_start(
+    cluster: LocalCluster,
+) -> None:
+    """A checkpoint past a partition's latest offset (the topic was recreated, or its log
+    truncated): Spark's data loss, not a query that silently waits for the old offset."""
+    create_topic(cluster, "went-back", 1)
+    _send(cluster, "went-back", 0, range(5))
+    options = {"kafka.bootstrap.servers": bootstrap(cluster), "subscribe": "went-back"}
+    schema = source_schema(include_headers=False)
+    start = {"went-back": {"0": 100}}
+    strict = StreamReader(options, schema)
+    try:
+        with pytest.raises(DataLossError, match="went-back-0's offset was changed from 100 to 5"):
+            strict.latestOffset(start, ReadAllAvailable())
+    finally:
+        strict.stop()
+    lenient = StreamReader({**options, "failOnDataLoss": "false"}, schema)
+    try:
+        end = lenient.latestOffset(start, ReadAllAvailable())
+        assert end == {"went-back": {"0": 5}}
+        [whole] = lenient.partitions(start, end)
+        batches = list(lenient.read(whole))
+    finally:
+        lenient.stop()
+    offsets = [o for batch in batches for o in batch.column("offset").to_pylist()]
+    assert offsets == [0, 1, 2, 3, 4]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Final
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from brook.client.fetcher import AbortedTransactions
@@ -18,7 +20,7 @@ from brook.record import (
     build_control_batch,
 )
 from brook.record.records import RecordTuple
-from brook.spark.arrow_decode import decode_fetch
+from brook.spark.arrow_decode import _binary, decode_fetch
 from brook.spark.schema import arrow_schema
 
 BASE_MS: Final = 1_700_000_000_000
@@ -133,3 +135,13 @@ def test_a_corrupt_batch_is_an_error_naming_the_partition_and_offset() -> None:
         CorruptRecordError, match="record batches of t-3 fetched from offset 20 are invalid"
     ):
         decode_fetch(bytes(buffer), "t", 3, 20, 25, aborted=None, include_headers=False)
+
+
+def test_records_beyond_an_arrow_binary_column_are_refused_not_wrapped() -> None:
+    """Spark's binary is Arrow's binary (int32 offsets): more than 2 GiB of records in one
+    fetch must fail clearly, not wrap into corrupt rows. (A 2 GiB view of a small buffer: the
+    check comes before any byte is read.)"""
+    small = pa.py_buffer(b"x" * 16)
+    huge = pa.foreign_buffer(small.address, 2**31, base=small)
+    with pytest.raises(ValueError, match="more than an Arrow binary column holds"):
+        _binary(huge, np.array([0], dtype=np.int64), np.array([1], dtype=np.int64))
