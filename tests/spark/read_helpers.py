@@ -8,13 +8,13 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 import pytest
+from brook_topics import storage_bootstrap
 from cluster_fixture import one_node_transactions_cluster
 from pyspark.sql import DataFrame, SparkSession
 
 from brook.client import Admin, Producer
-from brook.client.admin import NewTopic
 from brook.client.types import RecordMetadata
-from brook.launcher import LocalCluster, Role
+from brook.launcher import LocalCluster
 
 CLIENT_TIMEOUT_S: Final = 30.0
 # (key, value, topic, partition, offset, timestamp ms, timestampType, headers)
@@ -30,15 +30,6 @@ def read_cluster(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterato
         yield cluster
 
 
-def bootstrap(cluster: LocalCluster) -> str:
-    return cluster.bootstrap_servers(Role.STORAGE_NODE)
-
-
-def create_topic(cluster: LocalCluster, topic: str, partitions: int) -> None:
-    with Admin(cluster.controller_bootstrap_servers) as admin:
-        assert admin.create_topics([NewTopic(topic, partitions, 1)]) == {topic: None}
-
-
 def add_partitions(cluster: LocalCluster, topic: str, total: int) -> None:
     with Admin(cluster.controller_bootstrap_servers) as admin:
         assert admin.create_partitions({topic: total}) == {topic: None}
@@ -51,7 +42,7 @@ def write(
 ) -> list[Row]:
     """``records`` (Producer.send's keyword arguments, ``topic`` among them) sent and flushed
     by one producer of ``settings``; each as the row a read must return for it."""
-    config: dict[str, object] = {"bootstrap.servers": bootstrap(cluster), "linger.ms": 5}
+    config: dict[str, object] = {"bootstrap.servers": storage_bootstrap(cluster), "linger.ms": 5}
     config.update({k.replace("_", "."): v for k, v in settings.items()})
     with Producer(config) as producer:
         futures = [producer.send(**record) for record in records]
@@ -73,7 +64,7 @@ def write(
 
 
 def reader(spark: SparkSession, cluster: LocalCluster, **options: str) -> Any:
-    read = spark.read.format("brook").option("kafka.bootstrap.servers", bootstrap(cluster))
+    read = spark.read.format("brook").option("kafka.bootstrap.servers", storage_bootstrap(cluster))
     return read.options(**options)
 
 

@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from typing import Final
 
 import pytest
+from brook_topics import create_topic, storage_bootstrap
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
-from read_helpers import Row, bootstrap, create_topic, read_cluster, reader, rows, write
+from read_helpers import Row, read_cluster, reader, rows, write
 from storage_rpc import delete_records
 
 from brook.client import Producer
@@ -150,7 +151,11 @@ def test_read_committed_hides_an_aborted_transaction(
 ) -> None:
     create_topic(cluster, "txn", 1)
     with Producer(
-        {"bootstrap.servers": bootstrap(cluster), "transactional.id": "spark-read", "linger.ms": 0}
+        {
+            "bootstrap.servers": storage_bootstrap(cluster),
+            "transactional.id": "spark-read",
+            "linger.ms": 0,
+        }
     ) as producer:
         producer.init_transactions(30)
         for outcome in ("commit", "abort", "commit"):
@@ -173,7 +178,11 @@ def test_read_committed_hides_an_aborted_transaction(
     # Three markers among the offsets, none of them a row.
     assert [r[4] for r in everything] == [*range(5), *range(6, 11), *range(12, 17)]
     with Producer(
-        {"bootstrap.servers": bootstrap(cluster), "transactional.id": "spark-open", "linger.ms": 0}
+        {
+            "bootstrap.servers": storage_bootstrap(cluster),
+            "transactional.id": "spark-open",
+            "linger.ms": 0,
+        }
     ) as producer:
         producer.init_transactions(30)
         producer.begin_transaction()

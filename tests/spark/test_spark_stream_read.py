@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from brook_topics import create_topic, storage_bootstrap
 from cluster_fixture import wait_until
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from read_helpers import add_partitions, bootstrap, create_topic, read_cluster, write
+from read_helpers import add_partitions, read_cluster, write
 from storage_rpc import delete_records
 
 from brook.launcher import LocalCluster
@@ -75,7 +76,7 @@ def _run(
 
     stream = (
         spark.readStream.format("brook")
-        .option("kafka.bootstrap.servers", bootstrap(cluster))
+        .option("kafka.bootstrap.servers", storage_bootstrap(cluster))
         .options(**options)
         .load()
     )
@@ -164,7 +165,7 @@ def test_partitions_and_topics_added_while_the_query_runs_are_read_from_their_st
 
     stream = (
         spark.readStream.format("brook")
-        .option("kafka.bootstrap.servers", bootstrap(cluster))
+        .option("kafka.bootstrap.servers", storage_bootstrap(cluster))
         .option("subscribePattern", "grow-.*")
         .option("startingOffsets", "earliest")
         .load()
@@ -224,7 +225,7 @@ def test_offsets_that_went_back_fail_the_query_or_are_read_again_from_the_log_st
     truncated): Spark's data loss, not a query that silently waits for the old offset."""
     create_topic(cluster, "went-back", 1)
     _send(cluster, "went-back", 0, range(5))
-    options = {"kafka.bootstrap.servers": bootstrap(cluster), "subscribe": "went-back"}
+    options = {"kafka.bootstrap.servers": storage_bootstrap(cluster), "subscribe": "went-back"}
     schema = source_schema(include_headers=False)
     start = {"went-back": {"0": 100}}
     strict = StreamReader(options, schema)
