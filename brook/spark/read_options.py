@@ -59,6 +59,14 @@ class Subscription:
     assigned: tuple[TopicPartition, ...] = ()
 
 
+READ_CLIENT_DEFAULTS: Final = {"max.partition.fetch.bytes": str(8 * 1024 * 1024)}
+"""Where a read's client settings differ from the SDK consumer's: a task reads one partition
+range from start to end, so bigger fetches (8 MiB, not the consumer's 1 MiB) only mean fewer
+round trips — measured in one process on 500,000 100-byte records, about 1.4x the records/s
+of 1 MiB fetches (bench/bench_spark.py measures the whole path). ``kafka.max.partition.fetch.bytes``
+overrides it."""
+
+
 @dataclass(frozen=True)
 class Boundary:
     """Where a read starts or ends, before it is resolved against the cluster: one of an edge
@@ -91,7 +99,9 @@ class ReadOptions:
     max_offsets_per_trigger: int | None
 
     def consumer_config(self) -> ConsumerConfig:
-        return consumer_config(dict(self.client))
+        """The SDK consumer settings of a read: ``READ_CLIENT_DEFAULTS`` under the job's own
+        ``kafka.*`` options."""
+        return consumer_config({**READ_CLIENT_DEFAULTS, **self.client})
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
