@@ -13,6 +13,16 @@ Paths, 100-byte values (no key), topics of 6 partitions, interleaved round by ro
 - spark_reader: ``spark.read.format("brook")`` of that topic, every row materialised
   (``write.format("noop")``).
 
+Spark's own ceilings, in the same run, say what a Python data source can do here at all:
+
+- spark_write_ceiling: the same DataFrame through a ``mapInArrow`` that only counts its
+  batches (Spark handing Arrow batches to Python workers, nothing sent).
+- spark_read_ceiling: a Python data source with the Brook source's schema and partitions that
+  yields the same number of rows from memory (Spark taking Arrow batches back, nothing
+  fetched).
+
+``of_ceiling`` is a Spark path's rows/s over its ceiling's in the same round.
+
 The DataFrame is generated, cached and counted before any timing, so a Spark figure is Spark
 handing Arrow batches to its Python workers (or taking them back) plus Brook's part,
 including the job's fixed cost (planning, the reader or writer made in a Python worker, the
@@ -39,16 +49,21 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+import pyarrow as pa
 from bench_gateway import machine_facts
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
 
 from brook.client import Consumer, Producer, TopicPartition
 from brook.client.admin import Admin, NewTopic
 from brook.launcher import LocalCluster, Role, Topology
 from brook.spark import produce
+from brook.spark.schema import arrow_schema, source_schema
 from brook.tools.options import ToolError, topic_partition_count
 from brook.tools.perf import consumer_perf
 
@@ -64,7 +79,23 @@ STOP_TIMEOUT_MS: Final = 10_000
 TOPIC_KNOWN_TIMEOUT_S: Final = 30.0
 CONSUME_IDLE_TIMEOUT_S: Final = 30.0
 QUICK_ROWS: Final = 20_000
-PATHS: Final = ("sdk_producer", "spark_writer", "spark_produce", "sdk_consumer", "spark_reader")
+PATHS: Final = (
+    "sdk_producer",
+    "spark_writer",
+    "spark_produce",
+    "spark_write_ceiling",
+    "sdk_consumer",
+    "spark_reader",
+    "spark_read_ceiling",
+)
+CEILINGS: Final = {
+    "spark_writer": "spark_write_ceiling",
+    "spark_produce": "spark_write_ceiling",
+    "spark_reader": "spark_read_ceiling",
+}
+# Rows per Arrow batch the read ceiling yields: about what one 8 MiB fetch of 100-byte
+# records decodes to.
+CEILING_BATCH_ROWS: Final = 70_000
 PEERS: Final = {
     "spark_writer": "sdk_producer",
     "spark_produce": "sdk_producer",
@@ -185,6 +216,84 @@ def reader_rate(spark: SparkSession, bootstrap: str, topic: str, rows: int) -> f
     return rows / (time.perf_counter() - started)
 
 
+def write_ceiling_rate(df: DataFrame) -> float:
+    """Rows/s of ``df`` through a ``mapInArrow`` that only counts (nothing sent)."""
+
+    def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = sum(batch.num_rows for batch in batches)
+        yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+    rows = df.count()
+    started = time.perf_counter()
+    counted = df.mapInArrow(count, "rows long").collect()
+    elapsed = time.perf_counter() - started
+    assert sum(row.rows for row in counted) == rows
+    return rows / elapsed
+
+
+class _CeilingPartition(InputPartition):
+    def __init__(self, index: int, rows: int) -> None:
+        self.index = index
+        self.rows = rows
+
+
+class _CeilingReader(DataSourceReader):
+    """The Brook source's schema and partitions, its rows made in memory."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def partitions(self) -> list[InputPartition]:
+        share, extra = divmod(self.rows, PARTITIONS)
+        return [_CeilingPartition(i, share + (i < extra)) for i in range(PARTITIONS)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _CeilingPartition)
+        schema = arrow_schema(include_headers=False)
+        value = b"x" * RECORD_BYTES
+        for first in range(0, partition.rows, CEILING_BATCH_ROWS):
+            count = min(CEILING_BATCH_ROWS, partition.rows - first)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(count, pa.binary()),
+                    pa.array([value] * count, pa.binary()),
+                    pa.array(["ceiling"] * count, pa.string()),
+                    pa.array([partition.index] * count, pa.int32()),
+                    pa.array(range(first, first + count), pa.int64()),
+                    pa.array([0] * count, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                    pa.array([0] * count, pa.int32()),
+                ],
+                schema=schema,
+            )
+
+
+class _CeilingSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "brook_bench_ceiling"
+
+    def schema(self) -> StructType:
+        return source_schema(include_headers=False)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _CeilingReader(int(self.options["rows"]))
+
+
+def read_ceiling_rate(spark: SparkSession, rows: int) -> float:
+    """Rows/s of ``rows`` rows of the Brook source's schema made in memory by a Python data
+    source, materialised by the noop sink (nothing fetched)."""
+    started = time.perf_counter()
+    (
+        spark.read.format(_CeilingSource.name())
+        .option("rows", str(rows))
+        .load()
+        .write.format("noop")
+        .mode("overwrite")
+        .save()
+    )
+    return rows / (time.perf_counter() - started)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").split("\n\n")[0],
@@ -208,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             bootstrap = cluster.bootstrap_servers(Role.STORAGE_NODE)
             with spark_session(root / "spark", master=SPARK_MASTER) as spark:
+                spark.dataSource.register(_CeilingSource)
                 df = dataframe_of_rows(spark, args.rows)
                 # Untimed: Spark starts its Python workers.
                 writer_rate(df.limit(1000), bootstrap, "warm-up")
@@ -217,9 +327,11 @@ def main(argv: list[str] | None = None) -> int:
                     rates["sdk_producer"].append(sdk_rate(bootstrap, sent, args.rows))
                     rates["spark_writer"].append(writer_rate(df, bootstrap, f"spark_writer-{n}"))
                     rates["spark_produce"].append(produce_rate(df, bootstrap, f"spark_produce-{n}"))
+                    rates["spark_write_ceiling"].append(write_ceiling_rate(df))
                     # sdk_rate's warm-up record is one more.
                     rates["sdk_consumer"].append(sdk_consumer_rate(bootstrap, sent, args.rows + 1))
                     rates["spark_reader"].append(reader_rate(spark, bootstrap, sent, args.rows + 1))
+                    rates["spark_read_ceiling"].append(read_ceiling_rate(spark, args.rows + 1))
         finally:
             cluster.stop()
     finally:
@@ -228,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
         {path: {"rows_per_s": round(rates[path][n])} for path in PATHS} for n in range(args.rounds)
     ]
     for figures in rounds:
+        for path, ceiling in CEILINGS.items():
+            figures[path]["of_ceiling"] = round(
+                figures[path]["rows_per_s"] / figures[ceiling]["rows_per_s"], 3
+            )
         for path, peer in PEERS.items():
             figures[path]["of_sdk"] = round(
                 figures[path]["rows_per_s"] / figures[peer]["rows_per_s"], 3
@@ -235,8 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {}
     for path in PATHS:
         summary[path] = {"rows_per_s": round(statistics.median(rates[path]))}
-        if path in PEERS:
-            summary[path]["of_sdk"] = round(statistics.median(r[path]["of_sdk"] for r in rounds), 3)
+        for ratio, paths in (("of_sdk", PEERS), ("of_ceiling", CEILINGS)):
+            if path in paths:
+                summary[path][ratio] = round(statistics.median(r[path][ratio] for r in rounds), 3)
     report: dict[str, Any] = {
         "benchmark": "spark",
         "machine": machine_facts(load_at_start),
