@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -78,7 +79,9 @@ NO_EPOCH: Final = -1
 # never sees a gap the client did not make; librdkafka treats a gap at the batch it expects
 # next as fatal (issue #13). Requests sent back to back arrive within milliseconds of each
 # other; one that never comes (refused, or lost with its connection) makes the batch fail
-# OUT_OF_ORDER_SEQUENCE_NUMBER after this, as it would have at once.
+# OUT_OF_ORDER_SEQUENCE_NUMBER after this, as it would have at once. The first batch here of
+# a producer the partition has no state for waits as well when it starts past sequence 0
+# (its batches from 0 may be behind it), and is then appended, as Kafka accepts it.
 SEQUENCE_GAP_WAIT_MS: Final = 500
 NO_OFFSET: Final = -1
 
@@ -276,7 +279,7 @@ class Partition:
         records: bytes,
         *,
         acks_all: bool,
-        gap_wait_s: float = 0.0,
+        gap_wait_s: float | None = None,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         verify: bool = False,
         guard: VerificationGuard | None = None,
@@ -286,20 +289,35 @@ class Partition:
         appended. ``verify`` and ``guard``: a transactional batch opening a transaction must
         have been verified (``PartitionLog.append``).
 
-        ``gap_wait_s`` > 0: an idempotent batch that starts past its producer's next sequence
-        waits up to that long for the batches in between, re-checked after each append here,
-        before it fails OUT_OF_ORDER_SEQUENCE_NUMBER (see SEQUENCE_GAP_WAIT_MS)."""
+        An idempotent batch ahead of its producer's sequence (past the next one in its
+        epoch, or past 0 as the first batch here of a producer the partition has no state
+        for) may have overtaken the batches before it (see SEQUENCE_GAP_WAIT_MS).
+        ``gap_wait_s`` None: it raises OutOfOrderSequenceError with ``ahead`` at once, for the
+        caller to set aside. Otherwise it waits up to ``gap_wait_s`` for them, re-checked after
+        each append here; then a gap fails OUT_OF_ORDER_SEQUENCE_NUMBER, while a producer with
+        still no state here is accepted from that batch on (Kafka's rule)."""
         loop = asyncio.get_running_loop()
-        deadline_s = loop.time() + gap_wait_s
+        deadline_s = None if gap_wait_s is None else loop.time() + gap_wait_s
+        hold_unknown_producers = True
         while True:
             try:
                 return await self._append_as_leader(
-                    records, acks_all=acks_all, origin=origin, verify=verify, guard=guard
+                    records,
+                    acks_all=acks_all,
+                    origin=origin,
+                    verify=verify,
+                    guard=guard,
+                    hold_unknown_producers=hold_unknown_producers,
                 )
             except OutOfOrderSequenceError as error:
-                remaining_s = deadline_s - loop.time()
-                if not error.ahead or remaining_s <= 0:
+                if not error.ahead or deadline_s is None:
                     raise
+                remaining_s = deadline_s - loop.time()
+                if remaining_s <= 0:
+                    if not error.unknown_producer:
+                        raise
+                    hold_unknown_producers = False
+                    continue
                 waiter = loop.create_future()
                 self._append_waiters.append(waiter)
                 try:
@@ -323,6 +341,7 @@ class Partition:
         origin: AppendOrigin,
         verify: bool,
         guard: VerificationGuard | None,
+        hold_unknown_producers: bool,
     ) -> LogAppendInfo:
         async with self._append_lock:
             self.check_leader()
@@ -334,22 +353,22 @@ class Partition:
                 )
             epoch = self.leader_epoch
             log = self.log
+            append = functools.partial(
+                log.append,
+                records,
+                leader_epoch=epoch,
+                origin=origin,
+                verify=verify,
+                guard=guard,
+                hold_unknown_producers=hold_unknown_producers,
+            )
             if runs_inline(len(records)) and log.config.flush_messages == LONG_MAX:
-                info = log.append(
-                    records, leader_epoch=epoch, origin=origin, verify=verify, guard=guard
-                )
+                info = append()
             else:
                 # A leadership change on the loop meanwhile cannot undo this append; as in
                 # Kafka, a new leader's followers truncate what the old epoch wrote past
                 # their high watermark.
-                info = await asyncio.to_thread(
-                    log.append,
-                    records,
-                    leader_epoch=epoch,
-                    origin=origin,
-                    verify=verify,
-                    guard=guard,
-                )
+                info = await asyncio.to_thread(append)
             if info.duplicate:
                 # A retry of a batch already in the log: nothing new for anyone to read; an
                 # acks=all caller still waits for the original to be committed.

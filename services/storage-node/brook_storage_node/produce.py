@@ -24,9 +24,11 @@ order. What it guarantees, in the order it works:
    (INVALID_RECORD). A ProduceRecords entry's
    records become one batch in the requested (or the topic's) codec.
 4. Idempotent producers: a retried batch is answered with its original offsets
-   (log/producer_state.py); a batch that arrived ahead of its producer's next sequence waits,
-   out of the gates, up to SEQUENCE_GAP_WAIT_MS for the ones in between, unless the batch it
-   waits for was refused here a moment ago (refusals.py): then it is refused alike.
+   (log/producer_state.py); a batch that arrived ahead of its producer's next sequence (or
+   past sequence 0 as the first batch of a producer the partition has no state for, appended
+   after the wait) waits, out of the gates, up to SEQUENCE_GAP_WAIT_MS for the ones in
+   between, unless the batch it waits for was refused here a moment ago (refusals.py): then
+   it is refused alike. acks=0 waits for nothing: its request is answered already.
 5. Transactions (transaction.partition.verification.enable, txn_verification.py): a client's
    transactional batch that would open a transaction of its producer on the partition is first
    verified with the transaction coordinator of the request's ``transactional_id`` (an empty
@@ -260,10 +262,18 @@ class ProducePath:
                 verification = _Verification(
                     self._verifier, transactional_id, time.monotonic() + wait_ms / 1000
                 )
+            # acks=0 has no second pass: no batch is set aside (point 4).
+            gap_wait_s = 0.0 if acks == storage_pb2.ACKS_NONE else None
             # No await between here and the gates (or the arrival): see point 2 above.
             appending = asyncio.gather(
                 *(
-                    self._append(a, acks_all=acks_all, origin=origin, verification=verification)
+                    self._append(
+                        a,
+                        acks_all=acks_all,
+                        gap_wait_s=gap_wait_s,
+                        origin=origin,
+                        verification=verification,
+                    )
                     for a in appends
                 )
             )
@@ -448,8 +458,9 @@ class ProducePath:
         """``gap_wait_s`` None: a batch ahead of its producer's sequence is set aside (None)
         for a second pass that waits for the ones in between — unless the batch it waits for
         was refused here a moment ago: then it is refused alike, as a Kafka broker serving the
-        connection's requests in order would have refused it. ``verification``: the request's,
-        when transactional batches are verified (point 5)."""
+        connection's requests in order would have refused it. Otherwise the wait
+        (``Partition.append_as_leader``). ``verification``: the request's, when transactional
+        batches are verified (point 5)."""
         partition = append.partition
         try:
             guard = None
@@ -458,7 +469,7 @@ class ProducePath:
             return await partition.append_as_leader(
                 append.records,
                 acks_all=acks_all,
-                gap_wait_s=gap_wait_s or 0.0,
+                gap_wait_s=gap_wait_s,
                 origin=origin,
                 verify=verification is not None,
                 guard=guard,

@@ -129,6 +129,55 @@ def _idempotent(value: bytes, sequence: int = 0) -> bytes:
     )
 
 
+def _first_batches(sequence: int, count: int, producer_epoch: int = 0) -> bytes:
+    """``count`` records of producer 42 from ``sequence`` on, their values their sequences."""
+    return build_batch(
+        [(0, None, str(sequence + i).encode(), ()) for i in range(count)],
+        producer_id=42,
+        producer_epoch=producer_epoch,
+        base_sequence=sequence,
+    )
+
+
+@pytest.mark.parametrize("acks", [storage_pb2.ACKS_LEADER, storage_pb2.ACKS_ALL])
+def test_a_new_producers_second_batch_arriving_first_waits_for_its_first(
+    tmp_path: Path, acks: int
+) -> None:
+    """A producer the partition has no state for pipelines batch 0-2 then batch 3, and the
+    calls reach the node in the wrong order (the gRPC server and the gateway's concurrent
+    calls keep no order; seen in test_gateway_idempotent_leader_moves.py under load). Batch 3
+    must not start the producer's state: batch 0-2 would then be behind it, refused
+    OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka takes as fatal for the batch it expects
+    next. Batch 3 waits for it; both are appended, in sequence order."""
+
+    async def scenario() -> None:
+        async with _produce_path(tmp_path, partitions=1) as (path, replicas):
+            second, first = await asyncio.gather(
+                _produce(path, [ProduceEntry(TOPIC, 0, _first_batches(3, 1))], acks),
+                _produce(path, [ProduceEntry(TOPIC, 0, _first_batches(0, 3))], acks),
+            )
+
+            assert [(r.error, r.base_offset) for r in first + second] == [(None, 0), (None, 3)]
+            data = replicas.leader_partition(TOPIC, 0).log.read(0, INLINE_BYTES_MAX)
+            assert [h.base_sequence for _, h in scan_batches(data.records)] == [0, 3]
+
+    run(scenario)
+
+
+def test_acks_0_appends_a_new_producers_first_batch_past_0_at_once(tmp_path: Path) -> None:
+    """acks=0 has no second pass to wait in: a producer the partition has no state for is
+    accepted at any sequence, as Kafka does, not set aside and dropped."""
+
+    async def scenario() -> None:
+        async with _produce_path(tmp_path, partitions=1) as (path, replicas):
+            entry = ProduceEntry(TOPIC, 0, _first_batches(3, 1))
+            await _produce(path, [entry], storage_pb2.ACKS_NONE)
+            await _poll("the acks=0 append", lambda: path.bytes_in_flight == 0)
+            assert replicas.leader_partition(TOPIC, 0).log_end_offset == 1
+
+    run(scenario)
+
+
 def _moved(partition: Partition, leader: int, epoch: int) -> PartitionInfo:
     return PartitionInfo(
         topic=TOPIC,

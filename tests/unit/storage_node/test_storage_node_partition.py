@@ -16,6 +16,7 @@ from brook_storage_node.log import (
     LogManager,
     PartitionLog,
 )
+from brook_storage_node.log.producer_state import OutOfOrderSequenceError
 from brook_storage_node.partition import INLINE_BYTES_MAX, SEQUENCE_GAP_WAIT_MS, Partition
 from brook_storage_node.replica_manager import ReplicaManager
 from brook_storage_node.topic_settings import TopicSettings
@@ -472,6 +473,31 @@ def test_a_gap_that_is_never_filled_fails_out_of_order_after_the_bounded_wait(
         assert getattr(at_once.value, "error_code", None) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         assert not partition._append_waiters
         assert partition.log_end_offset == 1
+        partition.log.close()
+
+    run(scenario)
+
+
+def test_a_new_producers_first_batch_past_0_waits_for_0_then_is_accepted_alone(
+    tmp_path: Path,
+) -> None:
+    """The partition has no state for the producer: its batch at sequence 3 may have
+    overtaken its batches from 0. Without a wait it is set aside (ahead of 0); with one, it
+    waits for them, and when none comes it is appended all the same: Kafka accepts an
+    unknown producer at any sequence (its state may have expired)."""
+
+    async def scenario() -> None:
+        partition = _partition(tmp_path)
+        with pytest.raises(OutOfOrderSequenceError) as set_aside:
+            await partition.append_as_leader(_idempotent(3), acks_all=False)
+        assert (set_aside.value.ahead, set_aside.value.producer) == (True, (42, 0, 0))
+        started = time.monotonic()
+        info = await partition.append_as_leader(_idempotent(3), acks_all=False, gap_wait_s=WAIT_S)
+        assert WAIT_S <= time.monotonic() - started < WAIT_S + 2
+        assert info.first_offset == 0
+        # From then on, the usual rules: 4 follows at once.
+        following = await partition.append_as_leader(_idempotent(4), acks_all=False, gap_wait_s=0)
+        assert following.first_offset == 1
         partition.log.close()
 
     run(scenario)

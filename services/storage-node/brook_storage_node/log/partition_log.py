@@ -281,11 +281,14 @@ class PartitionLog:
         origin: AppendOrigin = AppendOrigin.CLIENT,
         verify: bool = False,
         guard: VerificationGuard | None = None,
+        hold_unknown_producers: bool = False,
     ) -> LogAppendInfo:
         """Append a producer's record batches as leader of ``leader_epoch``. ``verify``
         (transaction.partition.verification.enable): a transactional batch that would open
         a transaction needs ``guard``, still current (``start_transaction_verification``),
-        else INVALID_TXN_STATE.
+        else INVALID_TXN_STATE. ``hold_unknown_producers``: the first batch here of a
+        producer with no state that starts past sequence 0 is refused as ahead of 0
+        (``ProducerStateManager.check_append``).
 
         Validates them (log_validator), assigns offsets from the log end offset, stamps the
         leader epoch (and the append time on LogAppendTime topics) and writes them; O(1) in
@@ -318,7 +321,12 @@ class PartitionLog:
                         header.producer_id, header.producer_epoch, markers[index][1]
                     )
                 elif is_producer_batch(header):
-                    duplicate = self.producer_state.check_append(header, verify=verify, guard=guard)
+                    duplicate = self.producer_state.check_append(
+                        header,
+                        verify=verify,
+                        guard=guard,
+                        hold_unknown_producers=hold_unknown_producers,
+                    )
                     if duplicate is not None:
                         return self._duplicate_info(duplicate, validated)
             info = self._append_locked(validated, now_ms, dense=True)

@@ -8,7 +8,11 @@ last offset, max timestamp). A leader checks each producer batch against it befo
 - a producer id this partition has no state for (new here, or expired after
   producer.id.expiration.ms) is accepted at any epoch and sequence: its state may have gone
   while the producer still had batches in flight, and Java's producer (>= 2.5) and librdkafka
-  count on this; the state then starts from that batch;
+  count on this; the state then starts from that batch. A leader that may get a producer's
+  pipelined batches out of order asks (``hold_unknown_producers``) for such a batch past
+  sequence 0 to be refused as ahead of 0 first: the producer's first batches may still be on
+  their way, and once it started the state they would be behind it (Partition.append_as_leader
+  waits for them, then appends it without asking);
 - epoch older than the current one: INVALID_PRODUCER_EPOCH (what Kafka's produce path answers
   since 2.7; PRODUCER_FENCED belongs to the transaction coordinator), nothing appended;
 - epoch newer: the batch must start at sequence 0 (a new epoch restarts sequences), else
@@ -151,14 +155,24 @@ class OutOfOrderSequenceError(ProducerStateError):
     error_code = int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
     def __init__(
-        self, message: str, *, ahead: bool = False, producer: tuple[int, int, int] | None = None
+        self,
+        message: str,
+        *,
+        ahead: bool = False,
+        producer: tuple[int, int, int] | None = None,
+        unknown_producer: bool = False,
     ) -> None:
         super().__init__(message)
-        # The batch starts past the next expected sequence in the producer's current epoch:
-        # the batches in between may still be on their way (see Partition.append_as_leader).
+        # The batch starts past the next expected sequence in the producer's current epoch
+        # (or past 0, a producer with no state here: ``unknown_producer``): the batches in
+        # between may still be on their way (see Partition.append_as_leader).
         self.ahead = ahead
         # (producer id, epoch, the sequence expected next) when ``ahead``.
         self.producer = producer
+        # The partition has no state for the producer (``hold_unknown_producers``): the batch
+        # is refused only while its producer's first batches may be on their way, and is
+        # appended once they are not (Kafka's rule for an unknown producer).
+        self.unknown_producer = unknown_producer
 
 
 class InvalidProducerEpochError(ProducerStateError):
@@ -320,23 +334,40 @@ class ProducerStateManager:
     # -- the leader's check and every replica's update ------------------------------------
 
     def check_append(
-        self, header: BatchHeader, *, verify: bool = False, guard: VerificationGuard | None = None
+        self,
+        header: BatchHeader,
+        *,
+        verify: bool = False,
+        guard: VerificationGuard | None = None,
+        hold_unknown_producers: bool = False,
     ) -> BatchMetadata | None:
         """The retained batch that ``header`` retries (answer with it, append nothing), or
         None when the batch may be appended. Raises ProducerStateError when it may not.
         ``verify``: a transactional batch opening a transaction needs ``guard``, the
-        producer's current one (module docstring)."""
-        duplicate = self._check_sequence(header)
+        producer's current one. ``hold_unknown_producers``: a batch of a producer with no
+        state here that starts past sequence 0 raises OutOfOrderSequenceError, ``ahead`` of
+        0 and ``unknown_producer``, instead of being accepted (module docstring)."""
+        duplicate = self._check_sequence(header, hold_unknown_producers)
         if duplicate is None and verify and header.is_transactional:
             self._check_verified(header, guard)
         return duplicate
 
-    def _check_sequence(self, header: BatchHeader) -> BatchMetadata | None:
+    def _check_sequence(
+        self, header: BatchHeader, hold_unknown_producers: bool
+    ) -> BatchMetadata | None:
         producer_id = header.producer_id
         epoch = header.producer_epoch
         first_seq = header.base_sequence
         entry = self._producers.get(producer_id)
         if entry is None:
+            if hold_unknown_producers and is_ahead(first_seq, 0):
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id} epoch {epoch}: no state here, and its batch "
+                    f"starts at sequence {first_seq}; its batches from 0 may be on their way",
+                    ahead=True,
+                    producer=(producer_id, epoch, 0),
+                    unknown_producer=True,
+                )
             return None
         if epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
