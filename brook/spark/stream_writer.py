@@ -2,25 +2,34 @@
 transactions, the driver's commit decides, the batch id is recorded.
 
 Each task attempt writes its rows in a two-phase transaction (KIP-939,
-``transaction.two.phase.commit.enable``) under a transactional id of its own,
-``{prefix}-p{partition}-a{attempt}-{8 hex}``, so retried and speculative attempts never fence
-each other; it prepares the transaction and hands (transactional id, producer id, epoch, rows)
-to the driver as its commit message. Nothing it wrote is visible yet.
+``transaction.two.phase.commit.enable``) under the transactional id
+``{prefix}-r{run}-p{partition}-a{attempt}-b{batch % 2}`` (run: a hash of the query run's id,
+new at every start of the query): concurrent attempts of a partition have distinct attempt
+numbers, so retried and speculative attempts never fence each other; a replay after a restart
+is another run, so it never touches the ids of the decision it replays; within a run the ids
+are a bounded pool, reused two batches later, when Spark has the earlier batch in its commit
+log and its decision is no longer needed (the reuse's InitProducerId fences whatever is still
+open under the id and keeps its producer id). It prepares the transaction and hands
+(transactional id, producer id, epoch, rows) to the driver as its commit message. Nothing it
+wrote is visible yet.
 
 The driver's ``commit(messages, batch_id)`` decides, and records the decision before acting on
 it: the decision D = {batch, query, transactions} is the committed offsets' metadata of the
 consumer group ``{prefix}`` (``_DecisionStore``). If D is already this batch's (Spark replays a
 batch whose decision was made before the driver died, before Spark's commit log recorded it),
-D is rolled forward (its transactions committed again: EndTxn is idempotent) and the replay's
-own transactions are fenced (their rows are the duplicates). Otherwise D(batch) is written
-first, then every transaction of ``messages`` is committed. Either way, open transactions with
-the prefix that are not in the decision (failed, speculative or zombie attempts) are fenced.
+D is rolled forward (its transactions committed again: EndTxn is idempotent; an id expired
+since was committed) and the replay's own transactions are fenced (their rows are the
+duplicates) — unless every transaction of D was fenced (D was recorded late, after ``abort``
+had found no decision and fenced the batch): then none was committed, and D is replaced.
+Otherwise D(batch) is written first, then every transaction of ``messages`` is committed.
+Either way, open transactions of the sink's id shape that are not in the decision (failed,
+speculative or zombie attempts) are then fenced, best effort (the next batch sweeps again).
 ``abort`` fences the batch's transactions and the strays, except those of a decision already
 made for the batch (Spark calls ``abort`` when ``commit`` raised after writing it: they are
 rolled forward instead, and Spark's replay of the batch is then recognised).
 
-``transactionalIdPrefix`` defaults to ``brook-spark-`` and a hash of ``checkpointLocation``;
-one of them is required. Two queries must not share a prefix.
+``transactionalIdPrefix`` defaults to ``brook-spark-`` and a hash of ``checkpointLocation``
+(normalised); one of them is required. Two queries must not share a prefix.
 
 Test-only failpoint: when the environment variable ``BROOK_SPARK_SINK_FAILPOINT`` names a
 directory, ``commit`` writes ``committed-{batch_id}`` there once the batch is committed in
@@ -34,6 +43,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -75,8 +85,16 @@ FAILPOINT_BLOCK_S: Final = 120.0
 # Spark's local properties of a streaming query's jobs (StreamExecution.QUERY_ID_KEY): the
 # query's id, kept in its checkpoint, so the same across restarts.
 _QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
-# The decision's pseudo-topic in the group's committed offsets, and the metadata per chunk
-# (below the coordinators' default offset.metadata.max.bytes, 4096).
+# The run's id (StreamExecution sets the job group of each of a run's jobs to its runId, new
+# at every start of the query) and the micro-batch's id (MicroBatchExecution.BATCH_ID_KEY).
+_RUN_ID_PROPERTY: Final = "spark.jobGroup.id"
+_BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+# What write_attempt appends to the prefix: run, partition, attempt, batch parity.
+_ID_SUFFIX: Final = r"-r[0-9a-f]{8}-p[0-9]+-a[0-9]+-b[01]"
+# The decision's pseudo-topic in the group's committed offsets, and the JSON characters per
+# chunk: with its header (decision id, batch, index, count: under 100 characters), a chunk's
+# metadata stays below the coordinators' default offset.metadata.max.bytes, 4096 (the JSON
+# is ASCII: json.dumps escapes the rest).
 _DECISION_TOPIC: Final = "brook-spark-sink-decision"
 _CHUNK_CHARS: Final = 3000
 _TASK_TIMEOUT_S: Final = 120.0
@@ -84,7 +102,8 @@ _TASK_TIMEOUT_S: Final = 120.0
 
 class DecisionError(RuntimeError):
     """The sink cannot keep its guarantee: a decided transaction was aborted (rows would be
-    lost), or the recorded decision cannot be read."""
+    lost), a batch's transaction was aborted before the decision (the batch is not decided:
+    it fails, and is replayed), or the recorded decision cannot be read or written."""
 
 
 @dataclass(frozen=True)
@@ -122,10 +141,19 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         context = TaskContext.get()
         if context is None:
             raise RuntimeError("ExactlyOnceStreamWriter.write runs in a Spark task")
+        run_id = context.getLocalProperty(_RUN_ID_PROPERTY)
+        batch_id = context.getLocalProperty(_BATCH_ID_PROPERTY)
+        if run_id is None or batch_id is None:
+            # Not a micro-batch of a streaming query run as Spark runs them: an id of this
+            # attempt's own (never shared, never reused).
+            _log.warning("no streaming run or batch id in the task: a transactional id of its own")
+            run_id, batch_id = uuid.uuid4().hex, "0"
         return self.write_attempt(
             iterator,
+            run=hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:8],
             partition_id=context.partitionId(),
             attempt_number=context.attemptNumber(),
+            batch_id=int(batch_id),
             query_id=context.getLocalProperty(_QUERY_ID_PROPERTY),
         )
 
@@ -133,15 +161,21 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         self,
         iterator: Iterator[pa.RecordBatch],
         *,
+        run: str,
         partition_id: int,
         attempt_number: int,
+        batch_id: int,
         query_id: str | None,
     ) -> TaskTransaction:
-        """One task attempt's write: its rows in a two-phase transaction of its own, prepared
-        (not visible) and described in the returned message. On any failure the transaction
-        is aborted and the error raised. The producer is closed without ending the prepared
-        transaction: the driver decides it."""
-        transactional_id = f"{self.prefix}-p{partition_id}-a{attempt_number}-{uuid.uuid4().hex[:8]}"
+        """One task attempt's write: its rows in a two-phase transaction, prepared (not
+        visible) and described in the returned message. On any failure the transaction is
+        aborted and the error raised. The producer is closed without ending the prepared
+        transaction: the driver decides it. ``run`` (8 hex digits) names the query's run;
+        the transactional id is ``{prefix}-r{run}-p{partition}-a{attempt}-b{batch % 2}``
+        (see the module's docstring)."""
+        if not re.fullmatch("[0-9a-f]{8}", run):
+            raise ValueError(f"run must be 8 hex digits, not {run!r}")
+        transactional_id = f"{self.prefix}-r{run}-p{partition_id}-a{attempt_number}-b{batch_id % 2}"
         producer: Producer | None = None
         rows = 0
         try:
@@ -185,21 +219,30 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         with self._admin() as admin:
             store = _DecisionStore(admin, self.prefix)
             decided = store.read()
-            query_id = next((t.query_id for t in tasks if t.query_id is not None), None)
-            if decided is not None and _is_replay(decided, batchId, query_id):
-                _log.info("batch %d was decided before: rolling it forward", batchId)
+            query_id = _query_id(tasks)
+            if (
+                decided is not None
+                and _is_replay(decided, batchId, query_id)
+                and _roll_forward(admin, decided)
+            ):
+                _log.info("batch %d was decided before: rolled it forward", batchId)
                 replayed = {p.transactional_id for p in decided.transactions}
                 for task in tasks:
                     if task.prepared is not None and task.prepared.transactional_id not in replayed:
                         admin.fence_transactional_id(task.prepared.transactional_id)
             else:
+                # A batch whose tasks report no query id (none of them ran) keeps the id
+                # recorded before: a known id is never replaced by None.
+                if query_id is None and decided is not None:
+                    query_id = decided.query_id
                 decided = _Decision(
                     batchId,
                     query_id,
                     tuple(t.prepared for t in tasks if t.prepared is not None),
                 )
+                _check_open(admin, decided)
                 store.write(decided)
-            _commit_all(admin, decided)
+                _commit_all(admin, decided)
             _failpoint(batchId)
             self._fence_strays(admin, decided)
 
@@ -210,9 +253,12 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         tasks = _tasks(messages)
         with self._admin() as admin:
             decided = _DecisionStore(admin, self.prefix).read()
-            query_id = next((t.query_id for t in tasks if t.query_id is not None), None)
-            if decided is not None and _is_replay(decided, batchId, query_id):
-                _commit_all(admin, decided)
+            query_id = _query_id(tasks)
+            if (
+                decided is not None
+                and _is_replay(decided, batchId, query_id)
+                and _roll_forward(admin, decided)
+            ):
                 kept = decided
             else:
                 kept = _Decision(batchId, query_id, ())
@@ -223,14 +269,25 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
             self._fence_strays(admin, kept)
 
     def _fence_strays(self, admin: Admin, decided: _Decision) -> None:
-        """Fences the open transactions of this sink's attempts that ``decided`` does not
-        hold: attempts that failed, lost to another (speculation) or were replayed."""
+        """Fences the open transactions of this sink's attempts (ids of exactly the shape
+        ``write_attempt`` makes) that ``decided`` does not hold: attempts that failed, lost
+        to another (speculation) or were replayed. Best effort: the batch is decided and
+        committed by now, so a failure is logged and the next batch's sweep tries again."""
         kept = {p.transactional_id for p in decided.transactions}
-        ours = f"{self.prefix}-p"
-        for listed in admin.list_transactions(states=[TransactionState.ONGOING]):
-            if listed.transactional_id.startswith(ours) and listed.transactional_id not in kept:
-                _log.info("fencing stray transaction %s", listed.transactional_id)
-                admin.fence_transactional_id(listed.transactional_id)
+        ours = re.compile(re.escape(self.prefix) + _ID_SUFFIX)
+        try:
+            for listed in admin.list_transactions(states=[TransactionState.ONGOING]):
+                if ours.fullmatch(listed.transactional_id) and listed.transactional_id not in kept:
+                    _log.info("fencing stray transaction %s", listed.transactional_id)
+                    admin.fence_transactional_id(listed.transactional_id)
+        except Exception:  # the next batch sweeps again
+            _log.warning(
+                "batch %d: fencing the stray transactions of %r failed; the next batch "
+                "sweeps again",
+                decided.batch,
+                self.prefix,
+                exc_info=True,
+            )
 
     def _admin(self) -> Admin:
         """The driver's admin client: it finds the coordinators through the storage nodes
@@ -251,8 +308,22 @@ def _prefix(options: Mapping[str, str]) -> str:
             "'checkpointLocation' (its transactional ids and recorded decisions are named "
             "after one of them)"
         )
-    digest = hashlib.sha256(checkpoint.strip().encode("utf-8")).hexdigest()[:16]
+    digest = hashlib.sha256(_normal_location(checkpoint).encode("utf-8")).hexdigest()[:16]
     return f"brook-spark-{digest}"
+
+
+def _normal_location(location: str) -> str:
+    """``location`` spelled one way: a local path (plain or ``file:``/``file://``) made
+    absolute and normalised; any other URI kept; no trailing slash."""
+    text = location.strip()
+    for scheme in ("file://", "file:"):
+        if text.startswith(scheme):
+            text = text[len(scheme) :]
+            break
+    else:
+        if "://" in text:
+            return text.rstrip("/")
+    return os.path.normpath(os.path.abspath(text))
 
 
 def _tasks(messages: Iterable[WriterCommitMessage | None]) -> list[TaskTransaction]:
@@ -266,33 +337,101 @@ def _tasks(messages: Iterable[WriterCommitMessage | None]) -> list[TaskTransacti
     return tasks
 
 
+def _query_id(tasks: Sequence[TaskTransaction]) -> str | None:
+    """The streaming query's id, as the tasks report it (None: none of them does)."""
+    return next((t.query_id for t in tasks if t.query_id is not None), None)
+
+
 def _is_replay(decided: _Decision, batch_id: int, query_id: str | None) -> bool:
     """Whether ``decided`` is this very batch's decision (Spark replays it): the same batch
-    id of the same query (a checkpoint started afresh is another query, with another id)."""
-    if decided.batch != batch_id:
+    id of the same query (a checkpoint started afresh is another query, with another id).
+    Ids must be equal; two missing ids (outside a streaming query) are equal."""
+    return decided.batch == batch_id and decided.query_id == query_id
+
+
+def _roll_forward(admin: Admin, decided: _Decision) -> bool:
+    """Commits every transaction of the recorded decision (again: idempotent); False when
+    the decision is void: every one of its transactions was fenced, so none was committed
+    (commits start only after the decision is acknowledged, and a fence of a decided
+    transaction only before it is visible: ``abort`` found no decision while its
+    OffsetCommit was still in flight). The caller then decides anew. An abort that stopped
+    midway fenced a prefix of the batch's transactions in the decision's order, so the
+    first transaction tells: fenced, the remaining ones are fenced too and the decision is
+    void; committed or prepared, every fenced one after it is a lost transaction
+    (DecisionError)."""
+    if not decided.transactions:
+        return True
+    first, *rest = decided.transactions
+    if not _commit(admin, decided.batch, first):
+        for prepared in rest:
+            admin.fence_transactional_id(prepared.transactional_id)
+        _log.warning(
+            "batch %d: the recorded decision's transactions were fenced before it was "
+            "visible (a late decision): none was committed, deciding anew",
+            decided.batch,
+        )
         return False
-    return decided.query_id is None or query_id is None or decided.query_id == query_id
+    _commit_all(admin, _Decision(decided.batch, decided.query_id, tuple(rest)))
+    return True
+
+
+def _check_open(admin: Admin, deciding: _Decision) -> None:
+    """DecisionError, before anything is decided, unless every transaction of ``deciding``
+    is still open under its producer id and epoch: one that is not was fenced (an attempt
+    of an earlier stage attempt, or a zombie task, reusing its id) and its rows are gone, so
+    the batch must fail and be replayed rather than be decided half lost."""
+    if not deciding.transactions:
+        return
+    described = admin.describe_transactions([p.transactional_id for p in deciding.transactions])
+    for prepared in deciding.transactions:
+        found = described[prepared.transactional_id]
+        if found.state is not TransactionState.ONGOING or (
+            found.producer_id,
+            found.producer_epoch,
+        ) != (prepared.producer_id, prepared.producer_epoch):
+            raise DecisionError(
+                f"batch {deciding.batch}: transaction {prepared.transactional_id} is no longer "
+                f"open (now {found.state.name}, producer {found.producer_id} epoch "
+                f"{found.producer_epoch}): another attempt took its id; the batch is not "
+                "decided"
+            )
 
 
 def _commit_all(admin: Admin, decided: _Decision) -> None:
     """Commits every transaction of the decision (again: idempotent). DecisionError when
-    one was aborted meanwhile: its rows are lost, which only an operator's abort can cause."""
+    one was fenced: its rows are lost, which only an operator's abort can cause."""
     for prepared in decided.transactions:
-        try:
-            admin.complete_transaction(prepared, commit=True)
-        except ApiError as error:
-            if error.code in (
-                ErrorCode.PRODUCER_FENCED,
-                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                ErrorCode.INVALID_TXN_STATE,
-            ):
-                raise DecisionError(
-                    f"batch {decided.batch}: transaction {prepared.transactional_id} was "
-                    f"decided as committed but cannot be committed ({error}); its rows are "
-                    "lost unless it was committed before (was it aborted by an operator, or "
-                    "did its transactional id expire?)"
-                ) from error
-            raise
+        if not _commit(admin, decided.batch, prepared):
+            raise DecisionError(
+                f"batch {decided.batch}: transaction {prepared.transactional_id} was "
+                "decided as committed but was aborted (by an operator?): its rows are lost"
+            )
+
+
+def _commit(admin: Admin, batch: int, prepared: PreparedTransaction) -> bool:
+    """Commits one decided transaction; False when it was fenced (aborted, epoch bumped).
+    An id the coordinator no longer knows (transactional.id.expiration.ms passed since its
+    last transaction) was committed: a decided transaction is never fenced once its
+    decision is visible, and a two-phase transaction neither times out nor expires while
+    open."""
+    try:
+        admin.complete_transaction(prepared, commit=True)
+    except ApiError as error:
+        if error.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_TXN_STATE):
+            return False
+        if error.code in (
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+            ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+        ):
+            _log.info(
+                "batch %d: transaction %s expired since: it was committed (%s)",
+                batch,
+                prepared.transactional_id,
+                error,
+            )
+            return True
+        raise
+    return True
 
 
 def _failpoint(batch_id: int) -> None:
@@ -308,9 +447,13 @@ class _DecisionStore:
     """The sink's last decision, as the committed offsets of consumer group ``prefix``: the
     JSON {"batch", "query", "transactions": [[id, producer id, epoch], ...]} cut into chunks,
     chunk i the metadata of partition i of a pseudo-topic (committed offset: the batch id;
-    metadata ``{batch}:{i}:{chunks}:{text}``), all written by one OffsetCommit (one append to
-    __consumer_offsets: all chunks or none). A group with no members takes such commits; its
-    offsets are kept offsets.retention.minutes after the last batch."""
+    metadata ``{decision id}:{batch}:{i}:{chunks}:{text}``, the decision id random per
+    write). One OffsetCommit writes them all, but the coordinator checks each partition's
+    metadata on its own and may keep some chunks only: a set whose chunks 0..count-1 do not
+    all carry chunk 0's decision id is no decision (``read`` gives None), which is right
+    because commits start only after a write is acknowledged whole. A group with no members
+    takes such commits; its offsets are kept offsets.retention.minutes after the last
+    batch."""
 
     def __init__(self, admin: Admin, group: str) -> None:
         self._admin = admin
@@ -318,17 +461,18 @@ class _DecisionStore:
 
     def read(self) -> _Decision | None:
         committed = self._admin.list_consumer_group_offsets(self._group)
-        chunks: dict[int, tuple[int, int, str]] = {}
+        chunks: dict[int, tuple[str, int, int, str]] = {}
         for tp, found in committed.items():
             if tp.topic != _DECISION_TOPIC:
                 continue
-            fields = found.metadata.split(":", 3)
+            fields = found.metadata.split(":", 4)
             try:
-                chunk_batch, index, count, text = (
-                    int(fields[0]),
+                decision_id, chunk_batch, index, count, text = (
+                    fields[0],
                     int(fields[1]),
                     int(fields[2]),
-                    fields[3],
+                    int(fields[3]),
+                    fields[4],
                 )
             except (ValueError, IndexError):
                 raise DecisionError(
@@ -336,18 +480,23 @@ class _DecisionStore:
                 ) from None
             if index != tp.partition:
                 raise DecisionError(f"group {self._group!r}: misplaced decision chunk {index}")
-            chunks[index] = (chunk_batch, count, text)
+            chunks[index] = (decision_id, chunk_batch, count, text)
         if 0 not in chunks:
             return None
-        batch, count, _ = chunks[0]
+        identity = chunks[0][:3]
         parts = []
-        for index in range(count):
+        for index in range(identity[2]):
             chunk = chunks.get(index)
-            if chunk is None or chunk[:2] != (batch, count):
-                raise DecisionError(
-                    f"group {self._group!r}: decision of batch {batch} misses chunk {index}"
+            if chunk is None or chunk[:3] != identity:
+                _log.warning(
+                    "group %r: the decision of batch %d lacks chunk %d (a write kept in "
+                    "part): no decision",
+                    self._group,
+                    identity[1],
+                    index,
                 )
-            parts.append(chunk[2])
+                return None
+            parts.append(chunk[3])
         value = json.loads("".join(parts))
         return _Decision(
             int(value["batch"]),
@@ -368,11 +517,13 @@ class _DecisionStore:
             separators=(",", ":"),
         )
         pieces = [text[i : i + _CHUNK_CHARS] for i in range(0, len(text), _CHUNK_CHARS)]
+        decision_id = uuid.uuid4().hex
         results = self._admin.alter_consumer_group_offsets(
             self._group,
             {
                 TopicPartition(_DECISION_TOPIC, index): OffsetAndMetadata(
-                    decision.batch, f"{decision.batch}:{index}:{len(pieces)}:{piece}"
+                    decision.batch,
+                    f"{decision_id}:{decision.batch}:{index}:{len(pieces)}:{piece}",
                 )
                 for index, piece in enumerate(pieces)
             },
