@@ -9,6 +9,7 @@ kafka-transactions.sh.
     brook transactions abort --topic T --partition P --start-offset O
     brook transactions abort --topic T --partition P --producer-id I --producer-epoch E \
         --coordinator-epoch C
+    brook transactions fence --transactional-id ID
 
 ``find-hanging`` lists the open transactions (DescribeProducers at the partitions' leaders)
 whose producer last wrote longer ago than the longest transaction timeout, and that no
@@ -17,7 +18,10 @@ transaction no longer includes the partition. ``abort`` writes an ABORT marker f
 transaction (found by the offset it starts at) at the partition's leader. As Kafka's tool,
 ``abort`` uses the producer's epoch and the coordinator epoch of its last marker (0 when it had
 none). Unlike it, ``find-hanging`` without ``--topic`` or ``--broker-id`` searches every topic
-instead of refusing (a Brook cluster is cheap to scan).
+instead of refusing (a Brook cluster is cheap to scan). ``fence`` (not in Kafka's tool) does
+what a new producer instance with the id would: the coordinator aborts the id's open
+transaction — a two-phase one too, which no timeout ever ends (e.g. of a Spark task whose
+executor died after preparing it) — and bumps its epoch, so the old holder is fenced.
 
 Like ``brook topics``, every action takes ``--bootstrap-server`` (controllers' GRPC
 addresses) and ``--timeout-ms``. Exit status: 0 on success, 1 when the cluster refused or did
@@ -96,6 +100,13 @@ def add_transactions_command(subparsers: Any) -> None:
     abort.add_argument("--producer-epoch", type=int)
     abort.add_argument("--coordinator-epoch", type=int)
     handler(abort, _abort)
+
+    fence = actions.add_parser(
+        "fence",
+        help="abort a transactional id's open transaction and fence its holder (the coordinator)",
+    )
+    fence.add_argument("--transactional-id", required=True)
+    handler(fence, _fence)
 
 
 def _topic_partition(topic: str, partition: int) -> TopicPartition:
@@ -304,4 +315,10 @@ def _abort(admin: Admin, args: argparse.Namespace) -> int:
         f"Aborted the transaction of producer {producer_id} (epoch {producer_epoch}) on "
         f"{tp.topic}-{tp.partition}."
     )
+    return EXIT_OK
+
+
+def _fence(admin: Admin, args: argparse.Namespace) -> int:
+    admin.fence_transactional_id(args.transactional_id)
+    print(f"fenced {args.transactional_id}: its open transaction, if any, is aborted")
     return EXIT_OK

@@ -4,6 +4,8 @@ and ids of its own):
 
 - ``list`` and ``describe`` show an SDK transaction as the coordinator holds it: Ongoing with
   its partition while open, CompleteCommit once committed;
+- ``fence`` aborts a prepared two-phase transaction (which no timeout ends) and fences its
+  holder;
 - a hanging transaction (a transactional batch from a producer id no coordinator knows) holds
   the partition's last stable offset; ``find-hanging`` lists it and ``abort --start-offset``
   ends it: the last stable offset reaches the high watermark, and the batch is aborted
@@ -34,7 +36,7 @@ from storage_rpc import (
     values,
 )
 
-from brook.client import Admin, Producer
+from brook.client import Admin, ApiError, Producer
 from brook.client.admin import NewTopic
 from brook.errors import ErrorCode
 from brook.launcher import LocalCluster, Role
@@ -177,3 +179,49 @@ def test_a_hanging_transaction_is_found_and_aborted(cluster: LocalCluster) -> No
     uncommitted = fetch(leader, topic, 0, 0, READ_UNCOMMITTED, decode=True)
     assert values(uncommitted) == [b"before", b"hanging-a", b"hanging-b", b"after"]
     assert hanging_rows() == []
+
+
+def test_fence_aborts_a_prepared_two_phase_transaction_that_no_timeout_ends(
+    cluster: LocalCluster,
+) -> None:
+    """What an operator does for a Spark task that died after preparing its transaction: the
+    records never become visible, the partition's last stable offset moves on, and the old
+    holder can no longer commit."""
+    topic, transactional_id = "cli-fenced-out", "cli-prepared"
+    _create_topic(cluster, topic)
+    bootstrap = cluster.bootstrap_servers(Role.STORAGE_NODE)
+    with Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "transaction.two.phase.commit.enable": True,
+            "max.block.ms": int(WAIT_TIMEOUT_S * 1000),
+            "linger.ms": 0,
+        }
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"prepared", partition=0).result(WAIT_TIMEOUT_S)
+        prepared = producer.prepare_transaction()
+    (open_row,) = _table(cluster, "describe", "--transactional-id", transactional_id)
+    assert open_row["STATE"] == "Ongoing"
+
+    (printed,) = _brook(cluster, "fence", "--transactional-id", transactional_id)
+    assert printed[:2] == ["fenced", f"{transactional_id}:"]
+
+    (fenced,) = _table(cluster, "describe", "--transactional-id", transactional_id)
+    assert fenced["STATE"] == "Empty"  # aborted, then held by no one (as after InitProducerId)
+    assert int(fenced["PRODUCER-EPOCH"]) > prepared.producer_epoch
+    leader = leader_address(cluster, topic, 0)
+
+    def ended() -> bool:
+        answer = fetch(leader, topic, 0, 0, READ_COMMITTED)
+        return bool(answer.last_stable_offset == answer.high_watermark)
+
+    wait_until(ended, "the fenced transaction's abort marker at the partition", WAIT_TIMEOUT_S)
+    assert values(fetch(leader, topic, 0, 0, READ_COMMITTED, decode=True)) == []
+    assert values(fetch(leader, topic, 0, 0, READ_UNCOMMITTED, decode=True)) == [b"prepared"]
+    with Admin(cluster.controller_bootstrap_servers) as admin:
+        with pytest.raises(ApiError) as refused:
+            admin.complete_transaction(prepared, commit=True)
+    assert refused.value.code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
