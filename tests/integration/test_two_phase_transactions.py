@@ -3,10 +3,12 @@ SDK's prepare_transaction / Admin.complete_transaction / Admin.fence_transaction
 (a controller, a storage node and two coordinators as processes, shared by the module).
 
 - a prepared two-phase transaction outlives transaction.timeout.ms while an ordinary one
-  beside it is aborted; the partition's leader still takes its records after the timeout (its
-  KIP-890 verification asks the coordinator, which still has it Ongoing); the producer's close
-  leaves it open; another process commits it with EndTxn under its producer id and epoch, and
-  read_committed then sees its records; the commit repeated succeeds (a driver may retry);
+  begun after it on the same coordinator is aborted (the witness that the timeout sweeps
+  went past it: no sleeping past the deadline); the partition's leader still takes its
+  records after the timeout (its KIP-890 verification asks the coordinator, which still has
+  it Ongoing); the producer's close leaves it open; another process commits it with EndTxn
+  under its producer id and epoch, and read_committed then sees its records; the commit
+  repeated succeeds (a driver may retry);
 - fence_transactional_id aborts a prepared transaction: its records are never visible, and a
   commit under the old epoch is PRODUCER_FENCED;
 - the flag survives the coordinator's failover: the successor (which replays
@@ -45,6 +47,9 @@ CLIENT_TIMEOUT_S: Final = 30.0
 TXN_TIMEOUT_MS: Final = 1000
 # The coordinators look for timed-out transactions this often.
 ABORT_CHECK_MS: Final = 200
+# Ids tried for a witness transaction on a given coordinator (of two: each lands on it with
+# probability about 1/2).
+WITNESS_IDS_MAX: Final = 20
 SESSION_TIMEOUT_MS: Final = 2000
 
 
@@ -121,6 +126,32 @@ def _state(cluster: LocalCluster, transactional_id: str) -> TransactionState:
         return admin.describe_transactions([transactional_id])[transactional_id].state
 
 
+def _sweep_past(cluster: LocalCluster, topic: str, transactional_id: str) -> None:
+    """Returns once the coordinator holding ``transactional_id`` has aborted, for its timeout,
+    an ordinary transaction that began after ``transactional_id``'s with the same timeout: its
+    timeout sweeps have then gone past that transaction's deadline too (a witness, instead of
+    sleeping past the deadline and hoping a sweep ran). Witnesses that land on another
+    coordinator are aborted and another id is tried."""
+    with _admin(cluster) as admin:
+        holder = admin.describe_transactions([transactional_id])[transactional_id].coordinator
+        for n in range(WITNESS_IDS_MAX):
+            witness = f"{transactional_id}-witness-{n}"
+            with _producer(cluster, witness, two_phase=False) as producer:
+                producer.init_transactions()
+                producer.begin_transaction()
+                producer.send(topic, b"witness", partition=0).result(CLIENT_TIMEOUT_S)
+                if admin.describe_transactions([witness])[witness].coordinator != holder:
+                    producer.abort_transaction()
+                    continue
+                wait_until(
+                    lambda w=witness: _state(cluster, w) is TransactionState.COMPLETE_ABORT,  # type: ignore[misc]
+                    f"{witness}, an ordinary transaction, to be aborted for its timeout",
+                    WAIT_TIMEOUT_S,
+                )
+                return
+    raise AssertionError(f"no witness id of {WITNESS_IDS_MAX} landed on coordinator {holder}")
+
+
 def _complete_elsewhere(cluster: LocalCluster, prepared: PreparedTransaction) -> None:
     """Admin.complete_transaction(commit) in another process, from the three ids alone."""
     script = (
@@ -159,22 +190,13 @@ def test_a_prepared_transaction_outlives_its_timeout_and_another_process_commits
 ) -> None:
     topic = "two-phase-commit"
     _create_topic(cluster, topic)
-    with (
-        _producer(cluster, "plain", two_phase=False) as plain,
-        _producer(cluster, "prepared", two_phase=True) as two_phase,
-    ):
-        for producer in (plain, two_phase):
-            producer.init_transactions()
-            producer.begin_transaction()
-        plain.send(topic, b"plain", partition=0).result(CLIENT_TIMEOUT_S)
+    with _producer(cluster, "prepared", two_phase=True) as two_phase:
+        two_phase.init_transactions()
+        two_phase.begin_transaction()
         two_phase.send(topic, b"before-timeout", partition=0).result(CLIENT_TIMEOUT_S)
-        wait_until(
-            lambda: _state(cluster, "plain") is TransactionState.COMPLETE_ABORT,
-            "the ordinary transaction to be aborted for its timeout",
-            WAIT_TIMEOUT_S,
-        )
-        # Past its timeout (and several sweeps): still Ongoing, and still written to.
-        time.sleep((TXN_TIMEOUT_MS + 2 * ABORT_CHECK_MS) / 1000)
+        _sweep_past(cluster, topic, "prepared")
+        # Past its timeout and swept: still Ongoing, and still written to.
+        assert _state(cluster, "prepared") is TransactionState.ONGOING
         two_phase.send(topic, b"after-timeout", partition=0).result(CLIENT_TIMEOUT_S)
         prepared = two_phase.prepare_transaction()
         with pytest.raises(TransactionStateError):
@@ -235,7 +257,7 @@ def test_a_prepared_transaction_outlives_its_timeout_across_a_coordinator_failov
             return described.coordinator != owner
 
         wait_until(moved, "the other coordinator to take the transaction over", WAIT_TIMEOUT_S)
-        time.sleep((TXN_TIMEOUT_MS + 2 * ABORT_CHECK_MS) / 1000)
+        _sweep_past(cluster, topic, "failover")
         assert _state(cluster, "failover") is TransactionState.ONGOING
         with _admin(cluster) as admin:
             admin.complete_transaction(prepared, commit=True)
