@@ -45,6 +45,16 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+def _transient(error: Any) -> bool:
+    """A connection to a broker failed (and will be retried): not an error of the producer."""
+    from confluent_kafka import KafkaError
+
+    return not error.fatal() and error.code() in (
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+    )
+
+
 def _leaders(admin: Admin) -> dict[int, int | None]:
     return {p.partition: p.leader for p in admin.describe_topics([TOPIC])[TOPIC].partitions}
 
@@ -68,6 +78,9 @@ def test_leader_moves_make_an_idempotent_librdkafka_producer_bump_no_epoch_and_w
     )
     eos = _Lines()
     client_errors: list[str] = []
+    # A stopped node's port refuses connections until it is back, as a stopped Kafka broker's
+    # does: librdkafka reports that through error_cb too, and retries.
+    transport_errors: list[str] = []
     logger = logging.getLogger(f"librdkafka.{tmp_path.name}")
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
@@ -80,7 +93,9 @@ def test_leader_moves_make_an_idempotent_librdkafka_producer_bump_no_epoch_and_w
         "message.timeout.ms": MESSAGE_TIMEOUT_MS,
         "debug": "eos",
         "logger": logger,
-        "error_cb": lambda error: client_errors.append(str(error)),
+        "error_cb": lambda error: (transport_errors if _transient(error) else client_errors).append(
+            str(error)
+        ),
     }
     if os.environ.get("BROOK_TEST_RDKAFKA_DEBUG"):
         # For diagnosis: librdkafka's own log on stderr, every line even after a fatal error.
@@ -151,7 +166,9 @@ def test_leader_moves_make_an_idempotent_librdkafka_producer_bump_no_epoch_and_w
         finally:
             stop.set()
             thread.join(WAIT_TIMEOUT_S)
-            (tmp_path / "librdkafka-eos.log").write_text("\n".join([*eos.lines, *client_errors]))
+            (tmp_path / "librdkafka-eos.log").write_text(
+                "\n".join([*eos.lines, *transport_errors, *client_errors])
+            )
         assert not client_errors, client_errors
         assert producer.flush(MESSAGE_TIMEOUT_MS / 1000 + 5) == 0
     logger.removeHandler(eos)
