@@ -31,6 +31,10 @@ def test_defaults_are_kafkas_topic_defaults() -> None:
         "message.timestamp.difference.max.ms": "9223372036854775807",
         "cleanup.policy": "delete",
         "file.delete.delay.ms": "60000",
+        "delete.retention.ms": "86400000",
+        "min.cleanable.dirty.ratio": "0.5",
+        "min.compaction.lag.ms": "0",
+        "max.compaction.lag.ms": "9223372036854775807",
     }
     assert {key.name for key in TOPIC_LOG_CONFIG_DEF.keys} == set(config.to_properties())
 

@@ -17,6 +17,7 @@ from typing import Any, Final
 from brook.config import INT64_MAX, ConfigDef, ConfigValue, RawSetting
 from brook.record import TimestampType
 from brook.topic_config import (
+    CLEANUP_COMPACT,
     CLEANUP_DELETE,
     CREATE_TIME,
     LOG_APPEND_TIME,
@@ -49,6 +50,11 @@ _FIELD_OF_KEY: Final[Mapping[str, str]] = {
     "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
     "cleanup.policy": "cleanup_policy",
     "file.delete.delay.ms": "file_delete_delay_ms",
+    # Compaction (cleanup.policy=compact): the cleaner's per-topic settings (log/cleaner.py).
+    "delete.retention.ms": "delete_retention_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
 }
 
 TOPIC_LOG_CONFIG_DEF: Final = ConfigDef([TOPIC_CONFIG_DEF.key(name) for name in _FIELD_OF_KEY])
@@ -62,6 +68,12 @@ def field_of(name: str) -> str:
 def _default(name: str) -> int:
     value = TOPIC_LOG_CONFIG_DEF.key(name).default
     assert isinstance(value, int) and not isinstance(value, bool), name
+    return value
+
+
+def _default_ratio(name: str) -> float:
+    value = TOPIC_LOG_CONFIG_DEF.key(name).default
+    assert isinstance(value, float), name
     return value
 
 
@@ -83,6 +95,10 @@ class LogConfig:
     message_timestamp_difference_max_ms: int = _default("message.timestamp.difference.max.ms")
     cleanup_policy: frozenset[str] = field(default=frozenset({CLEANUP_DELETE}))
     file_delete_delay_ms: int = _default("file.delete.delay.ms")
+    delete_retention_ms: int = _default("delete.retention.ms")
+    min_cleanable_dirty_ratio: float = _default_ratio("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
 
     def __post_init__(self) -> None:
         # A LogConfig built in code gets the same bounds as one parsed from properties.
@@ -100,6 +116,11 @@ class LogConfig:
     def delete_retention_enabled(self) -> bool:
         """Whether retention.ms / retention.bytes delete segments (cleanup.policy has delete)."""
         return CLEANUP_DELETE in self.cleanup_policy
+
+    @property
+    def compact(self) -> bool:
+        """Whether the cleaner compacts this log (cleanup.policy has compact)."""
+        return CLEANUP_COMPACT in self.cleanup_policy
 
     @property
     def offset_index_entries_max(self) -> int:
@@ -153,7 +174,7 @@ def _to_config_value(value: object) -> ConfigValue:
         return _TIMESTAMP_TYPE_NAMES[value]
     if isinstance(value, frozenset):
         return tuple(sorted(value))
-    assert isinstance(value, int), value
+    assert isinstance(value, int | float), value
     return value
 
 

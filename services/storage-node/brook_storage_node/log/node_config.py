@@ -28,7 +28,14 @@ MS_PER_HOUR: Final = 60 * MS_PER_MINUTE
 # Topic configs whose node default is not one integer setting read as is: durations with unit
 # variants (resolved by the helpers below) and the non-integer ones.
 _RESOLVED_SEPARATELY: Final = frozenset(
-    {"segment.ms", "segment.jitter.ms", "retention.ms", "message.timestamp.type", "cleanup.policy"}
+    {
+        "segment.ms",
+        "segment.jitter.ms",
+        "retention.ms",
+        "message.timestamp.type",
+        "cleanup.policy",
+        "min.cleanable.dirty.ratio",
+    }
 )
 # LogConfig field -> the node setting that gives its default (Kafka's broker synonym).
 _LOG_FIELDS: Final[Mapping[str, str]] = {
@@ -84,6 +91,9 @@ def node_log_config(config: Config) -> LogConfig:
     cleanup_policy = BROKER_SYNONYMS["cleanup.policy"]
     if cleanup_policy in config.definition:
         chosen["cleanup_policy"] = frozenset(config.get_list(cleanup_policy))
+    ratio = BROKER_SYNONYMS["min.cleanable.dirty.ratio"]
+    if ratio in config.definition:
+        chosen["min_cleanable_dirty_ratio"] = config.get_double(ratio)
     return LogConfig(**chosen)
 
 
