@@ -69,29 +69,6 @@ class CleanableOffsets:
     forced: bool
 
 
-def cleanable_offsets(
-    log: PartitionLog, checkpointed_dirty_offset: int | None, now_ms: int
-) -> CleanableOffsets:
-    raise NotImplementedError
-
-
-@dataclass(frozen=True, slots=True)
-class LogCleanSizes:
-    """What the cleaner manager ranks logs by, and what the CLI and metrics show."""
-
-    clean_bytes: int  # from the log start to the first dirty offset
-    dirty_bytes: int  # from the first dirty offset to the first uncleanable offset
-
-    @property
-    def dirty_ratio(self) -> float:
-        total = self.clean_bytes + self.dirty_bytes
-        return self.dirty_bytes / total if total else 0.0
-
-
-def clean_sizes(log: PartitionLog, offsets: CleanableOffsets) -> LogCleanSizes:
-    raise NotImplementedError
-
-
 @dataclass(frozen=True, slots=True)
 class CleanResult:
     # The next pass's first dirty offset (what the manager checkpoints).
