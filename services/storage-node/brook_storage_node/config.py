@@ -13,6 +13,7 @@ Time settings with several units follow Kafka's hierarchy; read them through `lo
 
 from __future__ import annotations
 
+import sys
 from typing import Final
 
 from brook.config import (
@@ -21,6 +22,7 @@ from brook.config import (
     INT64_MAX,
     REQUEST_TIMEOUT_MS,
     UNCLEAN_LEADER_ELECTION_ENABLE,
+    Config,
     ConfigKey,
     ConfigType,
     ConfigValue,
@@ -42,6 +44,8 @@ from brook.topic_config import (
     LOG_APPEND_TIME,
     SEGMENT_INDEX_BYTES_MIN,
 )
+from brook_storage_node.log.log_cleaner_manager import DEDUPE_BYTES_PER_ENTRY
+from brook_storage_node.log.node_config import node_log_cleaner_config
 from brook_storage_node.metadata_source import parse_static_topics
 
 __all__ = ["CONFIG_DEF"]
@@ -65,6 +69,18 @@ class StaticTopics:
     def describe(self) -> str:
         return "topic:partitions[:config=value...], ..."
 
+
+def _check_cleaner(config: Config) -> str | None:
+    """The log.cleaner.* settings together (each thread's share of the dedupe buffer)."""
+    try:
+        node_log_cleaner_config(config)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+# Java's Double.MAX_VALUE: Kafka's "unlimited" log.cleaner.io.max.bytes.per.second.
+DOUBLE_MAX: Final = sys.float_info.max
 
 _H = Importance.HIGH
 _M = Importance.MEDIUM
@@ -319,6 +335,104 @@ CONFIG_DEF: Final = service_config_def(
             OneOf((CLEANUP_DELETE, CLEANUP_COMPACT)),
         ),
         ConfigKey(
+            "log.cleaner.enable",
+            ConfigType.BOOLEAN,
+            True,
+            "Whether the log cleaner runs: it compacts the logs of cleanup.policy=compact "
+            "topics (keeping the last record of every key). Without it those logs grow "
+            "without bound.",
+            _M,
+        ),
+        ConfigKey(
+            "log.cleaner.threads",
+            _INT,
+            1,
+            "Threads cleaning logs, each one log at a time.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "log.cleaner.dedupe.buffer.size",
+            _LONG,
+            134217728,
+            "Memory for the cleaner's key -> offset maps, shared equally by the "
+            "log.cleaner.threads (24 bytes per key); a dirty section with more keys than a "
+            "thread's map holds is cleaned in several passes.",
+            _M,
+            Range(DEDUPE_BYTES_PER_ENTRY),
+        ),
+        ConfigKey(
+            "log.cleaner.io.buffer.size",
+            _INT,
+            524288,
+            "Bytes the cleaner reads per I/O.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "log.cleaner.io.buffer.load.factor",
+            ConfigType.DOUBLE,
+            0.9,
+            "The share of a key -> offset map's slots the cleaner fills before it ends a pass.",
+            _M,
+            Range(0.01, 1),
+        ),
+        ConfigKey(
+            "log.cleaner.io.max.bytes.per.second",
+            ConfigType.DOUBLE,
+            DOUBLE_MAX,
+            "The most bytes per second all cleaner threads together read and write. The "
+            "default (Double.MAX_VALUE, as Kafka's) is unlimited.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            "log.cleaner.backoff.ms",
+            _LONG,
+            15000,
+            "How long a cleaner thread sleeps when no log needs cleaning.",
+            _M,
+            Range(1, INTERVAL_MS_MAX),
+        ),
+        ConfigKey(
+            "log.cleaner.delete.retention.ms",
+            _LONG,
+            86400000,
+            "How long tombstones (and transaction markers) stay in a compacted log after its "
+            "cleaner reached them. Default of the topic setting delete.retention.ms.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "log.cleaner.min.cleanable.ratio",
+            ConfigType.DOUBLE,
+            0.5,
+            "The dirty share (bytes not yet compacted / compactable bytes) a log reaches "
+            "before the cleaner takes it. Default of the topic setting "
+            "min.cleanable.dirty.ratio.",
+            _M,
+            Range(0, 1),
+        ),
+        ConfigKey(
+            "log.cleaner.min.compaction.lag.ms",
+            _LONG,
+            0,
+            "How long a record stays uncompacted at least: segments with newer records are "
+            "not cleaned. Default of the topic setting min.compaction.lag.ms.",
+            _M,
+            Range(0),
+        ),
+        ConfigKey(
+            "log.cleaner.max.compaction.lag.ms",
+            _LONG,
+            INT64_MAX,
+            "How long a record stays uncompacted at most: a log whose oldest dirty record is "
+            "older is cleaned whatever its dirty ratio. Default of the topic setting "
+            "max.compaction.lag.ms.",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
             "compression.type",
             ConfigType.STRING,
             "producer",
@@ -464,6 +578,7 @@ CONFIG_DEF: Final = service_config_def(
             "a follower whose fetch may wait longer than the lag limit drops out of the ISR "
             "while idle",
         ),
+        _check_cleaner,
         check_not_greater(
             "message.max.bytes",
             "socket.request.max.bytes",

@@ -32,6 +32,7 @@ from brook.record import (
     InvalidRecordError,
     RecordTooLargeError,
     TimestampType,
+    build_batch,
     build_control_batch,
     iter_records,
     read_header,
@@ -257,3 +258,31 @@ def test_a_closed_log_refuses_work_and_holds_no_descriptors(tmp_path: Path) -> N
         log.append(batch(), leader_epoch=0)
     with pytest.raises(Exception, match="closed"):
         log.read(0, 100)
+
+
+def test_a_compacted_log_refuses_a_batch_with_a_keyless_record_and_appends_nothing(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path, cleanup_policy=frozenset({"compact", "delete"}))
+    try:
+        log.append(batch(2), leader_epoch=0)
+        keyless = build_batch(
+            [(1_700_000_000_000, b"k", b"v", ()), (1_700_000_000_001, None, b"v", ())],
+            compression=Compression.GZIP,
+        )
+        with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message "):
+            log.append(keyless, leader_epoch=0)
+        assert log.log_end_offset == 2 and len(read_batches(log)) == 1
+        log.append(batch(1, key=b"other"), leader_epoch=0)
+        assert log.log_end_offset == 3
+    finally:
+        log.close()
+
+
+def test_a_log_without_compaction_takes_keyless_records(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    try:
+        log.append(batch(2, key=None), leader_epoch=0)
+        assert [record.key for record in read_records(log)] == [None, None]
+    finally:
+        log.close()

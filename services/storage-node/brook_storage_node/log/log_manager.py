@@ -5,9 +5,10 @@ process, its checkpoints are read, and all partition directories in it are opene
 on num.recovery.threads.per.data.dir threads (recovery is disk-bound per directory). While
 running, asyncio tasks owned by the manager apply retention, honour flush.ms, remove deleted
 segment files and write the per-directory checkpoints; the disk work runs on a bounded thread
-pool (background.threads), never on the event loop. ``close`` stops the tasks, flushes and
-closes every log, writes the checkpoints and the clean-shutdown marker that lets the next
-start skip recovery.
+pool (background.threads), never on the event loop. The log cleaner (log_cleaner_manager.py)
+compacts cleanup.policy=compact logs on threads of its own; deleting a log aborts its pass
+first. ``close`` stops the tasks and the cleaner, flushes and closes every log, writes the
+checkpoints and the clean-shutdown marker that lets the next start skip recovery.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from brook_storage_node.log.checkpoints import (
     CheckpointFileError,
     OffsetCheckpointFile,
 )
+from brook_storage_node.log.cleaner import CleanResult
 from brook_storage_node.log.errors import LogError, LogStorageError
 from brook_storage_node.log.files import fsync_dir
+from brook_storage_node.log.log_cleaner_manager import LogCleanerManager, LogCleanerManagerConfig
 from brook_storage_node.log.log_config import LogConfig
 from brook_storage_node.log.partition_log import PartitionLog, wall_clock_ms
 from brook_storage_node.log.topic_partition import (
@@ -74,6 +77,8 @@ class LogManagerConfig:
     producer_id_expiration_ms: int = 86_400_000
     # producer.id.expiration.check.interval.ms
     producer_id_expiration_check_interval_ms: int = 600_000
+    # log.cleaner.*: the compaction of cleanup.policy=compact logs.
+    cleaner: LogCleanerManagerConfig = field(default_factory=LogCleanerManagerConfig)
 
     def __post_init__(self) -> None:
         if not self.log_dirs:
@@ -154,6 +159,7 @@ class LogManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._create_lock = asyncio.Lock()
         self._closing = False
+        self._cleaner: LogCleanerManager | None = None
 
     @classmethod
     async def open(
@@ -178,6 +184,13 @@ class LogManager:
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
+            manager._cleaner = await asyncio.to_thread(
+                LogCleanerManager,
+                config.cleaner,
+                [data_dir.path for data_dir in manager._dirs],
+                manager._open_logs,
+                clock_ms,
+            )
         except BaseException:
             await manager._abort_open()
             raise
@@ -331,7 +344,13 @@ class LogManager:
                 return
             data_dir = next(d for d in self._dirs if tp in d.logs)
             del data_dir.logs[tp]
-            await self._run(functools.partial(self._delete_log_files, log))
+            cleaner = self.cleaner
+            # A pass over the log stops before its files go.
+            await self._run(functools.partial(cleaner.abort_and_wait, tp))
+            try:
+                await self._run(functools.partial(self._delete_log_files, log))
+            finally:
+                await self._run(functools.partial(cleaner.forget, tp, data_dir.path))
 
     @staticmethod
     def _delete_log_files(log: PartitionLog) -> None:
@@ -346,6 +365,12 @@ class LogManager:
         except OSError as exc:
             raise LogStorageError(f"cannot delete {log.directory}: {exc}") from exc
 
+    @property
+    def cleaner(self) -> LogCleanerManager:
+        """The log cleaner (its state per log, and what it cleaned)."""
+        assert self._cleaner is not None, "the log manager is not open"
+        return self._cleaner
+
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
         """Apply changed settings to every log of ``topic`` and to logs created later."""
         self._topic_configs[topic] = config
@@ -356,10 +381,12 @@ class LogManager:
     # -- background work ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the periodic tasks (retention, flush, checkpoints) on the running loop."""
+        """Start the periodic tasks (retention, flush, checkpoints) on the running loop, and
+        the log cleaner's threads."""
         self._check_open()
         assert not self._tasks, "already started"
         config = self._config
+        self.cleaner.start()
         for name, interval_ms, work in (
             ("retention", config.log_retention_check_interval_ms, self._retention_pass),
             ("flush", config.log_flush_scheduler_interval_ms, self._flush_pass),
@@ -399,6 +426,11 @@ class LogManager:
     async def run_retention(self) -> int:
         """One retention pass over every log now; returns the number of segments deleted."""
         return await self._run(self._retention_pass)
+
+    async def run_cleaner(self) -> dict[TopicPartition, CleanResult]:
+        """One cleaning round now: every compacted log that needs it, once; returns what was
+        cleaned (whether or not log.cleaner.enable starts the cleaner's threads)."""
+        return await self._run(self.cleaner.run_round)
 
     async def run_flush(self) -> int:
         """One flush.ms / deleted-file pass now; returns the number of logs flushed."""
@@ -483,6 +515,8 @@ class LogManager:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self._cleaner is not None:
+            await asyncio.to_thread(self._cleaner.close)
         await asyncio.to_thread(self._background.shutdown, True)
         await asyncio.to_thread(self._close_all_logs, write_marker=True)
         _log.info("log manager closed")

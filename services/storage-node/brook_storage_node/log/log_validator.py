@@ -5,12 +5,15 @@ epoch and, for LogAppendTime topics, the timestamp patched into a private copy) 
 follower's append of batches copied from the leader (checked, written as they are). Both work
 on batch headers and CRCs only; records are never decoded (the brief's hot-path rule), so
 checks that Kafka makes per record are made here on the batch's first and largest timestamp.
+The one exception is a leader's append to a cleanup.policy=compact log: its records are
+decoded to refuse a record without a key, as Kafka does (the cleaner could not keep it).
 Nothing here touches the disk: a rejected append has changed nothing.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from brook.record import (
@@ -19,6 +22,7 @@ from brook.record import (
     InvalidRecordError,
     TimestampType,
     assign_offsets,
+    iter_records,
     scan_batches,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -92,6 +96,8 @@ def validate_leader_append(
             _check_create_time(header, now_ms, config.message_timestamp_difference_max_ms)
         if header.has_producer_id and not header.is_control:
             _check_producer_fields(header, len(headers))
+    if config.compact:
+        _check_keys(records, headers)
     # One copy, because offsets are patched into the bytes and the caller's must stay intact.
     data = bytearray(records)
     batches = []
@@ -209,6 +215,23 @@ def _check_fits_segment(size: int, config: LogConfig) -> None:
             f"an append of {size} bytes cannot fit in a segment "
             f"(segment.bytes={config.segment_bytes})"
         )
+
+
+def _check_keys(records: Buffer, headers: Sequence[BatchHeader]) -> None:
+    """A compacted log's records all need a key: Kafka refuses a keyless one with
+    INVALID_RECORD. Control batches (transaction markers) are exempt. The CRCs were checked
+    already."""
+    position = 0
+    for header in headers:
+        if not header.is_control:
+            for record in iter_records(records, position, check_crc=False):
+                if record.key is None:
+                    raise InvalidRecordError(
+                        "Compacted topic cannot accept message without key: the record at "
+                        f"offset delta {record.offset - header.base_offset} of the batch at "
+                        f"byte {position} has a null key"
+                    )
+        position += header.size
 
 
 def _check_producer_fields(header: BatchHeader, batch_count: int) -> None:

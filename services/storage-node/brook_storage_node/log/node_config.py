@@ -19,6 +19,7 @@ from typing import Any, Final
 from brook.config import Config, resolve_duration_ms
 from brook.record import TimestampType
 from brook.topic_config import BROKER_SYNONYMS, LOG_APPEND_TIME
+from brook_storage_node.log.log_cleaner_manager import LogCleanerManagerConfig
 from brook_storage_node.log.log_config import LONG_MAX, TOPIC_LOG_CONFIG_DEF, LogConfig, field_of
 from brook_storage_node.log.log_manager import LogManagerConfig
 
@@ -98,9 +99,35 @@ def node_log_config(config: Config) -> LogConfig:
 
 
 def node_log_manager_config(config: Config) -> LogManagerConfig:
-    """The log manager's settings: data directories, threads and background intervals."""
+    """The log manager's settings: data directories, threads, background intervals and the
+    log cleaner's settings.
+
+    Raises ValueError naming the setting if the cleaner's settings do not fit together (a
+    dedupe buffer too small to give each thread one map entry).
+    """
     log_dirs = tuple(Path(path) for path in config.get_list("log.dirs"))
-    return LogManagerConfig(log_dirs=log_dirs, **_given(config, _MANAGER_FIELDS))
+    return LogManagerConfig(
+        log_dirs=log_dirs,
+        cleaner=node_log_cleaner_config(config),
+        **_given(config, _MANAGER_FIELDS),
+    )
+
+
+def node_log_cleaner_config(config: Config) -> LogCleanerManagerConfig:
+    """The log cleaner's settings (log.cleaner.*); undeclared ones keep Kafka's defaults."""
+    chosen: dict[str, Any] = {}
+    for field_name, setting, read in (
+        ("enable", "log.cleaner.enable", config.get_bool),
+        ("threads", "log.cleaner.threads", config.get_int),
+        ("dedupe_buffer_size", "log.cleaner.dedupe.buffer.size", config.get_int),
+        ("io_buffer_size", "log.cleaner.io.buffer.size", config.get_int),
+        ("io_buffer_load_factor", "log.cleaner.io.buffer.load.factor", config.get_double),
+        ("io_max_bytes_per_second", "log.cleaner.io.max.bytes.per.second", config.get_double),
+        ("backoff_ms", "log.cleaner.backoff.ms", config.get_int),
+    ):
+        if setting in config.definition:
+            chosen[field_name] = read(setting)
+    return LogCleanerManagerConfig(**chosen)
 
 
 def log_retention_ms(config: Config) -> int:
