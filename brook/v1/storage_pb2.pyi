@@ -511,3 +511,55 @@ class ProducerDescription(_message.Message):
     coordinator_epoch: int
     current_txn_start_offset: int
     def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., last_sequence: _Optional[int] = ..., last_timestamp: _Optional[int] = ..., coordinator_epoch: _Optional[int] = ..., current_txn_start_offset: _Optional[int] = ...) -> None: ...
+
+class DescribeLogDirsRequest(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartition]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[_common_pb2.TopicPartition, _Mapping]]] = ...) -> None: ...
+
+class DescribeLogDirsResponse(_message.Message):
+    __slots__ = ("log_dirs",)
+    LOG_DIRS_FIELD_NUMBER: _ClassVar[int]
+    log_dirs: _containers.RepeatedCompositeFieldContainer[LogDirDescription]
+    def __init__(self, log_dirs: _Optional[_Iterable[_Union[LogDirDescription, _Mapping]]] = ...) -> None: ...
+
+class LogDirDescription(_message.Message):
+    __slots__ = ("path", "partitions")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    partitions: _containers.RepeatedCompositeFieldContainer[LogDirPartition]
+    def __init__(self, path: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[LogDirPartition, _Mapping]]] = ...) -> None: ...
+
+class LogDirPartition(_message.Message):
+    __slots__ = ("topic", "partition", "size_bytes", "log_start_offset", "log_end_offset", "compacted", "clean_bytes", "dirty_bytes", "dirty_ratio", "first_dirty_offset", "first_uncleanable_offset", "uncleanable", "uncleanable_reason", "last_cleaned_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMPACTED_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DIRTY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DIRTY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DIRTY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FIRST_UNCLEANABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    UNCLEANABLE_FIELD_NUMBER: _ClassVar[int]
+    UNCLEANABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_CLEANED_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    size_bytes: int
+    log_start_offset: int
+    log_end_offset: int
+    compacted: bool
+    clean_bytes: int
+    dirty_bytes: int
+    dirty_ratio: float
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    uncleanable: bool
+    uncleanable_reason: str
+    last_cleaned_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., size_bytes: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., compacted: _Optional[bool] = ..., clean_bytes: _Optional[int] = ..., dirty_bytes: _Optional[int] = ..., dirty_ratio: _Optional[float] = ..., first_dirty_offset: _Optional[int] = ..., first_uncleanable_offset: _Optional[int] = ..., uncleanable: _Optional[bool] = ..., uncleanable_reason: _Optional[str] = ..., last_cleaned_ms: _Optional[int] = ...) -> None: ...

@@ -95,6 +95,11 @@ class StorageServiceStub:
                 request_serializer=brook_dot_v1_dot_storage__pb2.DescribeProducersRequest.SerializeToString,
                 response_deserializer=brook_dot_v1_dot_storage__pb2.DescribeProducersResponse.FromString,
                 _registered_method=True)
+        self.DescribeLogDirs = channel.unary_unary(
+                '/brook.v1.StorageService/DescribeLogDirs',
+                request_serializer=brook_dot_v1_dot_storage__pb2.DescribeLogDirsRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_storage__pb2.DescribeLogDirsResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServiceServicer:
@@ -200,6 +205,16 @@ class StorageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeLogDirs(self, request, context):
+        """The partition logs this node holds (as leader or follower), by data directory, with their
+        size and, for compacted logs, the log cleaner's view: clean and dirty bytes, dirty ratio,
+        first dirty offset, whether the partition is uncleanable and why, and when it was last
+        cleaned (Kafka's DescribeLogDirs for one node, kafka-log-dirs, plus the cleaner's state).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -252,6 +267,11 @@ def add_StorageServiceServicer_to_server(servicer, server):
                     servicer.DescribeProducers,
                     request_deserializer=brook_dot_v1_dot_storage__pb2.DescribeProducersRequest.FromString,
                     response_serializer=brook_dot_v1_dot_storage__pb2.DescribeProducersResponse.SerializeToString,
+            ),
+            'DescribeLogDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLogDirs,
+                    request_deserializer=brook_dot_v1_dot_storage__pb2.DescribeLogDirsRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_storage__pb2.DescribeLogDirsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -535,6 +555,33 @@ class StorageService:
             '/brook.v1.StorageService/DescribeProducers',
             brook_dot_v1_dot_storage__pb2.DescribeProducersRequest.SerializeToString,
             brook_dot_v1_dot_storage__pb2.DescribeProducersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLogDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.StorageService/DescribeLogDirs',
+            brook_dot_v1_dot_storage__pb2.DescribeLogDirsRequest.SerializeToString,
+            brook_dot_v1_dot_storage__pb2.DescribeLogDirsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -332,6 +332,31 @@ def test_malformed_oversized_and_crc_broken_batches_are_rejected_and_the_log_is_
     assert (error_code(after.error_code), after.base_offset) == (ErrorCode.NONE, end_before)
 
 
+def test_a_compacted_topic_refuses_keyless_records_and_its_log_is_unchanged(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = _start(cluster_factory, "table:1:cleanup.policy=compact,plain:1")
+    keyed = build_batch([(BASE_TIMESTAMP_MS, b"k", b"v1", ())])
+    one_keyless = build_batch(
+        [(BASE_TIMESTAMP_MS, b"k", b"v2", ()), (BASE_TIMESTAMP_MS, None, b"v3", ())]
+    )
+    with _stub(cluster) as stub:
+        [first] = _produce(stub, [("table", 0, keyed)])
+        assert error_code(first.error_code) is ErrorCode.NONE
+        bytes_before = _fetch(stub, "table", 0, 0).records
+
+        [refused] = _produce(stub, [("table", 0, one_keyless)])
+        assert error_code(refused.error_code) is ErrorCode.INVALID_RECORD
+        assert "Compacted topic cannot accept message without key" in refused.error_message
+        assert refused.base_offset == -1
+        assert _latest(stub, "table", 0) == 1
+        assert _fetch(stub, "table", 0, 0).records == bytes_before
+
+        # A topic without compaction takes the same batch.
+        [plain] = _produce(stub, [("plain", 0, one_keyless)])
+        assert (error_code(plain.error_code), plain.base_offset) == (ErrorCode.NONE, 0)
+
+
 def test_unknown_topic_or_partition_is_reported_everywhere(cluster_factory: ClusterFactory) -> None:
     cluster = _start(cluster_factory, "orders:2")
     data = build_batch(_records(0, 0, 1))

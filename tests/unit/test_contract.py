@@ -45,7 +45,7 @@ def test_every_service_of_the_system_is_defined_with_its_rpcs() -> None:
         "StorageService": {
             "Produce", "ProduceRecords", "Fetch", "Subscribe", "ListOffsets",
             "GetMetadata", "InitProducerId", "DeleteRecords", "WriteTxnMarkers",
-            "DescribeProducers",
+            "DescribeProducers", "DescribeLogDirs",
         },
         "ReplicaService": {"ReplicaFetch", "OffsetForLeaderEpoch"},
         "ControllerService": {

@@ -187,6 +187,7 @@ class StorageNode:
             context.shutdown_requested,
             self._producer_ids,
             self._verifier,
+            log_manager=self._log_manager,
         )
         storage_pb2_grpc.add_StorageServiceServicer_to_server(  # type: ignore[no-untyped-call]
             self._servicer, context.server

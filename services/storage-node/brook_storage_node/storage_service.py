@@ -24,7 +24,8 @@ Kafka's terms:
   for the group coordinators (else INVALID_RECORD): either would break their fencing
   (brook/reserved.py). ProduceRecords is always a client's.
 - Produce appends the client's RecordBatch v2 bytes as they are (the log validates headers
-  and CRCs and assigns offsets; records are never decoded). acks=0 answers once the request
+  and CRCs and assigns offsets; records are decoded only on a compacted topic, which refuses
+  a record without a key with INVALID_RECORD, as Kafka does). acks=0 answers once the request
   is checked and its appends are queued, and never reports append errors (Kafka's client gets
   no answer at all); acks=1 after the local append; acks=all once the high watermark passes
   the batch (at once while the ISR is just this node) or REQUEST_TIMED_OUT.
@@ -43,6 +44,7 @@ Kafka's terms:
   DescribeProducers reports the leader's producer state (log/producer_state.py). Transactional
   producers get their ids from the transaction coordinator: InitProducerId with a
   transactional id is refused here and says so.
+- DescribeLogDirs reports every log the node holds, with the log cleaner's view (log_dirs.py).
 
 Every request gets a span and its latency recorded; bytes in/out and records in are counted
 per topic from batch headers (no per-record work).
@@ -79,9 +81,10 @@ from brook_storage_node.errors import (
 )
 from brook_storage_node.fetch import FetchTarget, apply_error, read_targets, resolve_targets
 from brook_storage_node.limits import StorageLimits
-from brook_storage_node.log import AppendOrigin, LogAppendInfo
+from brook_storage_node.log import AppendOrigin, LogAppendInfo, LogManager, TopicPartition
 from brook_storage_node.log.time_index import NO_TIMESTAMP
 from brook_storage_node.log.topic_partition import check_topic_name
+from brook_storage_node.log_dirs import describe_log_dirs
 from brook_storage_node.metadata_view import NO_LEADER, endpoint_protos
 from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, Partition
 from brook_storage_node.produce import (
@@ -213,10 +216,14 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         shutdown: asyncio.Event,
         producer_ids: ProducerIdManager | None = None,
         verifier: TransactionVerifier | None = None,
+        *,
+        log_manager: LogManager,
     ) -> None:
         """``verifier``: transactional batches are verified with their coordinator
-        (produce.py, point 5); None: transaction.partition.verification.enable is false."""
+        (produce.py, point 5); None: transaction.partition.verification.enable is false.
+        ``log_manager``: the node's logs, which DescribeLogDirs reports."""
         self._replicas = replicas
+        self._log_manager = log_manager
         self._producer_ids = producer_ids
         self._limits = limits
         self._shutdown = shutdown
@@ -791,6 +798,15 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                     apply_error(response, error_result(exc))
                 responses.append(response)
             return storage_pb2.DescribeProducersResponse(partitions=responses)
+
+    # -- DescribeLogDirs --------------------------------------------------------------------
+
+    async def DescribeLogDirs(
+        self, request: storage_pb2.DescribeLogDirsRequest, context: Any
+    ) -> storage_pb2.DescribeLogDirsResponse:
+        with self._instruments.request("DescribeLogDirs", context):
+            partitions = {TopicPartition(p.topic, p.partition) for p in request.partitions}
+            return await asyncio.to_thread(describe_log_dirs, self._log_manager, partitions)
 
 
 def _marker_error(marker: storage_pb2.TxnMarker, timeout_ms: int) -> ErrorResult | None:

@@ -514,11 +514,15 @@ class LogCleanerManager:
         except UncleanableLogError as exc:
             self.mark_uncleanable(log, str(exc))
             return None
-        except LogError as exc:
+        except Exception as exc:
             if aborted():
                 _log.info("%s: cleaning aborted (%s)", log.directory, exc)
                 return None
-            raise
+            # As Kafka: whatever failed (a full disk, a bug) fails again on this log, so it is
+            # not retried every backoff; the other logs are still cleaned.
+            _log.exception("%s: cleaning failed", log.directory)
+            self.mark_uncleanable(log, f"cleaning failed: {type(exc).__name__}: {exc}")
+            return None
         return None if aborted() else result
 
     def mark_uncleanable(self, log: PartitionLog, reason: str) -> None:
