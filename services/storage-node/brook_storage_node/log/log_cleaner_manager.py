@@ -8,8 +8,9 @@ log with the highest dirty ratio at or above its ``min.cleanable.dirty.ratio`` (
 oldest dirty record is past ``max.compaction.lag.ms``) that no other thread is cleaning and that
 is not marked uncleanable, runs one pass (cleaner.clean_log) and checkpoints where the pass
 ended in the data directory's ``cleaner-offset-checkpoint``; with nothing to clean it waits
-``log.cleaner.backoff.ms``. A pass that meets damaged data (UncleanableLogError) marks the
-partition uncleanable until the node restarts; the partition keeps serving reads and appends.
+``log.cleaner.backoff.ms``. A pass that meets damaged data (UncleanableLogError), or fails in
+any other way that is not an abort, marks the partition uncleanable until the node restarts
+(Kafka's LogCleaningException); the partition keeps serving reads and appends.
 
 Aborts: a log being closed or deleted stops its pass at the next batch (the ``aborted``
 callback); ``abort_and_wait`` returns once no thread cleans it. Truncation needs no abort: the
