@@ -41,6 +41,8 @@ from brook.record import build_batch
 NOW_MS = 1_700_000_000_000
 HOUR_MS = 3_600_000
 WAIT_S = 10.0
+# How soon closing or deleting a log stops a pass polling ``aborted`` between batches.
+ABORT_PROMPT_S = 5.0
 # Two one-record batches (80 bytes each) per segment.
 SEGMENT_BYTES = 200
 COMPACT = frozenset({"compact"})
@@ -326,6 +328,40 @@ def test_abort_waits_for_the_pass_over_that_log_and_blocks_new_ones(tmp_path: Pa
         log.close()
 
 
+def _with_manager(
+    tmp_path: Path, body: Callable[[LogManager], Awaitable[None]], **cleaner: Any
+) -> None:
+    """Run ``body`` with a log manager over ``tmp_path``, closed afterwards."""
+
+    async def scenario() -> None:
+        manager = await LogManager.open(_compacted_manager_config(tmp_path, **cleaner))
+        try:
+            await body(manager)
+        finally:
+            await manager.close()
+
+    asyncio.run(scenario())
+
+
+def test_deleting_a_log_waits_for_its_pass_to_end(tmp_path: Path) -> None:
+    tp = TopicPartition("doomed", 0)
+
+    async def body(manager: LogManager) -> None:
+        log = await _fill(manager, tp)
+        target = manager.cleaner.grab_filthiest(NOW_MS)
+        assert target is not None and target.log is log
+        assert manager.cleaner.in_progress == {tp}
+        deletion = asyncio.create_task(manager.delete_log(tp))
+        await asyncio.sleep(0.2)
+        assert not deletion.done(), "the files went while a pass was still over them"
+        assert log.directory.exists()
+        manager.cleaner.done_cleaning(log, None)
+        await asyncio.wait_for(deletion, WAIT_S)
+        assert not log.directory.exists() and manager.get_log(tp) is None
+
+    _with_manager(tmp_path, body, enable=False)
+
+
 # -- the checkpoint -----------------------------------------------------------------------
 
 
@@ -561,21 +597,6 @@ def _last_values(log: PartitionLog) -> dict[bytes | None, bytes | None]:
     return {record.key: record.value for record in read_records(log)}
 
 
-def _with_manager(
-    tmp_path: Path, body: Callable[[LogManager], Awaitable[None]], **cleaner: Any
-) -> None:
-    """Run ``body`` with a log manager over ``tmp_path``, closed afterwards."""
-
-    async def scenario() -> None:
-        manager = await LogManager.open(_compacted_manager_config(tmp_path, **cleaner))
-        try:
-            await body(manager)
-        finally:
-            await manager.close()
-
-    asyncio.run(scenario())
-
-
 def test_run_cleaner_compacts_a_log_and_checkpoints_where_the_pass_ended(
     tmp_path: Path,
 ) -> None:
@@ -644,3 +665,42 @@ def test_a_corrupt_segment_marks_the_partition_uncleanable_and_the_node_keeps_se
         assert await manager.run_cleaner() == {}  # skipped until restart
 
     _with_manager(tmp_path, body, enable=False)
+
+
+def test_closing_or_deleting_aborts_a_throttled_pass_promptly(tmp_path: Path) -> None:
+    """Needs clean_log."""
+    closing, deleted = TopicPartition("closing", 0), TopicPartition("deleted", 0)
+
+    async def running_pass(manager: LogManager, tp: TopicPartition) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while tp not in manager.cleaner.in_progress:
+            assert time.monotonic() < deadline, "no pass started"
+            await asyncio.sleep(0.01)
+
+    async def body(manager: LogManager) -> None:
+        doomed = await _fill(manager, deleted, batches=40)
+        manager.start()
+        await running_pass(manager, deleted)
+        started = time.monotonic()
+        await manager.delete_log(deleted)
+        assert time.monotonic() - started < ABORT_PROMPT_S
+        assert not doomed.directory.exists()
+
+        log = await _fill(manager, closing, batches=40)
+        expected = _last_values(log)
+        await running_pass(manager, closing)
+        started = time.monotonic()
+        await manager.close()
+        assert time.monotonic() - started < ABORT_PROMPT_S
+        reopened = await LogManager.open(
+            _compacted_manager_config(tmp_path, enable=False),
+            topic_configs={"closing": COMPACTED_TOPIC},
+        )
+        try:
+            again = reopened.get_log(closing)
+            assert again is not None and _last_values(again) == expected
+        finally:
+            await reopened.close()
+
+    # 40 batches of 80 bytes at 200 bytes/s: a pass would take tens of seconds.
+    _with_manager(tmp_path, body, backoff_ms=50, io_max_bytes_per_second=200.0)

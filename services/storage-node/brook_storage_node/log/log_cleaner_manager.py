@@ -595,6 +595,12 @@ class LogCleanerManager:
         return LogCleaningState(offsets, clean_sizes(log, offsets), reason, last)
 
     @property
+    def in_progress(self) -> frozenset[TopicPartition]:
+        """The partitions being cleaned now."""
+        with self._lock:
+            return frozenset(self._in_progress)
+
+    @property
     def uncleanable(self) -> Mapping[TopicPartition, str]:
         """The partitions marked uncleanable, with why."""
         with self._lock:
