@@ -13,20 +13,37 @@ from pathlib import Path
 
 from brook_group_coordinator.fencing import fencing_producer_id
 from brook_group_coordinator.group_manager import CommitPartition, GroupManager
-from brook_group_coordinator.ownership import OFFSETS_TOPIC
+from brook_group_coordinator.ownership import (
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    transaction_state_partition_for,
+)
 from brook_group_coordinator.records import OffsetCommitKey, OffsetCommitValue, encode_key
 from brook_group_coordinator.records import encode_value as encode_record_value
+from brook_group_coordinator.transactions.records import encode_transaction, encode_transaction_key
+from brook_group_coordinator.transactions.state import Transaction, TxnState
 from brook_storage_node.log import LogConfig, PartitionLog
 from compacted_batches import KeptRecord, compacted_batch
 from test_offsets_write_fencing import GROUP, PARTITION, TOPIC, _log, _manager, _node
+from test_transaction_state_fencing import PARTITIONS as TXN_PARTITIONS
+from test_transaction_state_fencing import _coordinator, _with_broker
 
 from brook.errors import ErrorCode
+from brook.reserved import TRANSACTION_STATE_PRODUCER_ID_BASE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage_node"))
-from storage_node_support import run
+from storage_node_support import (
+    QueueMetadataSource,
+    partition_record,
+    run,
+    running_node,
+    snapshot,
+    topic_record,
+)
 
 T0 = 1_700_000_000_000
 OLD_EPOCH = 3
+TXN_PARTITION = transaction_state_partition_for("first", TXN_PARTITIONS)
 
 
 def _commit(partition: int, offset: int, delta: int, group: str = GROUP) -> KeptRecord:
@@ -119,3 +136,71 @@ def test_a_replay_ends_at_the_high_watermark_when_the_logs_tail_was_removed(
     # Offsets 24-29 are gone and the active segment at 30 is empty: no batch ends the log,
     # and the replay must not wait for one.
     _replays_the_compacted_log(tmp_path, 0, active_base=30)
+
+
+def test_a_transaction_coordinator_replays_a_compacted_transaction_state(tmp_path: Path) -> None:
+    # What the cleaner leaves of __transaction_state: per transactional id its last state, at
+    # its original offset, inside batches whose other records are gone, after a gap, with an
+    # empty batch of the writer in between and a log starting above 0.
+    def state(txn: str, producer_id: int, txn_state: TxnState) -> bytes:
+        return encode_transaction(
+            Transaction(
+                txn, producer_id, 0, -1, -1, 60_000, txn_state, frozenset(), frozenset(), -1, T0
+            )
+        )
+
+    directory = tmp_path / "storage" / f"{TRANSACTION_STATE_TOPIC}-{TXN_PARTITION}"
+    directory.parent.mkdir(parents=True)
+    log = PartitionLog.open(directory, LogConfig())
+    try:
+        log.truncate_fully_and_start_at(3)
+        writer = TRANSACTION_STATE_PRODUCER_ID_BASE + TXN_PARTITION
+        first = (
+            3,
+            T0,
+            encode_transaction_key("first"),
+            state("first", 11, TxnState.COMPLETE_COMMIT),
+        )
+        second = (0, T0, encode_transaction_key("second"), state("second", 12, TxnState.EMPTY))
+        for kept, base, last_delta, sequence in (
+            ([first], 6, 4, 0),
+            ([], 11, 2, 5),
+            ([second], 20, 1, 8),
+        ):
+            log.append_as_follower(
+                compacted_batch(
+                    kept,
+                    base_offset=base,
+                    last_offset_delta=last_delta,
+                    producer_id=writer,
+                    producer_epoch=OLD_EPOCH,
+                    base_sequence=sequence,
+                )
+            )
+        log.flush()
+    finally:
+        log.close()
+
+    async def scenario() -> None:
+        metadata = QueueMetadataSource(
+            snapshot(
+                topic_record(TRANSACTION_STATE_TOPIC),
+                *(partition_record(TRANSACTION_STATE_TOPIC, p) for p in range(TXN_PARTITIONS)),
+            )
+        )
+        async with (
+            running_node(
+                tmp_path / "storage", source_for=lambda port: _with_broker(metadata, port)
+            ) as node,
+            _coordinator(node) as coordinator,
+        ):
+            await asyncio.wait_for(coordinator.load_partition(TXN_PARTITION, OLD_EPOCH + 1), 30)
+            for txn, producer_id, txn_state in (
+                ("first", 11, TxnState.COMPLETE_COMMIT),
+                ("second", 12, TxnState.EMPTY),
+            ):
+                error, _, loaded = coordinator.describe(txn)
+                assert error is ErrorCode.NONE and loaded is not None, txn
+                assert (loaded.producer_id, loaded.state) == (producer_id, txn_state)
+
+    run(scenario)
