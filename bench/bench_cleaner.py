@@ -47,6 +47,7 @@ from brook.client import Producer
 from brook.launcher import LocalCluster, Topology
 from brook.record import build_batch
 from brook.tools.perf import make_payload
+from brook.topic_config import CLEANUP_COMPACT
 
 MIB = 1 << 20
 RECORD_BYTES = 100
@@ -74,7 +75,7 @@ def _keys(count: int) -> list[bytes]:
 
 def dirty_log(directory: Path, dirty_bytes: int, keys: list[bytes]) -> PartitionLog:
     """A compacted log of at least ``dirty_bytes`` in sealed segments, cleanable to its end."""
-    config = LogConfig(segment_bytes=SEGMENT_BYTES, cleanup_policy=frozenset({"compact"}))
+    config = LogConfig(segment_bytes=SEGMENT_BYTES, cleanup_policy=frozenset({CLEANUP_COMPACT}))
     log = PartitionLog.open(directory, config)
     value = make_payload(RECORD_BYTES)
     written = 0
