@@ -429,6 +429,12 @@ class StorageOffsetsLog:
                 continue
             if response.log_start_offset >= end:
                 return None  # everything was deleted meanwhile
+            if response.high_watermark >= end:
+                # The leader has everything below ``end`` and no batch there: the cleaner
+                # removed the tail. It keeps the last batch of every producer the log still
+                # knows, and every batch here is this topic's one writer's, so the writer's
+                # producer has expired and a fence at sequence 0 is what the log accepts.
+                return None
             # A new leader whose own high watermark has not caught up yet.
             stalls += 1
             if stalls >= READ_ATTEMPTS_MAX:
@@ -453,6 +459,10 @@ class StorageOffsetsLog:
             if end is None:
                 end = int(response.high_watermark)
             records = bytes(response.records)
+            if not records and response.high_watermark >= end:
+                # No batch left in [offset, end) on a leader that has all of it: compaction
+                # removed the log's tail (a gap before an empty active segment).
+                return
             before = offset
             try:
                 for position, header in scan_batches(records):
@@ -507,17 +517,24 @@ class StorageOffsetsLog:
                 response.partitions, self._topic, partition
             )
             code = error_code(answer.error_code)
-            if code is ErrorCode.NONE:
-                return answer
-            if code is ErrorCode.OFFSET_OUT_OF_RANGE and offset < answer.log_start_offset:
+            if code in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
                 return answer
             if code.retriable:
                 raise _Retry(code, answer.error_message or code.name)
             raise BrookError(code, answer.error_message or None)
 
-        return await self._on_leader(
+        answer = await self._on_leader(
             partition, self._settings.request_timeout_ms / 1000, READ_ATTEMPTS_MAX, fetch
         )
+        if error_code(answer.error_code) is ErrorCode.OFFSET_OUT_OF_RANGE:
+            # An error answer carries no log start offset: ask for it. Below it, the records
+            # were removed (retention, DeleteRecords, compact,delete) and the answer says
+            # where the log starts now; anything else out of range is an error.
+            log_start, _ = await self.bounds(partition)
+            if offset >= log_start:
+                raise BrookError(ErrorCode.OFFSET_OUT_OF_RANGE, answer.error_message or None)
+            answer.log_start_offset = log_start
+        return answer
 
 
 _Answer = TypeVar(
