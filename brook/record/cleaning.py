@@ -22,7 +22,7 @@ them); every reader of stored batches accepts them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from brook.record.batch import (
     COMPRESSION_MASK,
@@ -36,6 +36,9 @@ from brook.record.records import encode_batch, records_payload
 from brook.record.varint import read_varint, read_varlong
 
 __all__ = ["BatchRecords", "RecordSpan", "record_spans", "rewrite_batch"]
+
+# The zig-zag decoding of every varint of one or two bytes, by its 14 payload bits.
+_ZIGZAG: Final = tuple((bits >> 1) ^ -(bits & 1) for bits in range(1 << 14))
 
 
 class RecordSpan(NamedTuple):
@@ -81,32 +84,50 @@ def record_spans(
     append = spans.append
     position = start
     index = 0
+    # Varints of one or two bytes (nearly every field of a record) are decoded inline from
+    # _ZIGZAG; longer ones go to read_varint / read_varlong.
+    zigzag = _ZIGZAG
     try:
         for index in range(count):
             record_start = position
-            length, position = read_varint(data, position)
-            record_end = position + length
-            if not position < record_end <= end:
+            length, p = read_varint(data, position)
+            record_end = p + length
+            if not p < record_end <= end:
                 raise CorruptRecordError(
                     f"record {index} at byte {record_start} of the records has length "
                     f"{length}; the batch's records end at byte {end}"
                 )
-            # Byte ``position`` is the record's attributes: unused by the format.
-            timestamp_delta, position = read_varlong(data, position + 1)
-            offset_delta, position = read_varint(data, position)
-            key_size, position = read_varint(data, position)
+            # Byte ``p`` is the record's attributes: unused by the format.
+            b = data[p + 1]
+            if b < 0x80:
+                timestamp_delta = zigzag[b]
+                p += 2
+            else:
+                timestamp_delta, p = read_varlong(data, p + 1)
+            b = data[p]
+            if b < 0x80:
+                offset_delta = zigzag[b]
+                p += 1
+            elif data[p + 1] < 0x80:
+                offset_delta = zigzag[(b & 0x7F) | (data[p + 1] << 7)]
+                p += 2
+            else:
+                offset_delta, p = read_varint(data, p)
+            b = data[p]
+            if b < 0x80:
+                key_size = zigzag[b]
+                p += 1
+            else:
+                key_size, p = read_varint(data, p)
             key: bytes | None = None
             if key_size >= 0:
-                key = data[position : position + key_size]
-                position += key_size
+                key = data[p : p + key_size]
+                p += key_size
             elif key_size != -1:
                 raise CorruptRecordError(f"record {index} key claims {key_size} bytes")
-            value_size, position = read_varint(data, position)
-            if value_size < -1 or position + max(value_size, 0) > record_end:
-                raise CorruptRecordError(
-                    f"record {index} value claims {value_size} bytes, "
-                    f"{record_end - position} remain in it"
-                )
+            # Only whether the value is null matters: zig-zag -1 is the single byte 1.
+            if p >= record_end:
+                raise CorruptRecordError(f"record {index} ends before its value")
             append(
                 RecordSpan(
                     base_offset + offset_delta,
@@ -114,7 +135,7 @@ def record_spans(
                     if log_append_time is None
                     else log_append_time,
                     key,
-                    value_size == -1,
+                    data[p] == 1,
                     record_start,
                     record_end,
                 )

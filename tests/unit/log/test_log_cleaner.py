@@ -15,7 +15,7 @@ from brook_storage_node.log.cleaner import Throttler, UncleanableLogError
 from brook_storage_node.log.log_segment import CLEANED_SUFFIX, SWAP_SUFFIX
 from brook_storage_node.log.producer_state import SNAPSHOT_SUFFIX
 from cleaner_test_support import Workload, clean, markers, open_compacted_log, rows
-from log_test_support import TOPIC_DIR, FakeClock, segment_files, split_batches
+from log_test_support import TOPIC_DIR, FakeClock, read_batches, segment_files, split_batches
 
 from brook.record import build_batch, iter_records, read_header
 
@@ -369,3 +369,66 @@ def test_throttler_holds_the_rate_to_its_limit() -> None:
     assert len(slept) == count
     with pytest.raises(ValueError):
         Throttler(0)
+
+
+def test_the_swap_leaves_offsets_lso_and_producers_as_they_were(tmp_path: Path) -> None:
+    clock = FakeClock()
+    work = _keyed_log(tmp_path, clock, count=20)
+    log = work.log
+    _producers_then_plain(work, commit=True, plain=30)
+    work.transactional(2, [(b"k3", b"open")])  # stays open: bounds the pass
+    state = _visible_state(log)
+    assert clean(log, clock.now_ms) is not None
+    assert _visible_state(log) == state
+    log.close()
+
+
+def test_a_follower_copies_a_cleaned_leader(tmp_path: Path) -> None:
+    clock = FakeClock()
+    (tmp_path / "leader").mkdir()
+    (tmp_path / "follower").mkdir()
+    work = _keyed_log(tmp_path / "leader", clock, count=40)
+    leader = work.log
+    _producers_then_plain(work, commit=False, plain=20)
+    clean(leader, clock.now_ms)
+    # Producers 9 and 1 keep their last batches, emptied.
+    empty = [h for h in map(read_header, read_batches(leader)) if h.records_count == 0]
+    assert sorted(h.producer_id for h in empty) == [1, 9]
+    follower = open_compacted_log(tmp_path / "follower", clock, segment_bytes=900)
+    offset = leader.log_start_offset
+    while offset < leader.log_end_offset:
+        fetched = leader.read(offset, 1 << 16)
+        follower.append_as_follower(fetched.records)
+        offset = fetched.next_offset
+    follower.update_follower_high_watermark(leader.high_watermark)
+    assert rows(follower) == rows(leader)
+    assert follower.log_end_offset == leader.log_end_offset
+    assert _producers(follower) == _producers(leader)
+    leader.close()
+    follower.close()
+
+
+def _producers(log: PartitionLog) -> dict[int, tuple[int, int]]:
+    return {p.producer_id: (p.producer_epoch, p.last_sequence) for p in log.describe_producers()}
+
+
+def _visible_state(log: PartitionLog) -> tuple[object, ...]:
+    return (
+        log.log_start_offset,
+        log.log_end_offset,
+        log.high_watermark,
+        log.last_stable_offset,
+        sorted(log.describe_producers(), key=lambda p: p.producer_id),
+        log.producer_state.ongoing_transactions,
+        log.producer_state.snapshot_offsets(),
+    )
+
+
+def _producers_then_plain(work: Workload, *, commit: bool, plain: int) -> None:
+    """An idempotent batch of producer 9 and a transaction of producer 1, then ``plain``
+    records that supersede both."""
+    work.idempotent(9, [(b"k1", b"idem")])
+    work.transactional(1, [(b"k2", b"txn")])
+    work.end_txn(1, commit=commit)
+    for i in range(plain):
+        work.plain([(b"k%d" % (i % 5), b"w%d" % i)])

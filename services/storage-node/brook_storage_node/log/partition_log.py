@@ -18,6 +18,9 @@ the segment list, so they never wait for an append, a roll or retention. Segment
 the log are renamed ``*.deleted`` and removed file.delete.delay.ms later (their descriptors
 stay open until then), so a read that already picked a segment finishes on it.
 
+Compaction (cleaner.py) reads sealed segments without the lock and swaps each cleaned segment
+in with ``replace_segments``, under the lock, only if the segments it read are still the log's.
+
 Reads concurrent with truncate_to are not supported: a replica truncates only as a follower,
 when it serves no reads.
 """
