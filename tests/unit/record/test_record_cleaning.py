@@ -5,6 +5,7 @@ codec; empty batches decode; our decoders and kafka-python's agree."""
 from __future__ import annotations
 
 import pytest
+from brook_storage_node.fetch import decode_records
 from kafka.record.default_records import DefaultRecordBatch
 from record_test_support import header_fields
 
@@ -20,6 +21,7 @@ from brook.record import (
     verify_crc,
 )
 from brook.record.cleaning import record_spans, rewrite_batch
+from brook.spark.arrow_decode import decode_fetch
 
 BASE_TS = 1_700_000_000_000
 IDENTITY = (
@@ -138,3 +140,22 @@ def test_damaged_batches_are_reported() -> None:
         header = read_header(truncated)
         bad = truncated[:61] + b"\x7f" + truncated[62:]
         record_spans(bad, 0, header, check_crc=False)
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_cleaned_batches_decode_with_the_storage_node_and_spark_readers(
+    codec: Compression,
+) -> None:
+    original = _batch(codec)
+    located = record_spans(original, 0, read_header(original))
+    empty = rewrite_batch(located, [])
+    one = rewrite_batch(located, located.spans[4:5])  # offset 1004 of 1000..1005
+    later = build_batch([(BASE_TS, b"z", b"later", ())], base_offset=2000)
+    data = empty + one + later
+    assert [(r.offset, r.key, r.value) for r in decode_records(memoryview(data), 1000)] == [
+        (1004, b"k4", b"v4"),
+        (2000, b"z", b"later"),
+    ]
+    decoded = decode_fetch(data, "t", 0, 1000, 2001, aborted=None, include_headers=False)
+    assert decoded.batch.column("offset").to_pylist() == [1004, 2000]
+    assert decoded.next_offset == 2001

@@ -457,7 +457,10 @@ class _Pass:
                 try:
                     verify_crc(chunk, relative, header)
                 except RecordError as exc:
-                    raise UncleanableLogError(f"{segment.log_path}: {exc}") from exc
+                    raise UncleanableLogError(
+                        f"{segment.log_path}: the batch at position {position} (base offset "
+                        f"{header.base_offset}) is damaged: {exc}"
+                    ) from exc
                 self.stats.bytes_read += header.size
                 self._report_io(header.size)
                 yield position, header, chunk, relative
