@@ -34,21 +34,21 @@ operation = st.one_of(
     st.tuples(st.just("idempotent"), st.sampled_from(IDEMPOTENT_PRODUCERS), rows_),
     st.tuples(st.just("txn"), st.sampled_from(TXN_PRODUCERS), rows_),
     st.tuples(st.just("end"), st.sampled_from(TXN_PRODUCERS), st.booleans()),
-    st.tuples(st.just("clean"), st.integers(min_value=2, max_value=12)),
+    st.tuples(st.just("clean"), st.integers(min_value=2, max_value=8)),
     st.tuples(st.just("tick"), st.integers(min_value=0, max_value=20_000)),
 )
 
 
 @settings(
-    max_examples=80,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(
-    operations=st.lists(operation, min_size=5, max_size=60),
-    segment_bytes=st.integers(min_value=300, max_value=1500),
+    operations=st.lists(operation, min_size=10, max_size=70),
+    segment_bytes=st.integers(min_value=200, max_value=800),
     delete_retention_ms=st.sampled_from([0, 10_000, 60_000]),
-    final_map_entries=st.integers(min_value=2, max_value=12),
+    final_map_entries=st.integers(min_value=3, max_value=8),
 )
 def test_cleaning_keeps_the_final_value_of_every_key(
     operations: list[tuple[object, ...]],
@@ -113,7 +113,7 @@ def _run(
     producers_before = {
         p.producer_id: (p.producer_epoch, p.last_sequence) for p in log.describe_producers()
     }
-    for _ in range(4):
+    for _ in range(6):
         clean_pass(final_map_entries)
     _check_against_model(work, horizon_ms, first_dirty)
     expected = rows(log)
