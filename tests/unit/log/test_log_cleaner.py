@@ -432,3 +432,24 @@ def _producers_then_plain(work: Workload, *, commit: bool, plain: int) -> None:
     work.end_txn(1, commit=commit)
     for i in range(plain):
         work.plain([(b"k%d" % (i % 5), b"w%d" % i)])
+
+
+def test_a_truncation_under_the_pass_stops_it_without_blaming_the_data(tmp_path: Path) -> None:
+    clock = FakeClock()
+    work = _keyed_log(tmp_path, clock)
+    log = work.log
+    cut = log.segments[1].base_offset + 2
+    first_segment_batches = len(list(log.segments[0].iter_batches(1 << 16)))
+    polls = []
+
+    def truncate_while_reading_the_second_segment() -> bool:
+        polls.append(1)
+        if len(polls) == first_segment_batches + 2:
+            log.truncate_to(cut)
+        return False
+
+    assert clean(log, clock.now_ms, aborted=truncate_while_reading_the_second_segment) is None
+    assert len(polls) > first_segment_batches + 2
+    assert rows(log) == [work.original(offset) for offset in range(cut)]
+    _no_swap_leftovers(tmp_path)
+    log.close()

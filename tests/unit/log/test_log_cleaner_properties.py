@@ -143,17 +143,15 @@ def _check_against_model(work: Workload, horizon_ms: int, cleaned_to: int) -> No
     for offset, key, value in seen:
         assert (offset, key, value) == work.original(offset)
     present = set(offsets)
+    # Records of transactions still open: their fate is not decided yet.
+    undecided = {offset for txn in work.open_txns.values() for offset in txn}
     last_by_key: dict[bytes, int] = {}
     for offset in sorted(work.records):
         record = work.records[offset]
         if offset in present and offset < cleaned_to:
             assert not record.aborted, f"aborted record at {offset} survived"
             assert record.key is not None, f"keyless record at {offset} survived"
-        if (
-            record.key is not None
-            and not record.aborted
-            and record.producer_id not in (work.open_txns)
-        ):
+        if record.key is not None and not record.aborted and offset not in undecided:
             last_by_key[record.key] = offset
     for key, offset in last_by_key.items():
         record = work.records[offset]

@@ -457,24 +457,28 @@ class _Pass:
                 try:
                     verify_crc(chunk, relative, header)
                 except RecordError as exc:
-                    raise UncleanableLogError(
-                        f"{segment.log_path}: the batch at position {position} (base offset "
-                        f"{header.base_offset}) is damaged: {exc}"
+                    raise self._damaged(
+                        segment,
+                        f"the batch at position {position} (base offset "
+                        f"{header.base_offset}) is damaged: {exc}",
                     ) from exc
                 self.stats.bytes_read += header.size
                 self._report_io(header.size)
                 yield position, header, chunk, relative
                 end = position + header.size
         except RecordError as exc:
-            raise UncleanableLogError(
-                f"{segment.log_path}: a batch header after position {end} is damaged: {exc}"
+            raise self._damaged(
+                segment, f"a batch header after position {end} is damaged: {exc}"
             ) from exc
         except OSError as exc:
+            if not self.log.closed and not self._still_sealed(segment):
+                raise _PassAborted from exc
             raise self._storage_error(exc) from exc
         if end != segment.size_bytes:
-            raise UncleanableLogError(
-                f"{segment.log_path}: the batch at position {end} runs past the end of the "
-                f"sealed segment ({segment.size_bytes} bytes)"
+            raise self._damaged(
+                segment,
+                f"the batch at position {end} runs past the end of the sealed segment "
+                f"({segment.size_bytes} bytes)",
             )
 
     def _spans(
@@ -483,10 +487,23 @@ class _Pass:
         try:
             return record_spans(chunk, relative, header, check_crc=False)
         except RecordError as exc:
-            raise UncleanableLogError(
-                f"{segment.log_path}: the batch at position {position} (base offset "
-                f"{header.base_offset}) cannot be decoded: {exc}"
+            raise self._damaged(
+                segment,
+                f"the batch at position {position} (base offset {header.base_offset}) "
+                f"cannot be decoded: {exc}",
             ) from exc
+
+    def _damaged(self, segment: LogSegment, problem: str) -> Exception:
+        """UncleanableLogError naming the file, unless the segment left the log (truncation,
+        retention) or became active while it was read: then what was read is no evidence of
+        damage and the pass stops (_PassAborted)."""
+        if not self._still_sealed(segment):
+            return _PassAborted()
+        return UncleanableLogError(f"{segment.log_path}: {problem}")
+
+    def _still_sealed(self, segment: LogSegment) -> bool:
+        segments = self.log.segments
+        return any(s is segment for s in segments) and segments.active is not segment
 
     def _write(self, output: _Output, batch: bytes | memoryview, header: BatchHeader) -> None:
         size = len(batch)
