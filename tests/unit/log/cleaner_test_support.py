@@ -18,7 +18,14 @@ from brook_storage_node.log.cleaner import (
 )
 from log_test_support import TOPIC_DIR, FakeClock, read_batches
 
-from brook.record import ControlType, build_batch, build_control_batch, iter_records, read_header
+from brook.record import (
+    Compression,
+    ControlType,
+    build_batch,
+    build_control_batch,
+    iter_records,
+    read_header,
+)
 
 Row = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
@@ -43,8 +50,12 @@ class Workload:
     sequences: dict[int, int] = field(default_factory=dict)
     open_txns: dict[int, list[int]] = field(default_factory=dict)
 
-    def plain(self, rows: list[tuple[bytes | None, bytes | None]]) -> None:
-        self._append(rows, -1, txn=False)
+    def plain(
+        self,
+        rows: list[tuple[bytes | None, bytes | None]],
+        compression: Compression = Compression.NONE,
+    ) -> None:
+        self._append(rows, -1, txn=False, compression=compression)
 
     def idempotent(self, producer_id: int, rows: list[tuple[bytes | None, bytes | None]]) -> None:
         self._append(rows, producer_id, txn=False)
@@ -74,7 +85,12 @@ class Workload:
             self.end_txn(producer_id, commit)
 
     def _append(
-        self, rows: list[tuple[bytes | None, bytes | None]], producer_id: int, *, txn: bool
+        self,
+        rows: list[tuple[bytes | None, bytes | None]],
+        producer_id: int,
+        *,
+        txn: bool,
+        compression: Compression = Compression.NONE,
     ) -> None:
         now = self.clock.now_ms
         producer: dict[str, Any] = {}
@@ -86,7 +102,9 @@ class Workload:
                 "is_transactional": txn,
             }
             self.sequences[producer_id] = producer["base_sequence"] + len(rows)
-        data = build_batch([(now, key, value, ()) for key, value in rows], **producer)
+        data = build_batch(
+            [(now, key, value, ()) for key, value in rows], compression=compression, **producer
+        )
         info = self.log.append(data, leader_epoch=0)
         for index, (key, value) in enumerate(rows):
             offset = info.first_offset + index
