@@ -154,8 +154,9 @@ def clean_log(
 ) -> CleanResult | None:
     """One pass (see the module docstring); None when there was nothing to clean, or when
     the pass stopped early: ``aborted`` returned true (polled between batches: the log is
-    closing or the node shutting down), or the log changed under a swap (a truncation,
-    retention or deletion of the segments read). Groups swapped before the stop stay
+    closing or the node shutting down), or the log changed under the pass (a truncation,
+    retention or deletion of the segments read: found by the swap's check, or by a segment
+    that left the log or became active while read). Groups swapped before the stop stay
     swapped (each is complete); the rest of the log is as it was, and the next pass starts
     from the same first dirty offset. Runs without the log's lock except for each swap.
     UncleanableLogError for damaged data; LogError (e.g. LogClosedError) propagates."""
