@@ -13,6 +13,7 @@ import pytest
 from brook_storage_node.log import PartitionLog
 from brook_storage_node.log.cleaner import Throttler, UncleanableLogError
 from brook_storage_node.log.log_segment import CLEANED_SUFFIX, SWAP_SUFFIX
+from brook_storage_node.log.offset_map import OffsetMap, key_digest
 from brook_storage_node.log.producer_state import SNAPSHOT_SUFFIX
 from cleaner_test_support import Workload, clean, markers, open_compacted_log, rows
 from log_test_support import TOPIC_DIR, FakeClock, read_batches, segment_files, split_batches
@@ -453,3 +454,18 @@ def test_a_truncation_under_the_pass_stops_it_without_blaming_the_data(tmp_path:
     assert rows(log) == [work.original(offset) for offset in range(cut)]
     _no_swap_leftovers(tmp_path)
     log.close()
+
+
+def test_the_offset_map_counts_entries_as_kafka_and_takes_whole_segments() -> None:
+    offset_map = OffsetMap(10 * 24, 0.9)
+    assert offset_map.capacity == 9
+    first = {key_digest(b"k%d" % i): i for i in range(6)}
+    assert offset_map.merge(first) and len(offset_map) == 6
+    # Known keys cost nothing; a segment with too many new ones is refused whole.
+    assert offset_map.merge({key_digest(b"k0"): 100, key_digest(b"n1"): 101})
+    assert offset_map.get(key_digest(b"k0")) == 100
+    assert not offset_map.merge({key_digest(b"x%d" % i): 200 + i for i in range(3)})
+    assert len(offset_map) == 7 and offset_map.get(key_digest(b"x0")) == -1
+    assert len(key_digest(b"any key")) == 16
+    with pytest.raises(ValueError, match="holds no entry"):
+        OffsetMap(23, 1.0)
