@@ -299,15 +299,23 @@ def test_appends_and_reads_go_on_during_a_pass(tmp_path: Path) -> None:
         except BaseException as exc:
             errors.append(exc)
 
+    # How many appends had landed at each poll of the pass: it must see some land.
+    seen_by_pass: list[int] = []
+
+    def poll() -> bool:
+        seen_by_pass.append(len(appended))
+        return False
+
     thread = threading.Thread(target=appender)
     thread.start()
     try:
-        result = clean(log, clock.now_ms)
+        result = clean(log, clock.now_ms, aborted=poll)
     finally:
         stop.set()
         thread.join(timeout=60)
     assert not thread.is_alive() and not errors
-    assert result is not None
+    assert result is not None and result.segments_replaced > 10
+    assert seen_by_pass[-1] > seen_by_pass[0], "no append ran during the pass"
     log.maybe_increment_high_watermark()
     seen = {offset: (key, value) for offset, key, value in rows(log)}
     for i, offset in enumerate(appended):
