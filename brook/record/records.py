@@ -67,6 +67,7 @@ __all__ = [
     "encode_record_tail",
     "frame_record",
     "iter_records",
+    "records_payload",
 ]
 
 Header = tuple[str, bytes | None]
@@ -147,31 +148,9 @@ def decode_records(
     ``header``: the batch's header when the caller has read it already."""
     if header is None:
         header = read_header(buf, pos)
-    end = pos + header.size
-    if check_crc:
-        verify_crc(buf, pos, header)
-    elif end > len(buf):
-        raise CorruptRecordError(
-            f"record batch at byte {pos} is truncated: needs {header.size} bytes, "
-            f"{len(buf) - pos} available"
-        )
-    start = pos + BATCH_OVERHEAD
-    data: bytes
-    if header.attributes & COMPRESSION_MASK:
-        decompressed = decompress(
-            compression_of(header.attributes),
-            memoryview(buf)[start:end],
-            max_decompressed_bytes=max_decompressed_bytes,
-        )
-        # Fields are slices of ``data``: bytes, so that keys and values are bytes too.
-        data = decompressed if type(decompressed) is bytes else bytes(decompressed)
-        start, end = 0, len(data)
-    elif isinstance(buf, bytes):
-        # Decoded in place: record fields are sliced straight out of the caller's bytes.
-        data = buf
-    else:
-        data = bytes(memoryview(buf)[start:end])
-        start, end = 0, len(data)
+    data, start, end = records_payload(
+        buf, pos, header, max_decompressed_bytes=max_decompressed_bytes, check_crc=check_crc
+    )
     log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
     return _decode_records(
         data,
@@ -182,6 +161,42 @@ def decode_records(
         header.base_timestamp,
         log_append_time,
     )
+
+
+def records_payload(
+    buf: Buffer,
+    pos: int,
+    header: BatchHeader,
+    *,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    check_crc: bool = True,
+) -> tuple[bytes, int, int]:
+    """``(data, start, end)``: the uncompressed records of the batch at ``buf[pos:]`` are
+    ``data[start:end]`` (``buf`` itself when it is bytes and the batch uncompressed, so
+    record fields are sliced straight out of the caller's bytes). The CRC is checked first
+    unless ``check_crc`` is false; CorruptRecordError for a damaged or truncated batch."""
+    end = pos + header.size
+    if check_crc:
+        verify_crc(buf, pos, header)
+    elif end > len(buf):
+        raise CorruptRecordError(
+            f"record batch at byte {pos} is truncated: needs {header.size} bytes, "
+            f"{len(buf) - pos} available"
+        )
+    start = pos + BATCH_OVERHEAD
+    if header.attributes & COMPRESSION_MASK:
+        decompressed = decompress(
+            compression_of(header.attributes),
+            memoryview(buf)[start:end],
+            max_decompressed_bytes=max_decompressed_bytes,
+        )
+        # Fields are slices of the data: bytes, so that keys and values are bytes too.
+        data = decompressed if type(decompressed) is bytes else bytes(decompressed)
+        return data, 0, len(data)
+    if isinstance(buf, bytes):
+        return buf, start, end
+    data = bytes(memoryview(buf)[start:end])
+    return data, 0, len(data)
 
 
 def _decode_records(
@@ -466,10 +481,12 @@ def encode_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     partition_leader_epoch: int = -1,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """A v2 batch of ``count`` framed ``records`` (uncompressed; compressed here with the
-    codec in ``attributes``): header, CRC-32C, payload. Raises ValueError when the batch
-    would exceed the format's size limit."""
+    codec in ``attributes``): header, CRC-32C, payload. ``last_offset_delta`` defaults to
+    ``count - 1`` (one record per offset); a cleaned batch keeps its original one. Raises
+    ValueError when the batch would exceed the format's size limit."""
     codec = attributes & COMPRESSION_MASK
     payload = records if codec == 0 else compress(compression_of(codec), records)
     size = BATCH_OVERHEAD + len(payload)
@@ -477,7 +494,7 @@ def encode_batch(
         raise ValueError(f"batch of {size} bytes exceeds the format's {BATCH_BYTES_MAX}")
     tail = _HEADER_TAIL.pack(
         attributes,
-        count - 1,
+        count - 1 if last_offset_delta is None else last_offset_delta,
         base_timestamp,
         max_timestamp,
         producer_id,

@@ -1,5 +1,8 @@
 """Opening a partition log at start-up, recovering what a crash may have damaged (LogLoader).
 
+Before anything else, a swap of cleaned segments that a crash interrupted is completed or
+undone (``_finish_swaps``): the log is then its old version or its cleaned one, never a mix.
+
 After a clean shutdown (the log manager's marker file) every segment is trusted as it is.
 Otherwise every segment from the one holding the recovery point (the offset up to which the
 log was last fsynced) is re-validated batch by batch: header, CRC-32C and offsets. The first
@@ -24,12 +27,17 @@ from brook_storage_node.log.files import fsync_dir
 from brook_storage_node.log.leader_epoch import LeaderEpochFileCache
 from brook_storage_node.log.log_config import LogConfig
 from brook_storage_node.log.log_segment import (
+    BASE_OFFSET_DIGITS,
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
     parse_segment_file_name,
+    segment_file_name,
 )
 from brook_storage_node.log.transaction_index import TXN_INDEX_SUFFIX
 
@@ -64,6 +72,7 @@ def load_log(
     The returned last segment is ready for appends. OSError propagates (the caller decides
     whether the directory is unusable); damaged data never raises, it is cut off.
     """
+    _finish_swaps(directory)
     _remove_leftovers(directory)
     bases = sorted(
         parsed[0]
@@ -176,6 +185,64 @@ def _recover(
                 stale.delete_files()
             del segments[index + 1 :]
     return recovered
+
+
+def _finish_swaps(directory: Path) -> None:
+    """Complete or undo what a crash interrupted of the cleaner's swaps, before anything else
+    looks at the segments (docs/compaction.md, "Swap"; PartitionLog.replace_segments).
+
+    With no ``<base>.swap`` file every ``*.cleaned`` file belongs to an unfinished pass and is
+    deleted: the old segments are intact. A ``.swap`` file means the cleaned segment at its
+    base is complete and must win: the replaced segments' files still under their final names
+    are deleted, except a file of the new segment's own base whose ``.cleaned`` twin is gone
+    (the new one, already renamed); the remaining ``.cleaned`` files of that base are renamed
+    (indexes first, log last) and the swap file removed. OSError propagates; a swap file
+    that cannot be parsed is an OSError too (it is written atomically: only the disk can
+    damage it)."""
+    names = {entry.name for entry in os.scandir(directory)}
+    swaps = []
+    for name in names:
+        stem = name.removesuffix(SWAP_SUFFIX)
+        if stem != name and len(stem) == BASE_OFFSET_DIGITS and stem.isdigit():
+            swaps.append((int(stem), name))
+    completed = set()
+    for base, swap_name in sorted(swaps):
+        text = (directory / swap_name).read_text()
+        try:
+            replaced = [int(line) for line in text.split()]
+        except ValueError:
+            raise OSError(f"{directory / swap_name} is damaged: {text[:100]!r}") from None
+        _log.warning(
+            "%s: completing the interrupted swap of the cleaned segment at %d for segments %s",
+            directory,
+            base,
+            replaced,
+        )
+        for replaced_base in replaced:
+            for suffix in SEGMENT_SUFFIXES:
+                final = segment_file_name(replaced_base, suffix)
+                new_already = replaced_base == base and final + CLEANED_SUFFIX not in names
+                if final in names and not new_already:
+                    (directory / final).unlink()
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX):
+            final = segment_file_name(base, suffix)
+            if final + CLEANED_SUFFIX in names:
+                os.replace(directory / (final + CLEANED_SUFFIX), directory / final)
+        fsync_dir(directory)
+        (directory / swap_name).unlink()
+        completed.add(base)
+    stale = [
+        name
+        for name in names
+        if name.endswith(CLEANED_SUFFIX)
+        and (parsed := parse_segment_file_name(name.removesuffix(CLEANED_SUFFIX))) is not None
+        and parsed[0] not in completed
+    ]
+    for name in stale:
+        _log.info("%s: removing %s, left by an unfinished cleaning pass", directory, name)
+        (directory / name).unlink()
+    if swaps or stale:
+        fsync_dir(directory)
 
 
 def _remove_leftovers(directory: Path) -> None:

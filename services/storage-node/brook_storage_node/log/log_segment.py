@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -43,6 +43,12 @@ LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
 DELETED_SUFFIX: Final = ".deleted"
+# A segment the cleaner is writing: every file of it carries this suffix until the swap
+# (PartitionLog.replace_segments) renames them to their final names.
+CLEANED_SUFFIX: Final = ".cleaned"
+# ``<base>.swap``: the commit point of a swap, naming the base offsets of the segments the
+# cleaned segment at ``<base>`` replaces (PartitionLog.replace_segments, loader.py).
+SWAP_SUFFIX: Final = ".swap"
 SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 BASE_OFFSET_DIGITS: Final = 20
 
@@ -134,24 +140,26 @@ class LogSegment:
 
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int
+        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int, suffix: str = ""
     ) -> LogSegment:
-        """A new, empty active segment; its files must not exist yet."""
-        log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        """A new, empty active segment; its files must not exist yet. ``suffix`` (the
+        cleaner's CLEANED_SUFFIX) is appended to every file name until ``strip_suffix``."""
+        log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + suffix)
         fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             offset_index = OffsetIndex.create(
-                directory / segment_file_name(base_offset, INDEX_SUFFIX),
+                directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix),
                 base_offset,
                 config.segment_index_bytes,
             )
             time_index = TimeIndex.create(
-                directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
+                directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
                 base_offset,
                 config.segment_index_bytes,
             )
             txn_index = TransactionIndex.create(
-                directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX), base_offset
+                directory / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + suffix),
+                base_offset,
             )
         except BaseException:
             os.close(fd)
@@ -159,6 +167,7 @@ class LogSegment:
         segment = cls(
             directory, base_offset, fd, 0, offset_index, time_index, config, now_ms, txn_index
         )
+        segment.log_path = log_path
         segment._tail_loaded = True
         return segment
 
@@ -329,6 +338,13 @@ class LogSegment:
                     return
             yield position, header, chunk, relative
             position += header.size
+
+    def iter_batches(self, chunk_bytes: int) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        """(position, header, chunk, position in chunk) of every whole batch, the chunk
+        holding the whole batch, read ``chunk_bytes`` at a time (the cleaner's reads). Stops
+        at a torn tail; a header that cannot be parsed raises RecordError. CRCs are not
+        checked."""
+        return self._scan(0, self._size_bytes, chunk_bytes, with_body=True)
 
     def batch_headers_from(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of the batches holding ``offset`` or later, in order (replaying
@@ -620,6 +636,17 @@ class LogSegment:
         self.time_index.close()
         os.close(self._fd)
         self._fd = -1
+
+    def strip_suffix(self, suffix: str, after_each: Callable[[], None] | None = None) -> None:
+        """Rename every file from ``<name><suffix>`` to ``<name>``: the indexes first, the log
+        last (the swap of a cleaned segment); ``after_each`` runs after each rename."""
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.rename(index.path.with_name(index.path.name.removesuffix(suffix)))
+            if after_each is not None:
+                after_each()
+        final = self.log_path.with_name(self.log_path.name.removesuffix(suffix))
+        os.replace(self.log_path, final)
+        self.log_path = final
 
     def rename_to_deleted(self) -> None:
         """Mark the files for deletion; the descriptor stays valid for readers still in it."""

@@ -18,6 +18,9 @@ the segment list, so they never wait for an append, a roll or retention. Segment
 the log are renamed ``*.deleted`` and removed file.delete.delay.ms later (their descriptors
 stay open until then), so a read that already picked a segment finishes on it.
 
+Compaction (cleaner.py) reads sealed segments without the lock and swaps each cleaned segment
+in with ``replace_segments``, under the lock, only if the segments it read are still the log's.
+
 Reads concurrent with truncate_to are not supported: a replica truncates only as a follower,
 when it serves no reads.
 """
@@ -27,12 +30,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from brook.record import ControlType, RecordError
+from brook_storage_node.log.checkpoints import TEMP_SUFFIX
 from brook_storage_node.log.errors import (
     InvariantViolationError,
     LogClosedError,
@@ -40,11 +44,17 @@ from brook_storage_node.log.errors import (
     OffsetOutOfRangeError,
     StaleLeaderEpochError,
 )
-from brook_storage_node.log.files import Buffer, fsync_dir
+from brook_storage_node.log.failpoints import crash_point
+from brook_storage_node.log.files import Buffer, fsync_dir, write_atomically
 from brook_storage_node.log.leader_epoch import LeaderEpochFileCache
 from brook_storage_node.log.loader import load_log
 from brook_storage_node.log.log_config import LONG_MAX, LogConfig
-from brook_storage_node.log.log_segment import LogSegment
+from brook_storage_node.log.log_segment import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    LogSegment,
+    segment_file_name,
+)
 from brook_storage_node.log.log_segments import LogSegments
 from brook_storage_node.log.log_validator import (
     AppendOrigin,
@@ -253,6 +263,21 @@ class PartitionLog:
     @property
     def segment_count(self) -> int:
         return len(self._segments)
+
+    @property
+    def segments(self) -> LogSegments:
+        """The current segments: an immutable snapshot, the last one active."""
+        return self._segments
+
+    def producer_last_offsets(self) -> dict[int, int]:
+        """Producer id -> last offset of its last batch, for every producer the state knows
+        with a batch in its current epoch (the batches the cleaner keeps, possibly empty)."""
+        with self._lock:
+            return {
+                producer_id: entry.last_offset
+                for producer_id, entry in self.producer_state.producers.items()
+                if entry.batches
+            }
 
     @property
     def segment_base_offsets(self) -> tuple[int, ...]:
@@ -789,13 +814,73 @@ class PartitionLog:
         )
         return decision.count
 
-    def _schedule_delete_locked(self, segments: list[LogSegment], now_ms: int) -> None:
+    def _schedule_delete_locked(
+        self,
+        segments: Sequence[LogSegment],
+        now_ms: int,
+        after_each: Callable[[], None] | None = None,
+    ) -> None:
         due_ms = now_ms + self._config.file_delete_delay_ms
         for segment in segments:
             segment.rename_to_deleted()
             self._pending_deletes.append((segment, due_ms))
+            if after_each is not None:
+                after_each()
         if segments:
             self._dir_dirty = True
+
+    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> bool:
+        """Swap the cleaner's ``new`` segment (written and fsynced with CLEANED_SUFFIX on every
+        file, holding exactly the kept batches of ``old``) in for the consecutive sealed
+        segments ``old``; False, with nothing changed, when ``old`` are no longer exactly
+        segments of the log, consecutive and not the active one (a truncation, retention,
+        deletion or reset happened since the cleaner read them): the caller deletes ``new``.
+
+        Under the lock, as docs/compaction.md ("Swap") describes: the ``<base>.swap`` file
+        naming the replaced base offsets is written atomically (the commit point), the old
+        segments renamed ``.deleted`` (removed after file.delete.delay.ms, so reads that
+        picked them finish), the new segment's files renamed to their final names (indexes
+        first, log last), the directory fsynced and the swap file removed. A crash anywhere
+        leaves the old segments or the new one (loader.py recovers). The log start offset,
+        the producer state and its snapshots and the last stable offset do not change: the
+        cleaner keeps every offset and every batch they depend on."""
+        with self._lock:
+            self._check_open()
+            current = list(self._segments)
+            first = next((i for i, s in enumerate(current) if s is old[0]), None) if old else None
+            if (
+                first is None
+                or first + len(old) >= len(current)
+                or any(current[first + i] is not segment for i, segment in enumerate(old))
+                or new.base_offset != old[0].base_offset
+            ):
+                return False
+            with self._storage_errors("swap cleaned segments into"):
+                swap_path = self.directory / segment_file_name(new.base_offset, SWAP_SUFFIX)
+                write_atomically(
+                    swap_path,
+                    "".join(f"{segment.base_offset}\n" for segment in old).encode(),
+                    TEMP_SUFFIX,
+                )
+                crash_point("swap_committed")
+                self._schedule_delete_locked(
+                    old, self._clock_ms(), after_each=lambda: crash_point("old_renamed_midway")
+                )
+                new.strip_suffix(
+                    CLEANED_SUFFIX, after_each=lambda: crash_point("cleaned_renamed_midway")
+                )
+                self._segments = LogSegments([*current[:first], new, *current[first + len(old) :]])
+                fsync_dir(self.directory)
+                crash_point("before_swap_removed")
+                swap_path.unlink()
+            _log.info(
+                "%s: swapped in the cleaned segment %s (%d bytes) for %d segments",
+                self.directory,
+                new.log_path.name,
+                new.size_bytes,
+                len(old),
+            )
+            return True
 
     def purge_deleted_segments(self, *, everything: bool = False) -> int:
         """Remove the files of deleted segments whose delay has passed; returns how many."""
