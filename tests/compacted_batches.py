@@ -5,33 +5,22 @@ leader epoch; only its records, count, max timestamp and CRC change (docs/compac
 "Batches keep their identity"). So after cleaning a partition holds batches whose
 ``recordsCount`` is below ``lastOffsetDelta + 1``, with gaps between their records, and empty
 batches (``recordsCount`` 0, ``lastOffsetDelta`` >= 0) kept for a producer's sequence. This
-module builds such batches with the record codec, so that readers can be tested before (and
-independently of) the cleaner itself.
+module builds such batches from scratch with the record codec (``encode_batch``'s
+``last_offset_delta``), so that readers are tested on exact shapes independently of what a
+given cleaning pass leaves; the cleaner's own rewrite is brook/record/cleaning.py.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
-import crc32c
-
-from brook.record.batch import (
-    ATTRIBUTES_OFFSET,
-    CONTROL_MASK,
-    CRC_OFFSET,
-    LAST_OFFSET_DELTA_OFFSET,
-    TRANSACTIONAL_MASK,
-)
+from brook.record.batch import CONTROL_MASK, TRANSACTIONAL_MASK
 from brook.record.records import encode_batch, encode_record_tail, frame_record
 
 __all__ = ["KeptRecord", "compacted_batch"]
 
 # (offset delta within the batch, timestamp ms, key, value) of a record the cleaner kept.
 KeptRecord = tuple[int, int, bytes | None, bytes | None]
-
-_INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
 
 
 def compacted_batch(
@@ -62,20 +51,16 @@ def compacted_batch(
     )
     max_timestamp = max((timestamp for _, timestamp, _, _ in kept), default=first_timestamp)
     attributes = (TRANSACTIONAL_MASK if transactional else 0) | (CONTROL_MASK if control else 0)
-    batch = bytearray(
-        encode_batch(
-            body,
-            len(kept),
-            first_timestamp,
-            max_timestamp,
-            attributes,
-            base_offset=base_offset,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            base_sequence=base_sequence,
-            partition_leader_epoch=partition_leader_epoch,
-        )
+    return encode_batch(
+        body,
+        len(kept),
+        first_timestamp,
+        max_timestamp,
+        attributes,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        last_offset_delta=last_offset_delta,
     )
-    _INT32.pack_into(batch, LAST_OFFSET_DELTA_OFFSET, last_offset_delta)
-    _UINT32.pack_into(batch, CRC_OFFSET, crc32c.crc32c(bytes(batch[ATTRIBUTES_OFFSET:])))
-    return bytes(batch)

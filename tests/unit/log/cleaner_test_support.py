@@ -4,11 +4,12 @@ and a one-call cleaning pass."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from brook_storage_node.log import AppendOrigin, LogConfig, PartitionLog
+from brook_storage_node.log import AppendOrigin, LogAppendInfo, LogConfig, PartitionLog
 from brook_storage_node.log.cleaner import (
     CleanableOffsets,
     CleanerConfig,
@@ -105,13 +106,26 @@ class Workload:
         data = build_batch(
             [(now, key, value, ()) for key, value in rows], compression=compression, **producer
         )
-        info = self.log.append(data, leader_epoch=0)
+        info = self._append_maybe_keyless(data, any(key is None for key, _ in rows))
         for index, (key, value) in enumerate(rows):
             offset = info.first_offset + index
             self.records[offset] = WrittenRecord(offset, key, value, now, producer_id)
             if txn:
                 self.open_txns.setdefault(producer_id, []).append(offset)
         self.log.maybe_increment_high_watermark()
+
+    def _append_maybe_keyless(self, data: bytes, keyless: bool) -> LogAppendInfo:
+        """Append ``data``; a batch with keyless records goes in as it reaches a compacted log
+        in real life: written while the topic's cleanup.policy was still delete (a compacted
+        log refuses keyless records, log_validator.py)."""
+        config = self.log.config
+        if not keyless or not config.compact:
+            return self.log.append(data, leader_epoch=0)
+        self.log.update_config(dataclasses.replace(config, cleanup_policy=frozenset({"delete"})))
+        try:
+            return self.log.append(data, leader_epoch=0)
+        finally:
+            self.log.update_config(config)
 
     def original(self, offset: int) -> Row:
         record = self.records[offset]

@@ -10,15 +10,15 @@ import threading
 from pathlib import Path
 
 import pytest
-from brook_storage_node.log import PartitionLog
+from brook_storage_node.log import AppendOrigin, PartitionLog
 from brook_storage_node.log.cleaner import Throttler, UncleanableLogError
 from brook_storage_node.log.log_segment import CLEANED_SUFFIX, SWAP_SUFFIX
 from brook_storage_node.log.offset_map import OffsetMap, key_digest
-from brook_storage_node.log.producer_state import SNAPSHOT_SUFFIX
+from brook_storage_node.log.producer_state import SNAPSHOT_SUFFIX, InvalidProducerEpochError
 from cleaner_test_support import Workload, clean, markers, open_compacted_log, rows
 from log_test_support import TOPIC_DIR, FakeClock, read_batches, segment_files, split_batches
 
-from brook.record import build_batch, iter_records, read_header
+from brook.record import ControlType, build_batch, build_control_batch, iter_records, read_header
 
 DAY_MS = 86_400_000
 
@@ -241,6 +241,47 @@ def test_idempotent_producer_survives_cleaning_and_replay(tmp_path: Path) -> Non
             [(clock.now_ms, b"a", b"3", ())], producer_id=7, producer_epoch=0, base_sequence=3
         )
         assert not reopened.append(nxt, leader_epoch=0).duplicate
+    finally:
+        reopened.close()
+
+
+def test_a_marker_that_alone_carries_a_fenced_producers_epoch_is_kept(tmp_path: Path) -> None:
+    # A transaction aborted by a fencing marker in a bumped epoch: no batch of epoch 1
+    # exists, so only the marker tells a replay that epoch 0 is fenced. Past
+    # delete.retention.ms, with none of its data kept, it would otherwise go.
+    clock = FakeClock()
+    log = open_compacted_log(tmp_path, clock, segment_bytes=300, delete_retention_ms=1_000)
+    work = Workload(log, clock)
+    work.transactional(7, [(b"a", b"1")])
+    fence = build_control_batch(
+        ControlType.ABORT,
+        producer_id=7,
+        producer_epoch=1,
+        coordinator_epoch=0,
+        timestamp_ms=clock.now_ms,
+    )
+    log.append(fence, leader_epoch=0, origin=AppendOrigin.COORDINATOR)
+    for i in range(10):
+        work.plain([(b"a", b"%d" % i)])
+    log.maybe_increment_high_watermark()
+    clock.advance(10_000)
+    clean(log, clock.now_ms)
+    assert markers(log) == [1]
+    log.close()
+    for snapshot in (tmp_path / TOPIC_DIR).glob(f"*{SNAPSHOT_SUFFIX}"):
+        snapshot.unlink()
+    reopened = open_compacted_log(tmp_path, clock, segment_bytes=300, high_watermark=1 << 40)
+    try:
+        assert {p.producer_id: p.producer_epoch for p in reopened.describe_producers()} == {7: 1}
+        zombie = build_batch(
+            [(clock.now_ms, b"a", b"z", ())],
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        with pytest.raises(InvalidProducerEpochError):
+            reopened.append(zombie, leader_epoch=0)
     finally:
         reopened.close()
 

@@ -235,6 +235,8 @@ class _Pass:
         self.stats = _Stats()
         # Producers whose current transaction has a batch kept in this pass.
         self.txn_data_kept: set[int] = set()
+        # Producers whose current epoch only a marker carries: those markers are kept.
+        self.marker_epochs = log.producer_marker_epochs()
 
     # -- the pass ------------------------------------------------------------------------
 
@@ -407,10 +409,15 @@ class _Pass:
             stats.records_read += header.records_count
             if not header.has_producer_id:
                 return whole
-            # A marker: kept while its transaction has a batch kept, and while it is young.
+            # A marker: kept while its transaction has a batch kept, while it is young, and
+            # while it alone carries its producer's current epoch.
             has_data = header.producer_id in self.txn_data_kept
             self.txn_data_kept.discard(header.producer_id)
-            if has_data or header.max_timestamp >= self.tombstone_horizon_ms:
+            if (
+                has_data
+                or header.max_timestamp >= self.tombstone_horizon_ms
+                or self.marker_epochs.get(header.producer_id) == header.producer_epoch
+            ):
                 stats.records_retained += header.records_count
                 return whole
             return None

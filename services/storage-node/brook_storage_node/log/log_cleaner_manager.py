@@ -70,11 +70,6 @@ ABORT_WAIT_S: Final = 30.0
 _log = logging.getLogger(__name__)
 
 
-def _segments_of(log: PartitionLog) -> LogSegments:
-    # The log's current copy-on-write snapshot; it never changes under a reader.
-    return log._segments
-
-
 def cleanable_offsets(
     log: PartitionLog, checkpointed_dirty_offset: int | None, now_ms: int
 ) -> CleanableOffsets:
@@ -89,7 +84,7 @@ def cleanable_offsets(
     first batch of the first dirty non-active segment is older than ``max.compaction.lag.ms``.
     """
     config = log.config
-    segments = _segments_of(log)
+    segments = log.segments
     start, end = log.log_start_offset, log.log_end_offset
     checkpoint = start if checkpointed_dirty_offset is None else checkpointed_dirty_offset
     first_dirty = min(max(checkpoint, start), end)
@@ -136,7 +131,7 @@ def clean_sizes(log: PartitionLog, offsets: CleanableOffsets) -> LogCleanSizes:
     """Bytes of the whole segments holding offsets in [log start, first dirty) (clean) and in
     [first dirty, first uncleanable) (dirty), Kafka's way: a segment straddling the first
     dirty offset counts in both."""
-    segments = _segments_of(log)
+    segments = log.segments
     start = log.log_start_offset
     return LogCleanSizes(
         clean_bytes=_bytes_between(segments, start, offsets.first_dirty_offset),

@@ -279,6 +279,17 @@ class PartitionLog:
                 if entry.batches
             }
 
+    def producer_marker_epochs(self) -> dict[int, int]:
+        """Producer id -> epoch, for every producer the state knows whose current epoch was
+        opened by a marker and has no batch yet (a fencing abort bumped it): the cleaner keeps
+        that epoch's markers, or a replay would bring back the fenced epoch (Kafka's rule)."""
+        with self._lock:
+            return {
+                producer_id: entry.producer_epoch
+                for producer_id, entry in self.producer_state.producers.items()
+                if not entry.batches
+            }
+
     @property
     def segment_base_offsets(self) -> tuple[int, ...]:
         return tuple(segment.base_offset for segment in self._segments)
