@@ -505,6 +505,34 @@ def test_a_truncation_under_the_pass_stops_it_without_blaming_the_data(tmp_path:
     log.close()
 
 
+def test_a_segment_cut_and_sealed_again_under_the_pass_is_not_swapped(tmp_path: Path) -> None:
+    # The same segment object, sealed again with other bytes at the same size: only the
+    # truncation count tells the swap that what the pass read is stale.
+    clock = FakeClock()
+    work = _keyed_log(tmp_path, clock)
+    log = work.log
+    first = log.segments[0]
+    map_polls = sum(len(list(s.iter_batches(1 << 16))) for s in log.segments[:-1])
+    first_batches = [header for _, header, _, _ in first.iter_batches(1 << 16)]
+    cut = first_batches[-1].base_offset
+    polls = []
+
+    def rewrite_the_first_segments_tail() -> bool:
+        polls.append(1)
+        if len(polls) == map_polls + len(first_batches):
+            log.truncate_to(cut)
+            work.plain([(b"k%d" % (cut % 5), b"w%d" % cut)])
+            work.plain([(b"roll", b"x" * 800)])
+        return False
+
+    assert clean(log, clock.now_ms, aborted=rewrite_the_first_segments_tail) is None
+    assert log.segments[0] is first and log.segments.active is not first
+    assert first.size_bytes == sum(header.size for header in first_batches)
+    assert rows(log) == [work.original(offset) for offset in range(log.log_end_offset)]
+    _no_swap_leftovers(tmp_path)
+    log.close()
+
+
 def test_the_offset_map_counts_entries_as_kafka_and_takes_whole_segments() -> None:
     offset_map = OffsetMap(10 * 24, 0.9)
     assert offset_map.capacity == 9

@@ -232,6 +232,8 @@ class _Pass:
         self.aborted = aborted
         self.tombstone_horizon_ms = now_ms - self.log_config.delete_retention_ms
         self.now_ms = now_ms
+        # Read before the segments are: a truncation after it voids the pass's swaps.
+        self.truncation_count = log.truncation_count
         self.stats = _Stats()
         # Producers whose current transaction has a batch kept in this pass.
         self.txn_data_kept: set[int] = set()
@@ -380,7 +382,7 @@ class _Pass:
             new.flush()
             fsync_dir(log.directory)
             crash_point("cleaned_synced")
-            swapped = log.replace_segments(group, new)
+            swapped = log.replace_segments(group, new, truncation_count=self.truncation_count)
         except OSError as exc:
             raise self._storage_error(exc) from exc
         finally:
@@ -503,15 +505,22 @@ class _Pass:
 
     def _damaged(self, segment: LogSegment, problem: str) -> Exception:
         """UncleanableLogError naming the file, unless the segment left the log (truncation,
-        retention) or became active while it was read: then what was read is no evidence of
-        damage and the pass stops (_PassAborted)."""
+        retention), became active or the log was truncated while it was read: then what was
+        read is no evidence of damage and the pass stops (_PassAborted)."""
         if not self._still_sealed(segment):
             return _PassAborted()
         return UncleanableLogError(f"{segment.log_path}: {problem}")
 
     def _still_sealed(self, segment: LogSegment) -> bool:
-        segments = self.log.segments
-        return any(s is segment for s in segments) and segments.active is not segment
+        """Whether ``segment`` still holds what the pass began reading: in the log, not
+        active, and no truncation since (which may have cut it and sealed it again)."""
+        log = self.log
+        segments = log.segments
+        return (
+            log.truncation_count == self.truncation_count
+            and any(s is segment for s in segments)
+            and segments.active is not segment
+        )
 
     def _write(self, output: _Output, batch: bytes | memoryview, header: BatchHeader) -> None:
         size = len(batch)

@@ -840,12 +840,23 @@ class PartitionLog:
         if segments:
             self._dir_dirty = True
 
-    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> bool:
+    @property
+    def truncation_count(self) -> int:
+        """How many truncations this log has had: a reader of sealed segments that saw the
+        same count before and after knows none of them was cut and written again."""
+        return self._truncations
+
+    def replace_segments(
+        self, old: Sequence[LogSegment], new: LogSegment, *, truncation_count: int
+    ) -> bool:
         """Swap the cleaner's ``new`` segment (written and fsynced with CLEANED_SUFFIX on every
         file, holding exactly the kept batches of ``old``) in for the consecutive sealed
         segments ``old``; False, with nothing changed, when ``old`` are no longer exactly
-        segments of the log, consecutive and not the active one (a truncation, retention,
-        deletion or reset happened since the cleaner read them): the caller deletes ``new``.
+        segments of the log, consecutive and not the active one (retention, deletion or reset
+        happened since the cleaner read them), or when the log was truncated since
+        ``truncation_count`` was read before them (a truncation may cut a sealed segment,
+        append to it and seal it again: the same object, other bytes): the caller deletes
+        ``new``.
 
         Under the lock, as docs/compaction.md ("Swap") describes: the ``<base>.swap`` file
         naming the replaced base offsets is written atomically (the commit point), the old
@@ -864,6 +875,7 @@ class PartitionLog:
                 or first + len(old) >= len(current)
                 or any(current[first + i] is not segment for i, segment in enumerate(old))
                 or new.base_offset != old[0].base_offset
+                or self._truncations != truncation_count
             ):
                 return False
             with self._storage_errors("swap cleaned segments into"):
