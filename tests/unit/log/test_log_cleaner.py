@@ -61,6 +61,30 @@ def test_a_pass_keeps_the_last_value_of_each_key_and_never_the_active_segment(
     _no_swap_leftovers(tmp_path)
 
 
+@pytest.mark.parametrize("delete_too", [False, True])
+def test_compact_delete_adds_retention_and_compact_alone_never_deletes(
+    tmp_path: Path, delete_too: bool
+) -> None:
+    clock = FakeClock()
+    policy = frozenset({"compact", "delete"} if delete_too else {"compact"})
+    work = _keyed_log(tmp_path, clock, cleanup_policy=policy, retention_ms=10_000)
+    log = work.log
+    old_end = log.segments.active.base_offset
+    clock.advance(60_000)
+    for i in range(30):
+        work.plain([(b"k%d" % (i % 5), b"late%d" % i)])
+    # Everything written before the clock moved is past retention.ms.
+    deleted = log.delete_old_segments()
+    assert (deleted > 0) is delete_too
+    assert (log.log_start_offset >= old_end) is delete_too
+    assert clean(log, clock.now_ms) is not None
+    kept = rows(log)
+    assert all((offset, key, value) == work.original(offset) for offset, key, value in kept)
+    final = {work.original(offset)[1]: offset for offset in sorted(work.records)}
+    assert {key: offset for offset, key, _ in kept} == final
+    log.close()
+
+
 def test_nothing_at_or_past_the_high_watermark_or_the_bound_is_touched(tmp_path: Path) -> None:
     clock = FakeClock()
     log = open_compacted_log(tmp_path, clock, segment_bytes=900)
