@@ -76,6 +76,7 @@ class Workload:
             timestamp_ms=self.clock.now_ms,
         )
         self.log.append(marker, leader_epoch=0, origin=AppendOrigin.COORDINATOR)
+        self.stamp_active_segment()
         if not commit:
             for offset in offsets:
                 self.records[offset].aborted = True
@@ -107,12 +108,18 @@ class Workload:
             [(now, key, value, ()) for key, value in rows], compression=compression, **producer
         )
         info = self._append_maybe_keyless(data, any(key is None for key, _ in rows))
+        self.stamp_active_segment()
         for index, (key, value) in enumerate(rows):
             offset = info.first_offset + index
             self.records[offset] = WrittenRecord(offset, key, value, now, producer_id)
             if txn:
                 self.open_txns.setdefault(producer_id, []).append(offset)
         self.log.maybe_increment_high_watermark()
+
+    def stamp_active_segment(self) -> None:
+        """Give the active segment's file the test clock's time as its modification time: the
+        test clock stands for the node's, and the cleaner's delete horizon reads it there."""
+        self.log.segments.active.set_last_modified_ms(self.clock.now_ms)
 
     def _append_maybe_keyless(self, data: bytes, keyless: bool) -> LogAppendInfo:
         """Append ``data``; a batch with keyless records goes in as it reaches a compacted log

@@ -144,6 +144,30 @@ def test_tombstones_go_only_after_delete_retention(tmp_path: Path) -> None:
     log.close()
 
 
+def test_a_tombstones_age_is_the_nodes_not_its_create_time(tmp_path: Path) -> None:
+    # Written just now with a CreateTime two days old (a mirror, a skewed producer clock): a
+    # consumer must still see the delete for delete.retention.ms.
+    clock = FakeClock()
+    log = open_compacted_log(
+        tmp_path,
+        clock,
+        segment_bytes=400,
+        delete_retention_ms=DAY_MS,
+        message_timestamp_difference_max_ms=7 * DAY_MS,
+    )
+    work = Workload(log, clock)
+    work.plain([(b"a", b"1")])
+    log.append(build_batch([(clock.now_ms - 2 * DAY_MS, b"a", None, ())]), leader_epoch=0)
+    work.stamp_active_segment()
+    for i in range(10):
+        work.plain([(b"c", b"%d" % i)])
+    clean(log, clock.now_ms)
+    assert [r for r in rows(log) if r[1] == b"a"] == [(1, b"a", None)]
+    clean(log, clock.now_ms + DAY_MS + 1)
+    assert not [r for r in rows(log) if r[1] == b"a"]
+    log.close()
+
+
 def test_keyless_records_are_dropped_and_counted(tmp_path: Path) -> None:
     clock = FakeClock()
     log = open_compacted_log(tmp_path, clock, segment_bytes=300)

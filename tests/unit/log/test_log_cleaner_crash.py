@@ -1,6 +1,7 @@
 """kill -9 at every step of a clean-and-swap (issue #18): a child process cleans a log and
 SIGKILLs itself at one step (BROOK_CLEANER_CRASH_AT, log/failpoints.py); reopened, the log is
-exactly its old version or exactly its cleaned one, with no swap leftovers, and takes appends."""
+exactly its old version or exactly its cleaned one, with no swap leftovers, and takes appends.
+An I/O error at each step (BROOK_CLEANER_FAIL_AT) ends the same way after a reopen."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from brook_storage_node.log.failpoints import CRASH_AT_ENV
-from cleaner_test_support import Workload, open_compacted_log
+from brook_storage_node.log.errors import LogStorageError, SwapIncompleteError
+from brook_storage_node.log.failpoints import CRASH_AT_ENV, FAIL_AT_ENV
+from cleaner_test_support import Workload, clean, open_compacted_log
 from log_test_support import TOPIC_DIR, FakeClock, read_records
 
 from brook.record import build_batch
@@ -134,3 +136,41 @@ def test_a_crash_at_any_step_leaves_the_old_or_the_new_log(
         assert [(r.key, r.value) for r in read_records(log)][-1] == (b"k", b"after")
     finally:
         log.close()
+
+
+@pytest.mark.parametrize("step", STEPS_OLD + STEPS_NEW)
+def test_an_io_error_at_any_step_leaves_the_old_log_or_an_offline_one_that_reopens_new(
+    tmp_path: Path,
+    versions: tuple[Path, Rows, Rows, int],
+    step: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before the commit point the pass fails and changes nothing. After it the new segment's
+    # files must survive (the swap file names it); the log goes offline, and the next open
+    # finishes the swap: deleting them there would leave the swap file to delete old data.
+    base, old, new, now_ms = versions
+    shutil.copytree(base / TOPIC_DIR, tmp_path / TOPIC_DIR)
+    clock = FakeClock(now_ms)
+    log = open_compacted_log(tmp_path, clock, high_watermark=1 << 40, **CONFIG)
+    monkeypatch.setenv(FAIL_AT_ENV, step)
+    committed = step in STEPS_NEW
+    with pytest.raises(SwapIncompleteError if committed else LogStorageError) as raised:
+        clean(log, now_ms)
+    monkeypatch.delenv(FAIL_AT_ENV)
+    if committed:
+        with pytest.raises(LogStorageError, match="offline"):
+            log.read(0, 1 << 20)
+        with pytest.raises(LogStorageError, match="offline"):
+            log.close()
+    else:
+        assert not isinstance(raised.value, SwapIncompleteError)
+        assert [(r.offset, r.key, r.value) for r in read_records(log)] == old
+        log.close()
+    reopened = open_compacted_log(tmp_path, clock, high_watermark=1 << 40, **CONFIG)
+    try:
+        names = os.listdir(tmp_path / TOPIC_DIR)
+        assert not [n for n in names if n.endswith((".cleaned", ".swap"))], names
+        recovered = [(r.offset, r.key, r.value) for r in read_records(reopened)]
+        assert recovered == (new if committed else old)
+    finally:
+        reopened.close()

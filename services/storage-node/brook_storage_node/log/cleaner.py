@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 
 from brook.record import BatchHeader, RecordError, read_header, verify_crc
 from brook.record.cleaning import BatchRecords, RecordSpan, record_spans, rewrite_batch
-from brook_storage_node.log.errors import LogClosedError, LogStorageError
-from brook_storage_node.log.failpoints import crash_point
+from brook_storage_node.log.errors import LogClosedError, LogStorageError, SwapIncompleteError
+from brook_storage_node.log.failpoints import fault_point
 from brook_storage_node.log.files import fsync_dir
 from brook_storage_node.log.log_config import LogConfig
 from brook_storage_node.log.log_segment import (
@@ -231,6 +231,8 @@ class _Pass:
         self.throttler = throttler
         self.aborted = aborted
         self.tombstone_horizon_ms = now_ms - self.log_config.delete_retention_ms
+        # Segment base offset -> whether it is past the delete horizon (_past_delete_horizon).
+        self.horizons: dict[int, bool] = {}
         self.now_ms = now_ms
         # Read before the segments are: a truncation after it voids the pass's swaps.
         self.truncation_count = log.truncation_count
@@ -353,7 +355,7 @@ class _Pass:
         new = LogSegment.create(
             log.directory, group[0].base_offset, self.log_config, self.now_ms, CLEANED_SUFFIX
         )
-        swapped = False
+        swapped = committed = False
         try:
             output = _Output(new)
             aborts = {
@@ -378,15 +380,22 @@ class _Pass:
                     self._write(output, kept, header)
             self._flush(output)
             new.seal()
-            crash_point("cleaned_written")
+            # The delete horizon of what moved here stays where it was (_past_delete_horizon).
+            new.set_last_modified_ms(max(segment.last_modified_ms for segment in group))
+            fault_point("cleaned_written")
             new.flush()
             fsync_dir(log.directory)
-            crash_point("cleaned_synced")
+            fault_point("cleaned_synced")
             swapped = log.replace_segments(group, new, truncation_count=self.truncation_count)
+        except SwapIncompleteError:
+            # Committed: the next open finishes the swap from the new segment's files.
+            committed = True
+            new.release()
+            raise
         except OSError as exc:
             raise self._storage_error(exc) from exc
         finally:
-            if not swapped:
+            if not swapped and not committed:
                 new.delete_files()
         if swapped:
             self.stats.segments_replaced += len(group)
@@ -417,7 +426,7 @@ class _Pass:
             self.txn_data_kept.discard(header.producer_id)
             if (
                 has_data
-                or header.max_timestamp >= self.tombstone_horizon_ms
+                or not self._past_delete_horizon(segment)
                 or self.marker_epochs.get(header.producer_id) == header.producer_epoch
             ):
                 stats.records_retained += header.records_count
@@ -429,8 +438,7 @@ class _Pass:
         kept: list[RecordSpan] = []
         if not aborted.contains(header):
             get = offset_map.get
-            horizon = self.tombstone_horizon_ms
-            tombstones_expired = header.max_timestamp < horizon
+            tombstones_expired = self._past_delete_horizon(segment)
             for span in spans:
                 key = span.key
                 if key is None:
@@ -451,6 +459,19 @@ class _Pass:
         if len(kept) == len(spans):
             return whole
         return rewrite_batch(records, kept)
+
+    def _past_delete_horizon(self, segment: LogSegment) -> bool:
+        """Whether the tombstones (and the markers with no batch of their transaction kept) of
+        ``segment`` may go: the node last wrote the segment more than delete.retention.ms ago
+        (its file's modification time, the node's clock, as Kafka before 3.0 measured it; a
+        cleaned segment keeps the latest of its sources'). Not the batch timestamps: under
+        CreateTime they are the producer's clock, and a tombstone written just now with an
+        old timestamp must still be seen for delete.retention.ms."""
+        horizon = self.horizons.get(segment.base_offset)
+        if horizon is None:
+            horizon = segment.last_modified_ms < self.tombstone_horizon_ms
+            self.horizons[segment.base_offset] = horizon
+        return horizon
 
     # -- I/O -------------------------------------------------------------------------------
 

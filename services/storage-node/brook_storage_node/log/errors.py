@@ -75,6 +75,12 @@ class LogStorageError(LogError):
     error_code = KAFKA_STORAGE_ERROR
 
 
+class SwapIncompleteError(LogStorageError):
+    """The disk failed after a cleaned segment's swap was committed (its ``.swap`` file is or
+    may be on disk), before the swap was finished. The new segment's files must stay: the next
+    open finishes the swap from them (loader.py). The log is offline until then."""
+
+
 class LogClosedError(LogStorageError):
     """The log was closed (shutdown or partition deleted) while a caller still held it."""
 

@@ -244,7 +244,19 @@ class LogSegment:
         timestamp = self.max_timestamp
         if timestamp > NO_TIMESTAMP:
             return timestamp
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        """When the node last wrote this segment's data, by its own clock: the ``.log`` file's
+        modification time."""
         return os.fstat(self._fd).st_mtime_ns // 1_000_000
+
+    def set_last_modified_ms(self, timestamp_ms: int) -> None:
+        """Give the ``.log`` file this modification time (a cleaned segment keeps the latest
+        of the segments it replaces, as Kafka's cleaner does)."""
+        timestamp_ns = timestamp_ms * 1_000_000
+        os.utime(self._fd, ns=(timestamp_ns, timestamp_ns))
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, {self._size_bytes} bytes)"
@@ -632,6 +644,13 @@ class LogSegment:
                 self.seal()
             except (OSError, LogStorageError):
                 _log.exception("%s: cannot trim indexes on close", self.log_path)
+        self.release()
+
+    def release(self) -> None:
+        """Release the descriptor and mappings without writing anything (a log taken offline:
+        the next open recovers it)."""
+        if self._fd < 0:
+            return
         self.offset_index.close()
         self.time_index.close()
         os.close(self._fd)

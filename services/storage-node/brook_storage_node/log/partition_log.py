@@ -28,6 +28,7 @@ when it serves no reads.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -43,8 +44,9 @@ from brook_storage_node.log.errors import (
     LogStorageError,
     OffsetOutOfRangeError,
     StaleLeaderEpochError,
+    SwapIncompleteError,
 )
-from brook_storage_node.log.failpoints import crash_point
+from brook_storage_node.log.failpoints import fault_point
 from brook_storage_node.log.files import Buffer, fsync_dir, write_atomically
 from brook_storage_node.log.leader_epoch import LeaderEpochFileCache
 from brook_storage_node.log.loader import load_log
@@ -149,6 +151,8 @@ class PartitionLog:
         self._on_roll = on_roll
         self._lock = threading.RLock()
         self._closed = False
+        # Why the log went offline (an I/O error in the middle of a swap), None while online.
+        self._offline: str | None = None
         # Bumped by every truncation: a flush that raced one must not move the recovery point
         # over data written after it.
         self._truncations = 0
@@ -825,18 +829,11 @@ class PartitionLog:
         )
         return decision.count
 
-    def _schedule_delete_locked(
-        self,
-        segments: Sequence[LogSegment],
-        now_ms: int,
-        after_each: Callable[[], None] | None = None,
-    ) -> None:
+    def _schedule_delete_locked(self, segments: Sequence[LogSegment], now_ms: int) -> None:
         due_ms = now_ms + self._config.file_delete_delay_ms
         for segment in segments:
             segment.rename_to_deleted()
             self._pending_deletes.append((segment, due_ms))
-            if after_each is not None:
-                after_each()
         if segments:
             self._dir_dirty = True
 
@@ -860,12 +857,19 @@ class PartitionLog:
 
         Under the lock, as docs/compaction.md ("Swap") describes: the ``<base>.swap`` file
         naming the replaced base offsets is written atomically (the commit point), the old
-        segments renamed ``.deleted`` (removed after file.delete.delay.ms, so reads that
-        picked them finish), the new segment's files renamed to their final names (indexes
-        first, log last), the directory fsynced and the swap file removed. A crash anywhere
-        leaves the old segments or the new one (loader.py recovers). The log start offset,
-        the producer state and its snapshots and the last stable offset do not change: the
-        cleaner keeps every offset and every batch they depend on."""
+        segments renamed ``.deleted``, the new segment's files renamed to their final names
+        (indexes first, log last), the directory fsynced, the swap file removed and the
+        directory fsynced again (a swap file that came back after a power failure could
+        otherwise delete later segments of the same base offsets); only then does the segment
+        list change and the old segments go to the delayed deletion (reads that picked them
+        finish). A crash anywhere leaves the old segments or the new one (loader.py
+        recovers). An I/O error before the commit point is a LogStorageError with nothing
+        changed (the caller deletes ``new``); after it, SwapIncompleteError: the log goes
+        offline (every call raises LogStorageError) and keeps the new segment's files for the
+        next open to finish the swap, since anything this process changed meanwhile (a
+        truncation, retention) that finishing could undo must not happen. The log start
+        offset, the producer state and its snapshots and the last stable offset do not
+        change: the cleaner keeps every offset and every batch they depend on."""
         with self._lock:
             self._check_open()
             current = list(self._segments)
@@ -878,24 +882,44 @@ class PartitionLog:
                 or self._truncations != truncation_count
             ):
                 return False
-            with self._storage_errors("swap cleaned segments into"):
-                swap_path = self.directory / segment_file_name(new.base_offset, SWAP_SUFFIX)
+            swap_path = self.directory / segment_file_name(new.base_offset, SWAP_SUFFIX)
+            try:
                 write_atomically(
                     swap_path,
                     "".join(f"{segment.base_offset}\n" for segment in old).encode(),
                     TEMP_SUFFIX,
                 )
-                crash_point("swap_committed")
-                self._schedule_delete_locked(
-                    old, self._clock_ms(), after_each=lambda: crash_point("old_renamed_midway")
-                )
+            except OSError as exc:
+                if os.path.lexists(swap_path):
+                    self._take_offline_locked(f"the swap at {new.base_offset} failed: {exc}")
+                    raise SwapIncompleteError(
+                        f"cannot finish the swap of a cleaned segment into {self.directory} "
+                        f"(the next start finishes it): {exc}"
+                    ) from exc
+                raise LogStorageError(
+                    f"cannot swap cleaned segments into {self.directory}: {exc}"
+                ) from exc
+            try:
+                fault_point("swap_committed")
+                for segment in old:
+                    segment.rename_to_deleted()
+                    fault_point("old_renamed_midway")
                 new.strip_suffix(
-                    CLEANED_SUFFIX, after_each=lambda: crash_point("cleaned_renamed_midway")
+                    CLEANED_SUFFIX, after_each=lambda: fault_point("cleaned_renamed_midway")
                 )
-                self._segments = LogSegments([*current[:first], new, *current[first + len(old) :]])
                 fsync_dir(self.directory)
-                crash_point("before_swap_removed")
+                fault_point("before_swap_removed")
                 swap_path.unlink()
+                fsync_dir(self.directory)
+            except OSError as exc:
+                self._take_offline_locked(f"the swap at {new.base_offset} failed: {exc}")
+                raise SwapIncompleteError(
+                    f"cannot finish the swap of a cleaned segment into {self.directory} "
+                    f"(the next start finishes it): {exc}"
+                ) from exc
+            self._segments = LogSegments([*current[:first], new, *current[first + len(old) :]])
+            due_ms = self._clock_ms() + self._config.file_delete_delay_ms
+            self._pending_deletes.extend((segment, due_ms) for segment in old)
             _log.info(
                 "%s: swapped in the cleaned segment %s (%d bytes) for %d segments",
                 self.directory,
@@ -972,6 +996,13 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 return
+            if self._offline is not None:
+                # Nothing more is written: the next open recovers (its directory must not be
+                # marked cleanly shut down, hence the error).
+                self._closed = True
+                for segment in self._segments:
+                    segment.release()
+                raise LogStorageError(f"{self.directory} was offline: {self._offline}")
             try:
                 with self._storage_errors("close"):
                     active = self._segments.active
@@ -1086,6 +1117,21 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"the log of {self.topic_partition} is closed")
+        if self._offline is not None:
+            raise LogStorageError(
+                f"the log of {self.topic_partition} is offline until the node restarts: "
+                f"{self._offline}"
+            )
+
+    def _take_offline_locked(self, reason: str) -> None:
+        """Stop serving and changing this log until the node restarts (Kafka takes a log
+        directory offline on an I/O error); the next open recovers it."""
+        self._offline = reason
+        _log.error(
+            "%s: the log is offline until the node restarts, which recovers it: %s",
+            self.directory,
+            reason,
+        )
 
     @contextmanager
     def _storage_errors(self, action: str) -> Iterator[None]:
