@@ -9,6 +9,7 @@ is implemented; the others use the manager's selection and bookkeeping alone.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -18,9 +19,16 @@ from typing import Any
 
 import pytest
 from brook_storage_node.config import CONFIG_DEF
-from brook_storage_node.log import LogConfig, LogManager, LogManagerConfig, PartitionLog
+from brook_storage_node.log import (
+    LogConfig,
+    LogManager,
+    LogManagerConfig,
+    PartitionLog,
+    log_cleaner_manager,
+)
 from brook_storage_node.log.checkpoints import OffsetCheckpointFile
-from brook_storage_node.log.cleaner import CleanResult
+from brook_storage_node.log.cleaner import CleanableOffsets, CleanResult
+from brook_storage_node.log.errors import LogStorageError
 from brook_storage_node.log.log_cleaner_manager import (
     CLEANER_OFFSET_CHECKPOINT,
     LogCleanerManager,
@@ -40,6 +48,7 @@ from brook.record import build_batch
 
 NOW_MS = 1_700_000_000_000
 HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
 WAIT_S = 10.0
 # How soon closing or deleting a log stops a pass polling ``aborted`` between batches.
 ABORT_PROMPT_S = 5.0
@@ -113,16 +122,21 @@ def test_the_dirty_section_starts_at_the_checkpoint_clamped_and_ends_at_the_acti
         log.close()
 
 
-def test_the_high_watermark_bounds_the_dirty_section(tmp_path: Path) -> None:
+def test_the_high_watermark_bounds_the_dirty_section_at_the_segment_holding_it(
+    tmp_path: Path,
+) -> None:
     log = _log(tmp_path, high_watermark=False)
     try:
         assert log.high_watermark == 0
         assert cleanable_offsets(log, None, NOW_MS).first_uncleanable_offset == 0
-        log.update_high_watermark(3)
+        log.update_high_watermark(4)
         offsets = cleanable_offsets(log, None, NOW_MS)
-        assert (offsets.first_dirty_offset, offsets.first_uncleanable_offset) == (0, 3)
-        # A checkpoint above the high watermark (a follower whose HW trails) is lowered to it.
-        assert cleanable_offsets(log, 5, NOW_MS).first_dirty_offset == 3
+        assert (offsets.first_dirty_offset, offsets.first_uncleanable_offset) == (0, 4)
+        # Inside segment 2: a pass takes whole segments only, so that one is not dirty.
+        log.update_high_watermark(5)
+        assert cleanable_offsets(log, None, NOW_MS).first_uncleanable_offset == 4
+        # A checkpoint above the bound (a follower whose HW trails) is lowered to it.
+        assert cleanable_offsets(log, 5, NOW_MS).first_dirty_offset == 4
     finally:
         log.close()
 
@@ -139,7 +153,10 @@ def test_an_open_transaction_bounds_the_dirty_section_at_its_first_offset(
         log.update_high_watermark(log.log_end_offset)
         assert log.last_stable_offset == txn_first
         assert log.segment_base_offsets[-1] > txn_first
-        assert cleanable_offsets(log, None, NOW_MS).first_uncleanable_offset == txn_first
+        # The bound rounds down to the base of the segment holding the transaction's start.
+        holding = max(base for base in log.segment_base_offsets if base <= txn_first)
+        assert holding < txn_first, "the transaction starts inside a segment"
+        assert cleanable_offsets(log, None, NOW_MS).first_uncleanable_offset == holding
     finally:
         log.close()
 
@@ -254,6 +271,31 @@ def test_the_dirtiest_eligible_log_is_picked_and_held_until_done(tmp_path: Path)
     finally:
         for log in logs:
             log.close()
+
+
+def test_a_log_with_no_whole_segment_below_its_bound_is_not_dirty_and_never_picked(
+    tmp_path: Path,
+) -> None:
+    # An open transaction at offset 1 bounds 'stuck' inside its first segment: a pass could
+    # take nothing there, so it must not rank (ratio 1 before the bound was rounded down).
+    stuck = _log(tmp_path, "stuck", batches=1)
+    stuck.append(_keyed(7, txn_producer=42), leader_epoch=0)
+    for i in range(6):
+        stuck.append(_keyed(i % 2), leader_epoch=0)
+    stuck.update_high_watermark(stuck.log_end_offset)
+    other = _log(tmp_path, "other", min_cleanable_dirty_ratio=0.2)
+    _checkpoint(tmp_path, {"other": 4})
+    manager = _manager(tmp_path, [stuck, other])
+    try:
+        assert stuck.last_stable_offset == 1 and stuck.segment_base_offsets[:2] == (0, 2)
+        state = manager.state_of(stuck)
+        assert state.offsets.first_uncleanable_offset == 0
+        assert state.sizes.dirty_bytes == 0
+        target = manager.grab_filthiest(NOW_MS)
+        assert target is not None and target.log is other
+    finally:
+        stuck.close()
+        other.close()
 
 
 def test_a_log_forced_by_max_compaction_lag_goes_first_whatever_its_ratio(
@@ -436,6 +478,118 @@ def test_a_damaged_cleaner_checkpoint_is_ignored_with_an_error(
         manager = _manager(tmp_path, [])
     assert manager.checkpointed_offsets() == {tmp_path: {}}
     assert "damaged cleaner checkpoint" in caplog.text
+
+
+def _checkpoint_file(data_dir: Path) -> dict[TopicPartition, int]:
+    return OffsetCheckpointFile(data_dir / CLEANER_OFFSET_CHECKPOINT).read()
+
+
+def test_a_truncation_below_the_checkpoint_lowers_it_so_a_deleted_key_stays_deleted(
+    tmp_path: Path,
+) -> None:
+    """Needs clean_log. An unclean election: this replica truncates below its checkpoint and
+    takes a value and a tombstone of key x there; once the tombstone expires, x is gone."""
+    tp = TopicPartition("events", 0)
+    clock = FakeClock(NOW_MS)
+
+    async def scenario() -> None:
+        manager = await LogManager.open(
+            _compacted_manager_config(tmp_path, enable=False), clock_ms=clock
+        )
+        try:
+            log = await _fill(manager, tp)
+            assert tp in await manager.run_cleaner()
+            assert _checkpoint_file(tmp_path)[tp] >= 4
+            assert log.truncate_to(1)
+            assert _checkpoint_file(tmp_path)[tp] <= log.log_end_offset
+            x = log.log_end_offset
+            log.append(build_batch([(clock.now_ms, b"x", b"alive", ())]), leader_epoch=1)
+            log.append(build_batch([(clock.now_ms, b"x", None, ())]), leader_epoch=1)
+            for i in range(12):
+                log.append(_keyed(i % 3, clock.now_ms), leader_epoch=1)
+            log.update_high_watermark(log.log_end_offset)
+            clock.advance(2 * DAY_MS)  # the tombstone is past delete.retention.ms
+            assert tp in await manager.run_cleaner()
+            left = [(r.offset, r.value) for r in read_records(log) if r.key == b"x"]
+            assert left == [], f"x, deleted at offset {x + 1}, reads back"
+        finally:
+            await manager.close()
+
+    asyncio.run(scenario())
+
+
+async def _cleaned_to_6_then_checkpoint_blocked(
+    manager: LogManager, tp: TopicPartition, data_dir: Path
+) -> tuple[PartitionLog, Path]:
+    """A log of 8 records checkpointed at 6, then every write of ``data_dir``'s cleaner
+    checkpoint made to fail (a directory where its temporary file goes); returns the log and
+    the obstacle, to remove with rmdir."""
+    log = await _fill(manager, tp)
+    assert manager.cleaner.grab_filthiest(NOW_MS) is not None
+    manager.cleaner.done_cleaning(log, _result(6))
+    obstacle = data_dir / f"{CLEANER_OFFSET_CHECKPOINT}.tmp"
+    obstacle.mkdir()
+    return log, obstacle
+
+
+def test_a_truncation_does_not_happen_before_the_lowered_checkpoint_is_on_disk(
+    tmp_path: Path,
+) -> None:
+    tp = TopicPartition("events", 0)
+
+    async def body(manager: LogManager) -> None:
+        log, obstacle = await _cleaned_to_6_then_checkpoint_blocked(manager, tp, tmp_path)
+        with pytest.raises(LogStorageError, match=CLEANER_OFFSET_CHECKPOINT):
+            log.truncate_to(3)
+        assert log.log_end_offset == 8, "truncated over a checkpoint still at 6 on disk"
+        obstacle.rmdir()
+        assert log.truncate_to(3)
+        assert log.log_end_offset == 3 and _checkpoint_file(tmp_path) == {tp: 3}
+        # Emptied and restarted below the checkpoint (a follower behind the leader's start).
+        log.truncate_fully_and_start_at(2)
+        assert _checkpoint_file(tmp_path) == {tp: 2}
+
+    _with_manager(tmp_path, body, enable=False)
+
+
+def test_a_log_is_forgotten_by_the_checkpoint_before_its_files_go(tmp_path: Path) -> None:
+    tp = TopicPartition("doomed", 0)
+
+    async def body(manager: LogManager) -> None:
+        log, obstacle = await _cleaned_to_6_then_checkpoint_blocked(manager, tp, tmp_path)
+        with pytest.raises(LogStorageError, match=CLEANER_OFFSET_CHECKPOINT):
+            await manager.delete_log(tp)
+        # A crash here leaves the files with their entry: consistent, never an entry alone.
+        assert log.directory.exists() and _checkpoint_file(tmp_path) == {tp: 6}
+        obstacle.rmdir()
+
+    _with_manager(tmp_path, body, enable=False)
+
+
+def test_a_new_log_does_not_inherit_a_stale_checkpoint_entry(tmp_path: Path) -> None:
+    # Left by a log whose directory went without its entry (e.g. before deletion dropped the
+    # entry first): a log created under that name starts all dirty.
+    _checkpoint(tmp_path, {"reborn": 6})
+    tp = TopicPartition("reborn", 0)
+
+    async def body(manager: LogManager) -> None:
+        log = await _fill(manager, tp)
+        assert manager.cleaner.state_of(log).offsets.first_dirty_offset == 0
+        assert tp not in _checkpoint_file(tmp_path)
+
+    _with_manager(tmp_path, body, enable=False)
+
+
+def test_a_checkpoint_past_its_logs_end_is_lowered_to_it_at_start(tmp_path: Path) -> None:
+    # E.g. the log lost an unflushed tail in a crash, or restarted later while opening.
+    log = _log(tmp_path)
+    _checkpoint(tmp_path, {"events": 100})
+    try:
+        manager = _manager(tmp_path, [log])
+        assert manager.checkpointed_offsets() == {tmp_path: {log.topic_partition: 8}}
+        assert _checkpoint_file(tmp_path) == {log.topic_partition: 8}
+    finally:
+        log.close()
 
 
 # -- settings -----------------------------------------------------------------------------
@@ -637,6 +791,84 @@ def test_cleaner_threads_compact_a_dirty_log_on_their_own(tmp_path: Path) -> Non
         assert log.size_bytes < before
 
     _with_manager(tmp_path, body, backoff_ms=50)
+
+
+def _dirty_again(log: PartitionLog, batches: int = 40) -> None:
+    for i in range(batches):
+        log.append(_keyed(i % 2), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
+
+
+def _wait_for_checkpoint_above(manager: LogCleanerManager, log: PartitionLog, offset: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while (
+        manager.checkpointed_offsets()[log.directory.parent].get(log.topic_partition, 0) <= offset
+    ):
+        assert time.monotonic() < deadline, f"{log.directory.name} was never cleaned again"
+        time.sleep(0.02)
+
+
+def _stuck_and_other(tmp_path: Path) -> tuple[PartitionLog, PartitionLog]:
+    """'stuck': an open transaction at offset 1, inside its first segment; 'other': dirty."""
+    stuck = _log(tmp_path, "stuck", batches=1)
+    stuck.append(_keyed(7, txn_producer=42), leader_epoch=0)
+    _dirty_again(stuck, 6)
+    return stuck, _log(tmp_path, "other", batches=40)
+
+
+def test_a_log_bounded_inside_a_segment_does_not_starve_the_others(tmp_path: Path) -> None:
+    """Needs clean_log."""
+    stuck, other = _stuck_and_other(tmp_path)
+    manager = _manager(tmp_path, [stuck, other], config=LogCleanerManagerConfig(backoff_ms=20))
+    try:
+        assert manager.run_round()
+        first = manager.checkpointed_offsets()[tmp_path][other.topic_partition]
+        _dirty_again(other)
+        manager.start()
+        _wait_for_checkpoint_above(manager, other, first)
+    finally:
+        manager.close()
+        stuck.close()
+        other.close()
+
+
+def test_a_log_whose_pass_does_nothing_is_not_picked_again_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Needs clean_log. Bounds that overstate what a pass can take (as they once did: the
+    first uncleanable offset not rounded down to a segment base) make 'stuck' rank first
+    with a pass that does nothing; the threads still clean 'other'."""
+    rounded = log_cleaner_manager.cleanable_offsets
+
+    def overstated(log: PartitionLog, checkpoint: int | None, now_ms: int) -> CleanableOffsets:
+        bound = min(log.segments.active.base_offset, log.high_watermark, log.last_stable_offset)
+        return dataclasses.replace(
+            rounded(log, checkpoint, now_ms),
+            first_uncleanable_offset=max(bound, log.log_start_offset),
+        )
+
+    monkeypatch.setattr(log_cleaner_manager, "cleanable_offsets", overstated)
+    stuck, other = _stuck_and_other(tmp_path)
+    manager = _manager(tmp_path, [stuck, other], config=LogCleanerManagerConfig(backoff_ms=20))
+    try:
+        assert manager.state_of(stuck).sizes.dirty_ratio == 1.0
+        assert set(manager.run_round()) == {other.topic_partition}
+        first = manager.checkpointed_offsets()[tmp_path][other.topic_partition]
+        _dirty_again(other)
+        manager.start()
+        _wait_for_checkpoint_above(manager, other, first)
+        manager.close()
+        assert manager.grab_filthiest(NOW_MS) is None, "'stuck' unchanged, 'other' clean"
+        # Once 'stuck' changes (here it rolls), it is tried again.
+        rolled_from = stuck.segment_count
+        _dirty_again(stuck, 2)
+        assert stuck.segment_count > rolled_from
+        target = manager.grab_filthiest(NOW_MS)
+        assert target is not None and target.log is stuck
+    finally:
+        manager.close()
+        stuck.close()
+        other.close()
 
 
 def test_a_corrupt_segment_marks_the_partition_uncleanable_and_the_node_keeps_serving_it(

@@ -8,14 +8,22 @@ log with the highest dirty ratio at or above its ``min.cleanable.dirty.ratio`` (
 oldest dirty record is past ``max.compaction.lag.ms``) that no other thread is cleaning and that
 is not marked uncleanable, runs one pass (cleaner.clean_log) and checkpoints where the pass
 ended in the data directory's ``cleaner-offset-checkpoint``; with nothing to clean it waits
-``log.cleaner.backoff.ms``. A pass that meets damaged data (UncleanableLogError), or fails in
-any other way that is not an abort, marks the partition uncleanable until the node restarts
-(Kafka's LogCleaningException); the partition keeps serving reads and appends.
+``log.cleaner.backoff.ms``. A log whose pass did nothing (not aborted) is not taken again
+while its cleanable bounds, segments and truncation count are those the pass ran on, so one
+log cannot take every turn of the threads from the others. A pass that meets damaged data
+(UncleanableLogError), or fails in any other way that is not an abort, marks the partition
+uncleanable until the node restarts (Kafka's LogCleaningException); the partition keeps
+serving reads and appends.
 
 Aborts: a log being closed or deleted stops its pass at the next batch (the ``aborted``
 callback); ``abort_and_wait`` returns once no thread cleans it. Truncation needs no abort: the
-pass's swap re-checks the segments under the log's lock and discards a stale result, and a
-checkpoint past the log end is clamped when read.
+pass's swap re-checks the segments under the log's lock and discards a stale result. It does
+lower the checkpoint (Kafka's maybeTruncateCheckpoint): before a log is truncated its
+checkpoint drops to the log end the truncation leaves, on disk, and a pass running meanwhile
+checkpoints no higher; records written again below an old checkpoint would otherwise never be
+mapped, and a tombstone among them could be removed while an older value of its key is kept.
+A checkpoint past its log's end at construction (the log restarted at a later offset while
+opening, or lost an unflushed tail) is lowered to that end the same way.
 """
 
 from __future__ import annotations
@@ -79,9 +87,11 @@ def cleanable_offsets(
     without one). The first uncleanable offset is the minimum of the active segment's base, the
     high watermark, the last stable offset (no open transaction is cleaned) and the base of the
     first segment at or after the first dirty offset whose largest timestamp is within
-    ``min.compaction.lag.ms`` of now; never below the log start, and the first dirty offset is
-    lowered to it if above (the dirty section never ends before it starts). ``forced`` when the
-    first batch of the first dirty non-active segment is older than ``max.compaction.lag.ms``.
+    ``min.compaction.lag.ms`` of now, rounded down to the base of the segment holding it (a
+    pass takes whole segments only, so a segment straddling the bound is not dirty); never
+    below the log start, and the first dirty offset is lowered to it if above (the dirty
+    section never ends before it starts). ``forced`` when the first batch of the first dirty
+    non-active segment is older than ``max.compaction.lag.ms``.
     """
     config = log.config
     segments = log.segments
@@ -100,6 +110,11 @@ def cleanable_offsets(
             if segment.largest_timestamp_for_retention > now_ms - config.min_compaction_lag_ms:
                 bound = min(bound, segment.base_offset)
                 break
+    # A pass takes whole segments only (clean_log): the segment holding the bound is not
+    # cleanable, so it is not dirty either (else a log could rank first with nothing to take).
+    holding = segments.floor_index(bound)
+    if holding >= 0:
+        bound = segments[holding].base_offset
     first_uncleanable = max(bound, start)
     forced = False
     if dirty_sealed and config.max_compaction_lag_ms < now_ms:
@@ -264,15 +279,21 @@ class LogCleanerManager:
         self._checkpoints: dict[Path, dict[TopicPartition, int]] = {
             path: _read_checkpoint(path) for path in data_dirs
         }
+        # Partitions truncated during their pass, with the lowest log end left: its cap.
+        self._truncated_during_pass: dict[TopicPartition, int] = {}
         self._in_progress: set[TopicPartition] = set()
         self._aborting: set[TopicPartition] = set()
         self._uncleanable: dict[TopicPartition, str] = {}
         self._last_cleaned_ms: dict[TopicPartition, int] = {}
+        # Logs whose last pass did nothing, with what it was run on: skipped while unchanged.
+        self._fruitless: dict[TopicPartition, _PassInputs] = {}
         self._max_dirty_ratio = 0.0
         self._last_run_ms: dict[int, int] = {}
         self._last_clean_duration_s = 0.0
         self._last_recopy_ratio = 0.0
         self._metrics(instruments or meter(__name__))
+        for log in logs():
+            self.truncate_checkpoint(log, log.log_end_offset)
 
     def _metrics(self, instruments: Meter) -> None:
         self._bytes_read = instruments.create_counter(
@@ -400,20 +421,29 @@ class LogCleanerManager:
         target = self.grab_filthiest(now_ms, excluded)
         if target is None:
             return None
+        log = target.log
+        inputs = _PassInputs(target.offsets, log.segments, log.truncation_count)
         result: CleanResult | None = None
         try:
             result = self._clean(target, now_ms)
         finally:
-            self.done_cleaning(target.log, result)
-        return target.log.topic_partition, result
+            self.done_cleaning(log, result)
+        tp = log.topic_partition
+        with self._lock:
+            if result is None and tp not in self._uncleanable and tp not in self._aborting:
+                self._fruitless[tp] = inputs
+            else:
+                self._fruitless.pop(tp, None)
+        return tp, result
 
     def grab_filthiest(
         self, now_ms: int, excluded: Set[TopicPartition] = frozenset()
     ) -> CleaningTarget | None:
         """Kafka's grabFilthiestCompactedLog: the compacted log with the highest dirty ratio at
         or above its min.cleanable.dirty.ratio, or forced by max.compaction.lag.ms (those
-        first), that is not being cleaned, aborted, uncleanable or in ``excluded``; it is
-        marked as being cleaned until ``done_cleaning``. Updates the max dirty ratio metric."""
+        first), that is not being cleaned, aborted, uncleanable, in ``excluded`` or unchanged
+        since a pass over it did nothing; it is marked as being cleaned until
+        ``done_cleaning``. Updates the max dirty ratio metric."""
         best: CleaningTarget | None = None
         max_ratio = 0.0
         with self._lock:
@@ -436,6 +466,9 @@ class LogCleanerManager:
                     continue
                 if target.sizes.dirty_bytes == 0:
                     continue
+                fruitless = self._fruitless.get(tp)
+                if fruitless is not None and fruitless.unchanged(log, target.offsets):
+                    continue
                 if not target.offsets.forced and ratio < log.config.min_cleanable_dirty_ratio:
                     continue
                 if best is None or _rank(target) > _rank(best):
@@ -447,17 +480,20 @@ class LogCleanerManager:
 
     def done_cleaning(self, log: PartitionLog, result: CleanResult | None) -> None:
         """Kafka's doneCleaning: ``log`` is no longer being cleaned; with a ``result``, its end
-        offset is checkpointed (clamped to the log end) and the pass is counted."""
+        offset is checkpointed (clamped to the log end, and to the lowest end a truncation
+        during the pass left) and the pass is counted."""
         tp = log.topic_partition
         with self._changed:
             self._in_progress.discard(tp)
+            truncated_to = self._truncated_during_pass.pop(tp, None)
             self._changed.notify_all()
             if result is None:
                 return
             data_dir = log.directory.parent
-            self._checkpoints.setdefault(data_dir, {})[tp] = min(
-                result.end_offset, log.log_end_offset
-            )
+            end = min(result.end_offset, log.log_end_offset)
+            if truncated_to is not None:
+                end = min(end, truncated_to)
+            self._checkpoints.setdefault(data_dir, {})[tp] = end
             self._last_cleaned_ms[tp] = self._clock_ms()
             self._last_clean_duration_s = result.elapsed_s
             self._last_recopy_ratio = (
@@ -538,15 +574,47 @@ class LogCleanerManager:
         )
 
     def _write_checkpoint_locked(self, data_dir: Path) -> None:
+        try:
+            self._persist_checkpoint_locked(data_dir)
+        except LogError:
+            _log.exception("%s: cannot write the cleaner offset checkpoint", data_dir)
+
+    def _persist_checkpoint_locked(self, data_dir: Path) -> None:
         # Only the logs still open in the directory: entries of deleted logs go.
         present = {log.topic_partition for log in self._logs() if log.directory.parent == data_dir}
         entries = self._checkpoints.setdefault(data_dir, {})
         for tp in set(entries) - present:
             del entries[tp]
-        try:
-            OffsetCheckpointFile(data_dir / CLEANER_OFFSET_CHECKPOINT).write(entries)
-        except LogError:
-            _log.exception("%s: cannot write the cleaner offset checkpoint", data_dir)
+        OffsetCheckpointFile(data_dir / CLEANER_OFFSET_CHECKPOINT).write(entries)
+
+    def truncate_checkpoint(self, log: PartitionLog, log_end_offset: int) -> None:
+        """Kafka's maybeTruncateCheckpoint: ``log`` is about to be truncated to end at
+        ``log_end_offset``; its checkpoint is lowered to it if above, and written before this
+        returns (LogError if it cannot be: the truncation must not go ahead over a stale
+        checkpoint). A pass over ``log`` running now checkpoints no higher."""
+        tp = log.topic_partition
+        data_dir = log.directory.parent
+        with self._lock:
+            if tp in self._in_progress:
+                self._truncated_during_pass[tp] = min(
+                    log_end_offset, self._truncated_during_pass.get(tp, log_end_offset)
+                )
+            entries = self._checkpoints.get(data_dir, {})
+            checkpoint = entries.get(tp)
+            if checkpoint is None or checkpoint <= log_end_offset:
+                return
+            entries[tp] = log_end_offset
+            try:
+                self._persist_checkpoint_locked(data_dir)
+            except LogError:
+                entries[tp] = checkpoint  # still right: the truncation does not happen
+                raise
+            _log.info(
+                "%s: cleaner checkpoint lowered from %d to the log end %d",
+                log.directory,
+                checkpoint,
+                log_end_offset,
+            )
 
     # -- log lifecycle --------------------------------------------------------------------
 
@@ -569,14 +637,16 @@ class LogCleanerManager:
             self._aborting.discard(tp)
 
     def forget(self, tp: TopicPartition, data_dir: Path) -> None:
-        """``tp``'s log in ``data_dir`` is gone: drop its checkpoint entry and its state."""
+        """``tp``'s log in ``data_dir`` is going or gone: drop its state and its checkpoint
+        entry, written before this returns (LogError if it cannot be)."""
         with self._lock:
             self._aborting.discard(tp)
+            self._fruitless.pop(tp, None)
             self._uncleanable.pop(tp, None)
             self._last_cleaned_ms.pop(tp, None)
             entries = self._checkpoints.get(data_dir)
             if entries is not None and entries.pop(tp, None) is not None:
-                self._write_checkpoint_locked(data_dir)
+                self._persist_checkpoint_locked(data_dir)
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -605,6 +675,22 @@ class LogCleanerManager:
         """The first dirty offsets as checkpointed, by data directory."""
         with self._lock:
             return {path: dict(entries) for path, entries in self._checkpoints.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _PassInputs:
+    """What a pass over a log was run on: the same inputs give the same (empty) outcome."""
+
+    offsets: CleanableOffsets
+    segments: LogSegments
+    truncation_count: int
+
+    def unchanged(self, log: PartitionLog, offsets: CleanableOffsets) -> bool:
+        return (
+            offsets == self.offsets
+            and log.segments is self.segments
+            and log.truncation_count == self.truncation_count
+        )
 
 
 def _rank(target: CleaningTarget) -> tuple[bool, float]:

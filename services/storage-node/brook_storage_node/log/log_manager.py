@@ -225,6 +225,7 @@ class LogManager:
                             had_clean_shutdown=data_dir.had_clean_shutdown,
                             clock_ms=self._clock_ms,
                             on_roll=self._on_roll,
+                            on_truncate=self._on_truncate,
                         ),
                     )
                     for tp in partitions
@@ -322,6 +323,8 @@ class LogManager:
             if config is not None:
                 self._topic_configs[tp.topic] = config
             data_dir = min(self._dirs, key=lambda d: len(d.logs))
+            # Any checkpoint entry of a partition with no log is stale: a new log starts dirty.
+            await self._run(functools.partial(self.cleaner.forget, tp, data_dir.path))
             log = await self._run(
                 functools.partial(
                     PartitionLog.open,
@@ -329,6 +332,7 @@ class LogManager:
                     self._config_for(tp.topic),
                     clock_ms=self._clock_ms,
                     on_roll=self._on_roll,
+                    on_truncate=self._on_truncate,
                 )
             )
             self._adopt(data_dir, tp, log)
@@ -337,7 +341,8 @@ class LogManager:
 
     async def delete_log(self, tp: TopicPartition) -> None:
         """Close the log of ``tp`` and delete its directory (renamed first, so a crash midway
-        is finished at the next start)."""
+        is finished at the next start). Its cleaner checkpoint entry goes first, so a crash
+        midway leaves none for a log later created under the same name."""
         async with self._create_lock:
             log = self._logs.pop(tp, None)
             if log is None:
@@ -345,12 +350,10 @@ class LogManager:
             data_dir = next(d for d in self._dirs if tp in d.logs)
             del data_dir.logs[tp]
             cleaner = self.cleaner
-            # A pass over the log stops before its files go.
+            # A pass over the log stops, and its checkpoint entry goes, before its files go.
             await self._run(functools.partial(cleaner.abort_and_wait, tp))
-            try:
-                await self._run(functools.partial(self._delete_log_files, log))
-            finally:
-                await self._run(functools.partial(cleaner.forget, tp, data_dir.path))
+            await self._run(functools.partial(cleaner.forget, tp, data_dir.path))
+            await self._run(functools.partial(self._delete_log_files, log))
 
     @staticmethod
     def _delete_log_files(log: PartitionLog) -> None:
@@ -484,6 +487,14 @@ class LogManager:
             self._background.submit(self._flush_after_roll, log, new_base_offset)
         except RuntimeError:
             _log.debug("%s: not flushing after roll, shutting down", log.directory)
+
+    def _on_truncate(self, log: PartitionLog, log_end_offset: int) -> None:
+        # Called under the log's lock before it is truncated: the cleaner checkpoint is lowered
+        # on disk first, so a crash in between leaves it low (safe), never stale. While the
+        # logs open there is no cleaner yet; it lowers checkpoints past their log's end when
+        # made.
+        if self._cleaner is not None:
+            self._cleaner.truncate_checkpoint(log, log_end_offset)
 
     @staticmethod
     def _flush_after_roll(log: PartitionLog, up_to_offset: int) -> None:

@@ -119,6 +119,9 @@ class FetchData:
 _Markers = dict[int, tuple[ControlType, int]]
 
 RollListener = Callable[["PartitionLog", int], None]
+# Called under the log's lock before a truncation removes data, with the log end offset it
+# leaves; if it raises, the log is not truncated.
+TruncationListener = Callable[["PartitionLog", int], None]
 
 
 class PartitionLog:
@@ -136,6 +139,7 @@ class PartitionLog:
         epoch_cache: LeaderEpochFileCache,
         clock_ms: Callable[[], int],
         on_roll: RollListener | None,
+        on_truncate: TruncationListener | None,
     ) -> None:
         self.directory = directory
         self.topic_partition = TopicPartition.from_dir_name(directory.name)
@@ -149,6 +153,7 @@ class PartitionLog:
         self._recovery_point = recovery_point
         self._clock_ms = clock_ms
         self._on_roll = on_roll
+        self._on_truncate = on_truncate
         self._lock = threading.RLock()
         self._closed = False
         # Why the log went offline (an I/O error in the middle of a swap), None while online.
@@ -173,6 +178,7 @@ class PartitionLog:
         had_clean_shutdown: bool = False,
         clock_ms: Callable[[], int] = wall_clock_ms,
         on_roll: RollListener | None = None,
+        on_truncate: TruncationListener | None = None,
     ) -> PartitionLog:
         """Open (creating if needed) the log in ``directory``, named ``topic-partition``.
 
@@ -207,6 +213,7 @@ class PartitionLog:
             epoch_cache=epoch_cache,
             clock_ms=clock_ms,
             on_roll=on_roll,
+            on_truncate=on_truncate,
         )
         if log._log_start_offset > log._log_end_offset:
             _log.warning(
@@ -694,7 +701,8 @@ class PartitionLog:
 
         A batch that straddles ``offset`` goes whole, so the log end offset may end below
         ``offset``. True if anything was removed: records, or leader epochs that start at or
-        past the log end.
+        past the log end. Before records are removed, ``on_truncate`` (if set) is called with
+        the log end they leave.
 
         With no record to remove, the epoch history is still trimmed at the log end (Kafka's
         rule): a node that became leader, recorded "my epoch starts at my log end" and
@@ -713,6 +721,15 @@ class PartitionLog:
             if offset < segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)
                 return True
+            if self._on_truncate is not None:
+                # A batch straddling ``offset`` goes whole: the log end it leaves is its base.
+                last_kept = segments[segments.floor_index(offset)]
+                with self._storage_errors("truncate"):
+                    location = last_kept.translate_offset(offset)
+                    new_end = (
+                        last_kept.next_offset if location is None else location.header.base_offset
+                    )
+                self._on_truncate(self, new_end)
             now_ms = self._clock_ms()
             with self._storage_errors("truncate"):
                 doomed = [segment for segment in segments if segment.base_offset > offset]
@@ -737,11 +754,13 @@ class PartitionLog:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at ``offset`` (a follower behind the leader's
-        log start offset)."""
+        log start offset); ``on_truncate`` (if set) is called with ``offset`` first."""
         if offset < 0:
             raise ValueError(f"cannot start a log at a negative offset {offset}")
         with self._lock:
             self._check_open()
+            if self._on_truncate is not None:
+                self._on_truncate(self, offset)
             now_ms = self._clock_ms()
             with self._storage_errors("reset"):
                 doomed = list(self._segments)
