@@ -394,7 +394,11 @@ def test_deleting_a_log_waits_for_its_pass_to_end(tmp_path: Path) -> None:
         assert target is not None and target.log is log
         assert manager.cleaner.in_progress == {tp}
         deletion = asyncio.create_task(manager.delete_log(tp))
-        await asyncio.sleep(0.2)
+        deadline = time.monotonic() + WAIT_S
+        while not manager.cleaner.aborting(tp):
+            assert time.monotonic() < deadline, "the deletion never asked the pass to stop"
+            await asyncio.sleep(0.01)
+        # The deletion is waiting for the pass now: it must not go on while the pass runs.
         assert not deletion.done(), "the files went while a pass was still over them"
         assert log.directory.exists()
         manager.cleaner.done_cleaning(log, None)

@@ -545,10 +545,9 @@ class _Pass:
 
     def _write(self, output: _Output, batch: bytes | memoryview, header: BatchHeader) -> None:
         size = len(batch)
-        # A rewritten batch's largest timestamp is its kept records'.
-        max_timestamp = (
-            header.max_timestamp if size == header.size else read_header(batch).max_timestamp
-        )
+        # A rewritten batch's largest timestamp is its kept records' (read from the batch
+        # written: a recompressed batch may even keep its old size).
+        max_timestamp = read_header(batch).max_timestamp
         output.batches.append(
             AppendedBatch(len(output.data), size, header.last_offset, max_timestamp)
         )

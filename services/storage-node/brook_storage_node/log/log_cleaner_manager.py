@@ -528,7 +528,7 @@ class LogCleanerManager:
         tp = log.topic_partition
 
         def aborted() -> bool:
-            return self._stopping.is_set() or tp in self._aborting or log.closed
+            return self._stopping.is_set() or self.aborting(tp) or log.closed
 
         with self._lock:
             if self._throttler is None:
@@ -630,6 +630,11 @@ class LogCleanerManager:
                     _log.warning("the cleaning of %s did not stop within %.0f s", tp, ABORT_WAIT_S)
                     return
                 self._changed.wait(left)
+
+    def aborting(self, tp: TopicPartition) -> bool:
+        """Whether passes over ``tp`` are being stopped (``abort_and_wait`` was called, and
+        neither ``resume`` nor ``forget`` since)."""
+        return tp in self._aborting
 
     def resume(self, tp: TopicPartition) -> None:
         """Let ``tp`` be cleaned again after ``abort_and_wait``."""
