@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from brook_storage_node.log import AppendOrigin, PartitionLog
+from brook_storage_node.log import AppendOrigin, LogConfig, PartitionLog
 from brook_storage_node.log.cleaner import Throttler, UncleanableLogError
 from brook_storage_node.log.log_segment import CLEANED_SUFFIX, SWAP_SUFFIX
 from brook_storage_node.log.offset_map import OffsetMap, key_digest
@@ -31,6 +31,13 @@ def _keyed_log(tmp_path: Path, clock: FakeClock, count: int = 60, **config: obje
     for i in range(count):
         work.plain([(b"k%d" % (i % 5), b"v%d" % i)])
     return work
+
+
+def _more_writes(work: Workload, count: int = 12) -> None:
+    """Records of a key of their own, enough to fill a sealed segment or more: a dirty section
+    for the next pass (the cleaner passes over a log only when it is dirty)."""
+    for i in range(count):
+        work.plain([(b"more", b"%d" % i)])
 
 
 def _no_swap_leftovers(tmp_path: Path) -> None:
@@ -132,13 +139,20 @@ def test_tombstones_go_only_after_delete_retention(tmp_path: Path) -> None:
     work.plain([(b"a", None)])
     for i in range(10):
         work.plain([(b"c", b"%d" % i)])
-    result = clean(log, clock.now_ms)
+    # Old on the clock, but dirty: a tombstone never goes in the pass that removes the value
+    # it deletes, and its delete.retention.ms counts from that pass.
+    result = clean(log, clock.now_ms + 2 * DAY_MS)
     assert result is not None
-    assert (2, b"a", None) in rows(log)  # the young tombstone stays
-    assert not [r for r in rows(log) if r[1] == b"a" and r[2] is not None]
-    clean(log, clock.now_ms + DAY_MS - 1)
+    first_pass_ms = clock.now_ms + 2 * DAY_MS
     assert (2, b"a", None) in rows(log)
-    clean(log, clock.now_ms + DAY_MS + 1)
+    assert not [r for r in rows(log) if r[1] == b"a" and r[2] is not None]
+    # Later passes go over the now clean tombstone when new writes make the log dirty.
+    _more_writes(work)
+    result = clean(log, first_pass_ms + DAY_MS - 1, first_dirty=result.end_offset)
+    assert result is not None
+    assert (2, b"a", None) in rows(log)
+    _more_writes(work)
+    clean(log, first_pass_ms + DAY_MS + 1, first_dirty=result.end_offset)
     assert not [r for r in rows(log) if r[1] == b"a"]
     assert (1, b"b", b"1") in rows(log)
     log.close()
@@ -161,9 +175,11 @@ def test_a_tombstones_age_is_the_nodes_not_its_create_time(tmp_path: Path) -> No
     work.stamp_active_segment()
     for i in range(10):
         work.plain([(b"c", b"%d" % i)])
-    clean(log, clock.now_ms)
+    result = clean(log, clock.now_ms)
+    assert result is not None
     assert [r for r in rows(log) if r[1] == b"a"] == [(1, b"a", None)]
-    clean(log, clock.now_ms + DAY_MS + 1)
+    _more_writes(work)
+    clean(log, clock.now_ms + DAY_MS + 1, first_dirty=result.end_offset)
     assert not [r for r in rows(log) if r[1] == b"a"]
     log.close()
 
@@ -246,7 +262,8 @@ def test_markers_and_aborted_index_follow_the_kept_transactions(tmp_path: Path) 
     for i in range(12):
         work.plain([(b"c", b"%d" % i)])
     abort_markers = [1, 5]
-    clean(log, clock.now_ms)
+    result = clean(log, clock.now_ms)
+    assert result is not None
     # Young markers stay; aborted records go; the ABORT entries follow their markers.
     assert markers(log) == [1, 3, 5]
     assert (2, b"a", b"committed") in rows(log)
@@ -256,7 +273,8 @@ def test_markers_and_aborted_index_follow_the_kept_transactions(tmp_path: Path) 
     # Old now: the markers of transactions with no batch kept go; producer 1's last batch
     # (offset 2, committed) keeps its COMMIT marker, producer 2's last (aborted, kept empty)
     # its ABORT marker.
-    clean(log, clock.now_ms + 2 * DAY_MS)
+    _more_writes(work)
+    clean(log, clock.now_ms + 2 * DAY_MS, first_dirty=result.end_offset)
     assert markers(log) == [3, 5]
     assert [t.last_offset for t in log.collect_aborted_transactions(0, log.log_end_offset)] == [5]
     log.close()
@@ -578,6 +596,66 @@ def test_a_segment_cut_and_sealed_again_under_the_pass_is_not_swapped(tmp_path: 
     assert first.size_bytes == sum(header.size for header in first_batches)
     assert rows(log) == [work.original(offset) for offset in range(log.log_end_offset)]
     _no_swap_leftovers(tmp_path)
+    log.close()
+
+
+def test_a_segment_purged_under_the_pass_stops_it_without_blaming_the_disk(
+    tmp_path: Path,
+) -> None:
+    # A follower behind its leader's start empties its log and the files go at once, while a
+    # pass is over the clean section (whose file times it reads): the pass stops (None), as
+    # for a truncation, instead of failing (the manager would mark the log uncleanable).
+    clock = FakeClock()
+    work = _keyed_log(tmp_path, clock, count=8, segment_bytes=200)
+    log = work.log
+    first = clean(log, clock.now_ms)
+    assert first is not None
+    _more_writes(work)
+    map_polls = sum(
+        len(list(segment.iter_batches(1 << 16)))
+        for segment in log.segments[:-1]
+        if segment.base_offset >= first.end_offset
+    )
+    polls = []
+
+    def empty_and_purge_at_the_first_rewrite() -> bool:
+        polls.append(1)
+        if len(polls) == map_polls + 1:
+            log.truncate_fully_and_start_at(0)
+            log.purge_deleted_segments(everything=True)
+        return False
+
+    result = clean(
+        log,
+        clock.now_ms,
+        first_dirty=first.end_offset,
+        aborted=empty_and_purge_at_the_first_rewrite,
+    )
+    assert result is None and len(polls) > map_polls
+    log.close()
+
+
+def test_a_truncation_in_a_gap_tells_its_listener_no_more_than_the_end_it_leaves(
+    tmp_path: Path,
+) -> None:
+    # The cleaner checkpoint is lowered to what the listener is told: above the real end,
+    # records written again there would never be mapped.
+    clock = FakeClock()
+    told: list[int] = []
+    log = PartitionLog.open(
+        tmp_path / TOPIC_DIR,
+        LogConfig(cleanup_policy=frozenset({"compact"}), segment_bytes=300),
+        clock_ms=clock,
+        on_truncate=lambda _log, end: told.append(end),
+    )
+    work = Workload(log, clock)
+    for key in (b"x", b"a", b"b", b"a", b"c", b"d", b"e", b"f", b"g", b"h", b"i", b"j"):
+        work.plain([(key, b"v")])
+    assert clean(log, clock.now_ms) is not None
+    offsets = [offset for offset, _, _ in rows(log)]
+    assert 1 not in offsets and {0, 2} <= set(offsets)  # a gap at 1
+    assert log.truncate_to(1)
+    assert told and told[0] <= log.log_end_offset
     log.close()
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from brook_storage_node.log.errors import LogStorageError, SwapIncompleteError
 from brook_storage_node.log.failpoints import CRASH_AT_ENV, FAIL_AT_ENV
+from brook_storage_node.log.files import may_exist
 from cleaner_test_support import Workload, clean, open_compacted_log
 from log_test_support import TOPIC_DIR, FakeClock, read_records
 
@@ -174,3 +175,14 @@ def test_an_io_error_at_any_step_leaves_the_old_log_or_an_offline_one_that_reope
         assert recovered == (new if committed else old)
     finally:
         reopened.close()
+
+
+def test_a_commit_file_whose_look_up_fails_may_exist(tmp_path: Path) -> None:
+    # The swap decides "committed or not" by this after a failed write of the swap file: an
+    # error that is not "no such file" must not read as "not written" (the cleaned files
+    # would be deleted while the swap file stays, and the next open delete the old ones).
+    (tmp_path / "written").write_bytes(b"")
+    assert may_exist(tmp_path / "written")
+    assert not may_exist(tmp_path / "missing")
+    # ENOTDIR: the look-up itself fails.
+    assert may_exist(tmp_path / "written" / "beneath")

@@ -518,8 +518,10 @@ def test_a_truncation_below_the_checkpoint_lowers_it_so_a_deleted_key_stays_dele
                 segment.set_last_modified_ms(clock.now_ms)
             clock.advance(2 * DAY_MS)  # the tombstone is past delete.retention.ms
             assert tp in await manager.run_cleaner()
+            # Its tombstone may stay (delete.retention.ms counts from its first pass); its
+            # value must not.
             left = [(r.offset, r.value) for r in read_records(log) if r.key == b"x"]
-            assert left == [], f"x, deleted at offset {x + 1}, reads back"
+            assert all(value is None for _, value in left), f"x, deleted at {x + 1}, reads back"
         finally:
             await manager.close()
 
@@ -552,10 +554,14 @@ def test_a_truncation_does_not_happen_before_the_lowered_checkpoint_is_on_disk(
         assert log.log_end_offset == 8, "truncated over a checkpoint still at 6 on disk"
         obstacle.rmdir()
         assert log.truncate_to(3)
-        assert log.log_end_offset == 3 and _checkpoint_file(tmp_path) == {tp: 3}
+        # Lowered to the base of the segment cut: at or below any end the cut can leave (a
+        # straddling batch goes whole; the offset may sit in a gap the cleaner left).
+        lowered = log.segments.active.base_offset
+        assert log.log_end_offset == 3 and _checkpoint_file(tmp_path) == {tp: lowered} != {tp: 6}
+        assert lowered <= 3
         # Emptied and restarted below the checkpoint (a follower behind the leader's start).
         log.truncate_fully_and_start_at(2)
-        assert _checkpoint_file(tmp_path) == {tp: 2}
+        assert _checkpoint_file(tmp_path) == {tp: min(lowered, 2)}
 
     _with_manager(tmp_path, body, enable=False)
 
@@ -570,6 +576,10 @@ def test_a_log_is_forgotten_by_the_checkpoint_before_its_files_go(tmp_path: Path
         # A crash here leaves the files with their entry: consistent, never an entry alone.
         assert log.directory.exists() and _checkpoint_file(tmp_path) == {tp: 6}
         obstacle.rmdir()
+        # The log is still the manager's: a retry deletes it.
+        assert manager.get_log(tp) is log
+        await manager.delete_log(tp)
+        assert not log.directory.exists() and tp not in _checkpoint_file(tmp_path)
 
     _with_manager(tmp_path, body, enable=False)
 

@@ -233,6 +233,7 @@ class _Pass:
         self.tombstone_horizon_ms = now_ms - self.log_config.delete_retention_ms
         # Segment base offset -> whether it is past the delete horizon (_past_delete_horizon).
         self.horizons: dict[int, bool] = {}
+        self.first_dirty = 0  # set when the pass knows its bounds
         self.now_ms = now_ms
         # Read before the segments are: a truncation after it voids the pass's swaps.
         self.truncation_count = log.truncation_count
@@ -266,6 +267,7 @@ class _Pass:
             cleanable.append(segments[index])
             next_bases.append(next_base)
         first_dirty = max(offsets.first_dirty_offset, segments[0].base_offset)
+        self.first_dirty = first_dirty
         dirty_from = next((i for i, end in enumerate(next_bases) if end > first_dirty), None)
         if dirty_from is None:
             return None
@@ -380,8 +382,12 @@ class _Pass:
                     self._write(output, kept, header)
             self._flush(output)
             new.seal()
-            # The delete horizon of what moved here stays where it was (_past_delete_horizon).
-            new.set_last_modified_ms(max(segment.last_modified_ms for segment in group))
+            # The delete horizon (_past_delete_horizon): a group holding dirty records starts
+            # its clock now, at their first pass; an all-clean one keeps its sources' time.
+            if any(self._dirty(segment) for segment in group):
+                new.set_last_modified_ms(self.now_ms)
+            else:
+                new.set_last_modified_ms(max(map(self._last_modified_ms, group)))
             fault_point("cleaned_written")
             new.flush()
             fsync_dir(log.directory)
@@ -462,16 +468,35 @@ class _Pass:
 
     def _past_delete_horizon(self, segment: LogSegment) -> bool:
         """Whether the tombstones (and the markers with no batch of their transaction kept) of
-        ``segment`` may go: the node last wrote the segment more than delete.retention.ms ago
-        (its file's modification time, the node's clock, as Kafka before 3.0 measured it; a
-        cleaned segment keeps the latest of its sources'). Not the batch timestamps: under
-        CreateTime they are the producer's clock, and a tombstone written just now with an
-        old timestamp must still be seen for delete.retention.ms."""
+        ``segment`` may go: it lies wholly in the clean section (a pass went over it before,
+        so a tombstone never goes in the pass that removes the value it deletes) and the
+        node last wrote it more than delete.retention.ms ago, by its file's modification
+        time, the node's clock. A cleaned segment holding dirty records is given the time of
+        that pass, so its tombstones stay delete.retention.ms after their first pass (what
+        Kafka's delete horizon, KIP-534, gives); an all-clean one keeps its sources' latest.
+        Not the batch timestamps: under CreateTime they are the producer's clock, and a
+        tombstone written just now with an old timestamp must still be seen."""
         horizon = self.horizons.get(segment.base_offset)
         if horizon is None:
-            horizon = segment.last_modified_ms < self.tombstone_horizon_ms
+            horizon = (
+                not self._dirty(segment)
+                and self._last_modified_ms(segment) < self.tombstone_horizon_ms
+            )
             self.horizons[segment.base_offset] = horizon
         return horizon
+
+    def _dirty(self, segment: LogSegment) -> bool:
+        """Whether ``segment`` holds offsets at or past the pass's first dirty offset."""
+        return segment.next_offset > self.first_dirty
+
+    def _last_modified_ms(self, segment: LogSegment) -> int:
+        try:
+            return segment.last_modified_ms
+        except OSError as exc:
+            # Purged under the pass (a truncation, retention): no evidence of a bad disk.
+            if not self._still_sealed(segment):
+                raise _PassAborted from exc
+            raise self._storage_error(exc) from exc
 
     # -- I/O -------------------------------------------------------------------------------
 

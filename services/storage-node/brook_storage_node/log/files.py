@@ -49,3 +49,16 @@ def fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def may_exist(path: Path) -> bool:
+    """Whether ``path`` may exist: False only when the file system says it does not. A look-up
+    that fails otherwise (a failing disk) counts as "may": a caller deciding whether a commit
+    file was written must not take an error for "no"."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True

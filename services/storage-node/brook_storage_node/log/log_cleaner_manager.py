@@ -650,8 +650,13 @@ class LogCleanerManager:
             self._uncleanable.pop(tp, None)
             self._last_cleaned_ms.pop(tp, None)
             entries = self._checkpoints.get(data_dir)
-            if entries is not None and entries.pop(tp, None) is not None:
-                self._persist_checkpoint_locked(data_dir)
+            if entries is not None and tp in entries:
+                previous = entries.pop(tp)
+                try:
+                    self._persist_checkpoint_locked(data_dir)
+                except BaseException:
+                    entries[tp] = previous  # still on disk: a retry must write it again
+                    raise
 
     # -- inspection -----------------------------------------------------------------------
 

@@ -344,15 +344,21 @@ class LogManager:
         is finished at the next start). Its cleaner checkpoint entry goes first, so a crash
         midway leaves none for a log later created under the same name."""
         async with self._create_lock:
-            log = self._logs.pop(tp, None)
+            log = self._logs.get(tp)
             if log is None:
                 return
             data_dir = next(d for d in self._dirs if tp in d.logs)
-            del data_dir.logs[tp]
             cleaner = self.cleaner
-            # A pass over the log stops, and its checkpoint entry goes, before its files go.
+            # A pass over the log stops, and its checkpoint entry goes, before its files go;
+            # if the entry cannot be dropped the log stays, owned, for a retry.
             await self._run(functools.partial(cleaner.abort_and_wait, tp))
-            await self._run(functools.partial(cleaner.forget, tp, data_dir.path))
+            try:
+                await self._run(functools.partial(cleaner.forget, tp, data_dir.path))
+            except BaseException:
+                cleaner.resume(tp)
+                raise
+            del self._logs[tp]
+            del data_dir.logs[tp]
             await self._run(functools.partial(self._delete_log_files, log))
 
     @staticmethod

@@ -28,7 +28,6 @@ when it serves no reads.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,7 +46,7 @@ from brook_storage_node.log.errors import (
     SwapIncompleteError,
 )
 from brook_storage_node.log.failpoints import fault_point
-from brook_storage_node.log.files import Buffer, fsync_dir, write_atomically
+from brook_storage_node.log.files import Buffer, fsync_dir, may_exist, write_atomically
 from brook_storage_node.log.leader_epoch import LeaderEpochFileCache
 from brook_storage_node.log.loader import load_log
 from brook_storage_node.log.log_config import LONG_MAX, LogConfig
@@ -722,14 +721,11 @@ class PartitionLog:
                 self.truncate_fully_and_start_at(offset)
                 return True
             if self._on_truncate is not None:
-                # A batch straddling ``offset`` goes whole: the log end it leaves is its base.
-                last_kept = segments[segments.floor_index(offset)]
-                with self._storage_errors("truncate"):
-                    location = last_kept.translate_offset(offset)
-                    new_end = (
-                        last_kept.next_offset if location is None else location.header.base_offset
-                    )
-                self._on_truncate(self, new_end)
+                # The log end the truncation leaves is at least the base of the segment it
+                # cuts (a batch straddling ``offset`` goes whole, and ``offset`` may sit in a
+                # gap the cleaner left): that base bounds it from below, which is all a
+                # listener lowering a checkpoint needs.
+                self._on_truncate(self, segments[segments.floor_index(offset)].base_offset)
             now_ms = self._clock_ms()
             with self._storage_errors("truncate"):
                 doomed = [segment for segment in segments if segment.base_offset > offset]
@@ -909,7 +905,7 @@ class PartitionLog:
                     TEMP_SUFFIX,
                 )
             except OSError as exc:
-                if os.path.lexists(swap_path):
+                if may_exist(swap_path):
                     self._take_offline_locked(f"the swap at {new.base_offset} failed: {exc}")
                     raise SwapIncompleteError(
                         f"cannot finish the swap of a cleaned segment into {self.directory} "
