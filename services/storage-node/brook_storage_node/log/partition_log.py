@@ -906,11 +906,7 @@ class PartitionLog:
                 )
             except OSError as exc:
                 if may_exist(swap_path):
-                    self._take_offline_locked(f"the swap at {new.base_offset} failed: {exc}")
-                    raise SwapIncompleteError(
-                        f"cannot finish the swap of a cleaned segment into {self.directory} "
-                        f"(the next start finishes it): {exc}"
-                    ) from exc
+                    raise self._swap_incomplete_locked(new, exc) from exc
                 raise LogStorageError(
                     f"cannot swap cleaned segments into {self.directory}: {exc}"
                 ) from exc
@@ -927,11 +923,7 @@ class PartitionLog:
                 swap_path.unlink()
                 fsync_dir(self.directory)
             except OSError as exc:
-                self._take_offline_locked(f"the swap at {new.base_offset} failed: {exc}")
-                raise SwapIncompleteError(
-                    f"cannot finish the swap of a cleaned segment into {self.directory} "
-                    f"(the next start finishes it): {exc}"
-                ) from exc
+                raise self._swap_incomplete_locked(new, exc) from exc
             self._segments = LogSegments([*current[:first], new, *current[first + len(old) :]])
             due_ms = self._clock_ms() + self._config.file_delete_delay_ms
             self._pending_deletes.extend((segment, due_ms) for segment in old)
@@ -943,6 +935,14 @@ class PartitionLog:
                 len(old),
             )
             return True
+
+    def _swap_incomplete_locked(self, new: LogSegment, exc: OSError) -> SwapIncompleteError:
+        """The log goes offline after a swap failed past its commit point; the error to raise."""
+        self._take_offline_locked(f"the swap at {new.base_offset} failed: {exc}")
+        return SwapIncompleteError(
+            f"cannot finish the swap of a cleaned segment into {self.directory} "
+            f"(the next start finishes it): {exc}"
+        )
 
     def purge_deleted_segments(self, *, everything: bool = False) -> int:
         """Remove the files of deleted segments whose delay has passed; returns how many."""
