@@ -300,6 +300,26 @@ class ClusterFactory:
             raise RuntimeError("; ".join(errors))
 
 
+STANDALONE_STORAGE_NODE = "storage-node-1"
+
+
+def start_standalone_storage_node(
+    cluster_factory: ClusterFactory, static_topics: str, **settings: str
+) -> LocalCluster:
+    """One storage node (``STANDALONE_STORAGE_NODE``) serving ``static_topics`` with
+    ``settings``; the planned controller is never started."""
+    cluster = cluster_factory(
+        controllers=1,
+        storage_nodes=1,
+        group_coordinators=0,
+        gateways=0,
+        config_overrides={STANDALONE_STORAGE_NODE: {"static.topics": static_topics, **settings}},
+        start=False,
+    )
+    cluster_factory.start(cluster, STANDALONE_STORAGE_NODE)
+    return cluster
+
+
 @pytest.fixture
 def cluster_factory(
     request: pytest.FixtureRequest, tmp_path: Path

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster_fixture import ClusterFactory
+from cluster_fixture import STANDALONE_STORAGE_NODE, ClusterFactory, start_standalone_storage_node
 
 from brook.errors import ErrorCode, error_code
 from brook.launcher import LocalCluster
@@ -26,7 +26,7 @@ from brook.v1 import storage_pb2, storage_pb2_grpc
 pytestmark = pytest.mark.integration
 
 BROOK = str(Path(sys.executable).with_name("brook"))
-NODE = "storage-node-1"
+NODE = STANDALONE_STORAGE_NODE
 COMMAND_TIMEOUT_S = 60
 RPC_TIMEOUT_S = 15.0
 CLEAN_WAIT_S = 30.0
@@ -36,16 +36,7 @@ TOPICS = "table:1:cleanup.policy=compact:segment.bytes=200,plain:1"
 
 
 def _start(cluster_factory: ClusterFactory, **settings: str) -> LocalCluster:
-    cluster = cluster_factory(
-        controllers=1,
-        storage_nodes=1,
-        group_coordinators=0,
-        gateways=0,
-        config_overrides={NODE: {"static.topics": TOPICS, **settings}},
-        start=False,
-    )
-    cluster_factory.start(cluster, NODE)
-    return cluster
+    return start_standalone_storage_node(cluster_factory, TOPICS, **settings)
 
 
 def _produce_updates(cluster: LocalCluster, topic: str, count: int, keys: int) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 import crc32c
 import grpc
 import pytest
-from cluster_fixture import ClusterFactory
+from cluster_fixture import STANDALONE_STORAGE_NODE, ClusterFactory, start_standalone_storage_node
 
 from brook.errors import ErrorCode, error_code
 from brook.launcher import LocalCluster
@@ -28,7 +28,7 @@ from brook.v1 import storage_pb2, storage_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
-NODE = "storage-node-1"
+NODE = STANDALONE_STORAGE_NODE
 RPC_TIMEOUT_S = 15.0
 KILL_WAIT_MS = 5_000
 LONG_WAIT_MS = 10_000
@@ -40,20 +40,6 @@ TOPIC_MAX_MESSAGE_BYTES = 4096
 
 Header = tuple[str, bytes | None]
 Sent = tuple[bytes | None, bytes | None, tuple[Header, ...]]
-
-
-def _start(cluster_factory: ClusterFactory, static_topics: str, **settings: str) -> LocalCluster:
-    """One storage node serving ``static_topics``; the planned controller is never started."""
-    cluster = cluster_factory(
-        controllers=1,
-        storage_nodes=1,
-        group_coordinators=0,
-        gateways=0,
-        config_overrides={NODE: {"static.topics": static_topics, **settings}},
-        start=False,
-    )
-    cluster_factory.start(cluster, NODE)
-    return cluster
 
 
 @contextmanager
@@ -180,7 +166,7 @@ def _as_sent(records: Sequence[tuple[int, bytes, bytes, list[Header]]]) -> list[
 def test_records_with_keys_and_headers_come_back_exactly_once_in_order_per_partition(
     cluster_factory: ClusterFactory,
 ) -> None:
-    cluster = _start(cluster_factory, "orders:4")
+    cluster = start_standalone_storage_node(cluster_factory, "orders:4")
     partitions = range(4)
     batches_per_partition, records_per_batch = 12, 40
     sent: dict[int, list[Sent]] = {p: [] for p in partitions}
@@ -206,7 +192,7 @@ def test_records_with_keys_and_headers_come_back_exactly_once_in_order_per_parti
 def test_long_poll_answers_as_soon_as_data_arrives_and_waits_while_none_does(
     cluster_factory: ClusterFactory,
 ) -> None:
-    cluster = _start(cluster_factory, "orders:1")
+    cluster = start_standalone_storage_node(cluster_factory, "orders:1")
     with _stub(cluster) as stub, ThreadPoolExecutor(1) as pool:
         started = time.monotonic()
         idle = _fetch(stub, "orders", 0, 0, max_wait_ms=IDLE_WAIT_MS, min_bytes=1)
@@ -229,7 +215,7 @@ def test_long_poll_answers_as_soon_as_data_arrives_and_waits_while_none_does(
 
 
 def test_long_poll_waits_for_min_bytes_across_appends(cluster_factory: ClusterFactory) -> None:
-    cluster = _start(cluster_factory, "orders:1")
+    cluster = start_standalone_storage_node(cluster_factory, "orders:1")
     small = build_batch(_records(0, 0, 1))
     with _stub(cluster) as stub, ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(
@@ -246,7 +232,7 @@ def test_long_poll_waits_for_min_bytes_across_appends(cluster_factory: ClusterFa
 
 
 def test_acknowledged_records_survive_sigkill_and_restart(cluster_factory: ClusterFactory) -> None:
-    cluster = _start(cluster_factory, "orders:2")
+    cluster = start_standalone_storage_node(cluster_factory, "orders:2")
     acknowledged: dict[int, list[Sent]] = {0: [], 1: []}
     with _stub(cluster) as stub:
         for i in range(30):
@@ -295,7 +281,9 @@ def _message_set_v1() -> bytes:
 def test_malformed_oversized_and_crc_broken_batches_are_rejected_and_the_log_is_unchanged(
     cluster_factory: ClusterFactory,
 ) -> None:
-    cluster = _start(cluster_factory, f"orders:1:max.message.bytes={TOPIC_MAX_MESSAGE_BYTES}")
+    cluster = start_standalone_storage_node(
+        cluster_factory, f"orders:1:max.message.bytes={TOPIC_MAX_MESSAGE_BYTES}"
+    )
     good = build_batch(_records(0, 0, 10))
     oversized = build_batch([(None, None, b"x" * TOPIC_MAX_MESSAGE_BYTES, ())])
     rejected = [
@@ -335,7 +323,9 @@ def test_malformed_oversized_and_crc_broken_batches_are_rejected_and_the_log_is_
 def test_a_compacted_topic_refuses_keyless_records_and_its_log_is_unchanged(
     cluster_factory: ClusterFactory,
 ) -> None:
-    cluster = _start(cluster_factory, "table:1:cleanup.policy=compact,plain:1")
+    cluster = start_standalone_storage_node(
+        cluster_factory, "table:1:cleanup.policy=compact,plain:1"
+    )
     keyed = build_batch([(BASE_TIMESTAMP_MS, b"k", b"v1", ())])
     one_keyless = build_batch(
         [(BASE_TIMESTAMP_MS, b"k", b"v2", ()), (BASE_TIMESTAMP_MS, None, b"v3", ())]
@@ -358,7 +348,7 @@ def test_a_compacted_topic_refuses_keyless_records_and_its_log_is_unchanged(
 
 
 def test_unknown_topic_or_partition_is_reported_everywhere(cluster_factory: ClusterFactory) -> None:
-    cluster = _start(cluster_factory, "orders:2")
+    cluster = start_standalone_storage_node(cluster_factory, "orders:2")
     data = build_batch(_records(0, 0, 1))
     with _stub(cluster) as stub:
         produced = _produce(stub, [("nope", 0, data), ("orders", 2, data), ("orders", 1, data)])
@@ -381,7 +371,7 @@ def test_unknown_topic_or_partition_is_reported_everywhere(cluster_factory: Clus
 
 
 def test_subscribe_streams_new_data_as_it_arrives(cluster_factory: ClusterFactory) -> None:
-    cluster = _start(cluster_factory, "orders:2")
+    cluster = start_standalone_storage_node(cluster_factory, "orders:2")
     rounds, per_round = 8, 10
     expected = {p: _as_sent(_records(p, 0, rounds * per_round)) for p in (0, 1)}
     received: dict[int, list[Sent]] = {0: [], 1: []}
@@ -439,7 +429,7 @@ def test_subscribe_streams_new_data_as_it_arrives(cluster_factory: ClusterFactor
 def test_list_offsets_finds_earliest_latest_and_by_timestamp(
     cluster_factory: ClusterFactory,
 ) -> None:
-    cluster = _start(cluster_factory, "orders:1")
+    cluster = start_standalone_storage_node(cluster_factory, "orders:1")
     with _stub(cluster) as stub:
         for second in range(3):
             records = [(BASE_TIMESTAMP_MS + second * 1000 + i, b"k", b"v", []) for i in range(5)]
@@ -511,7 +501,7 @@ def _metric_points(documents: list[dict[str, Any]]) -> dict[str, list[dict[str, 
 def test_each_request_is_a_span_in_the_callers_trace_and_bytes_are_counted(
     cluster_factory: ClusterFactory,
 ) -> None:
-    cluster = _start(
+    cluster = start_standalone_storage_node(
         cluster_factory,
         "orders:1",
         **{"telemetry.traces.exporter": "console", "telemetry.metrics.exporter": "console"},
