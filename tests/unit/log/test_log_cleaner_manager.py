@@ -9,7 +9,6 @@ is implemented; the others use the manager's selection and bookkeeping alone.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import threading
 import time
@@ -24,10 +23,9 @@ from brook_storage_node.log import (
     LogManager,
     LogManagerConfig,
     PartitionLog,
-    log_cleaner_manager,
 )
 from brook_storage_node.log.checkpoints import OffsetCheckpointFile
-from brook_storage_node.log.cleaner import CleanableOffsets, CleanResult
+from brook_storage_node.log.cleaner import CleanResult
 from brook_storage_node.log.errors import LogStorageError
 from brook_storage_node.log.log_cleaner_manager import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -844,45 +842,6 @@ def test_a_log_bounded_inside_a_segment_does_not_starve_the_others(tmp_path: Pat
         _dirty_again(other)
         manager.start()
         _wait_for_checkpoint_above(manager, other, first)
-    finally:
-        manager.close()
-        stuck.close()
-        other.close()
-
-
-def test_a_log_whose_pass_does_nothing_is_not_picked_again_until_it_changes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Needs clean_log. Bounds that overstate what a pass can take (as they once did: the
-    first uncleanable offset not rounded down to a segment base) make 'stuck' rank first
-    with a pass that does nothing; the threads still clean 'other'."""
-    rounded = log_cleaner_manager.cleanable_offsets
-
-    def overstated(log: PartitionLog, checkpoint: int | None, now_ms: int) -> CleanableOffsets:
-        bound = min(log.segments.active.base_offset, log.high_watermark, log.last_stable_offset)
-        return dataclasses.replace(
-            rounded(log, checkpoint, now_ms),
-            first_uncleanable_offset=max(bound, log.log_start_offset),
-        )
-
-    monkeypatch.setattr(log_cleaner_manager, "cleanable_offsets", overstated)
-    stuck, other = _stuck_and_other(tmp_path)
-    manager = _manager(tmp_path, [stuck, other], config=LogCleanerManagerConfig(backoff_ms=20))
-    try:
-        assert manager.state_of(stuck).sizes.dirty_ratio == 1.0
-        assert set(manager.run_round()) == {other.topic_partition}
-        first = manager.checkpointed_offsets()[tmp_path][other.topic_partition]
-        _dirty_again(other)
-        manager.start()
-        _wait_for_checkpoint_above(manager, other, first)
-        manager.close()
-        assert manager.grab_filthiest(NOW_MS) is None, "'stuck' unchanged, 'other' clean"
-        # Once 'stuck' changes (here it rolls), it is tried again.
-        rolled_from = stuck.segment_count
-        _dirty_again(stuck, 2)
-        assert stuck.segment_count > rolled_from
-        target = manager.grab_filthiest(NOW_MS)
-        assert target is not None and target.log is stuck
     finally:
         manager.close()
         stuck.close()

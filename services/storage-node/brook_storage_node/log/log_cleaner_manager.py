@@ -8,9 +8,9 @@ log with the highest dirty ratio at or above its ``min.cleanable.dirty.ratio`` (
 oldest dirty record is past ``max.compaction.lag.ms``) that no other thread is cleaning and that
 is not marked uncleanable, runs one pass (cleaner.clean_log) and checkpoints where the pass
 ended in the data directory's ``cleaner-offset-checkpoint``; with nothing to clean it waits
-``log.cleaner.backoff.ms``. A log whose pass did nothing (not aborted) is not taken again
-while its cleanable bounds, segments and truncation count are those the pass ran on, so one
-log cannot take every turn of the threads from the others. A pass that meets damaged data
+``log.cleaner.backoff.ms``. Only whole segments below a log's bound count as dirty (what a
+pass can take), so a log whose bound sits inside a segment cannot take every turn of the
+threads from the others with passes that do nothing. A pass that meets damaged data
 (UncleanableLogError), or fails in any other way that is not an abort, marks the partition
 uncleanable until the node restarts (Kafka's LogCleaningException); the partition keeps
 serving reads and appends.
@@ -285,8 +285,6 @@ class LogCleanerManager:
         self._aborting: set[TopicPartition] = set()
         self._uncleanable: dict[TopicPartition, str] = {}
         self._last_cleaned_ms: dict[TopicPartition, int] = {}
-        # Logs whose last pass did nothing, with what it was run on: skipped while unchanged.
-        self._fruitless: dict[TopicPartition, _PassInputs] = {}
         self._max_dirty_ratio = 0.0
         self._last_run_ms: dict[int, int] = {}
         self._last_clean_duration_s = 0.0
@@ -422,28 +420,20 @@ class LogCleanerManager:
         if target is None:
             return None
         log = target.log
-        inputs = _PassInputs(target.offsets, log.segments, log.truncation_count)
         result: CleanResult | None = None
         try:
             result = self._clean(target, now_ms)
         finally:
             self.done_cleaning(log, result)
-        tp = log.topic_partition
-        with self._lock:
-            if result is None and tp not in self._uncleanable and tp not in self._aborting:
-                self._fruitless[tp] = inputs
-            else:
-                self._fruitless.pop(tp, None)
-        return tp, result
+        return log.topic_partition, result
 
     def grab_filthiest(
         self, now_ms: int, excluded: Set[TopicPartition] = frozenset()
     ) -> CleaningTarget | None:
         """Kafka's grabFilthiestCompactedLog: the compacted log with the highest dirty ratio at
         or above its min.cleanable.dirty.ratio, or forced by max.compaction.lag.ms (those
-        first), that is not being cleaned, aborted, uncleanable, in ``excluded`` or unchanged
-        since a pass over it did nothing; it is marked as being cleaned until
-        ``done_cleaning``. Updates the max dirty ratio metric."""
+        first), that is not being cleaned, aborted, uncleanable or in ``excluded``; it is
+        marked as being cleaned until ``done_cleaning``. Updates the max dirty ratio metric."""
         best: CleaningTarget | None = None
         max_ratio = 0.0
         with self._lock:
@@ -465,9 +455,6 @@ class LogCleanerManager:
                 if tp in excluded or tp in self._in_progress or tp in self._aborting:
                     continue
                 if target.sizes.dirty_bytes == 0:
-                    continue
-                fruitless = self._fruitless.get(tp)
-                if fruitless is not None and fruitless.unchanged(log, target.offsets):
                     continue
                 if not target.offsets.forced and ratio < log.config.min_cleanable_dirty_ratio:
                     continue
@@ -646,7 +633,6 @@ class LogCleanerManager:
         entry, written before this returns (LogError if it cannot be)."""
         with self._lock:
             self._aborting.discard(tp)
-            self._fruitless.pop(tp, None)
             self._uncleanable.pop(tp, None)
             self._last_cleaned_ms.pop(tp, None)
             entries = self._checkpoints.get(data_dir)
@@ -685,22 +671,6 @@ class LogCleanerManager:
         """The first dirty offsets as checkpointed, by data directory."""
         with self._lock:
             return {path: dict(entries) for path, entries in self._checkpoints.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class _PassInputs:
-    """What a pass over a log was run on: the same inputs give the same (empty) outcome."""
-
-    offsets: CleanableOffsets
-    segments: LogSegments
-    truncation_count: int
-
-    def unchanged(self, log: PartitionLog, offsets: CleanableOffsets) -> bool:
-        return (
-            offsets == self.offsets
-            and log.segments is self.segments
-            and log.truncation_count == self.truncation_count
-        )
 
 
 def _rank(target: CleaningTarget) -> tuple[bool, float]:
