@@ -82,11 +82,11 @@ class ProduceCoalescer:
     """Merges the Produce requests a client pipelines to one storage node into fewer calls.
 
     While a lane's call is in flight, requests queue; when it returns, the oldest waiting
-    request sends the next call, carrying every waiting request it can: in arrival order, a
-    partition at most once per call (the node refuses repeats, and a later batch must not
-    overtake an earlier one of its partition), up to ``merged_bytes_max`` of records. No
-    request waits for company: an idle lane sends at once. One call in flight per connection
-    and node keeps each partition's batches in the order the client sent them, as Kafka's
+    request sends the next call, carrying the waiting requests after it in arrival order up to
+    ``merged_bytes_max`` of records. A partition may appear in a call many times: the node
+    appends a call's entries in the order they appear, each answered on its own. No request
+    waits for company: an idle lane sends at once. One call in flight per connection and node
+    keeps each partition's batches in the order the client sent them, as Kafka's
     one-request-at-a-time connections do.
 
     The node answers a call's partitions in the order they were sent; each request gets its
@@ -142,7 +142,7 @@ class ProduceCoalescer:
     async def _lead(
         self, address: str, acks: storage_pb2.Acks, timeout_ms: int, lane: _Lane, me: _Waiting
     ) -> ProduceResponses:
-        carried = [me, *self._take(lane, me.parts, me.size_bytes)]
+        carried = [me, *self._take(lane, me.size_bytes)]
         others = carried[1:]
         try:
             responses = await self._send(
@@ -176,23 +176,18 @@ class ProduceCoalescer:
             start = end
         return responses[: len(me.parts)]
 
-    def _take(self, lane: _Lane, first: list[Part], size_bytes: int) -> list[_Waiting]:
-        """Removes from the lane the waiting requests the next call can carry besides
-        `first`'s parts."""
-        seen = {(topic, partition) for topic, partition, _ in first}
+    def _take(self, lane: _Lane, size_bytes: int) -> list[_Waiting]:
+        """Removes from the lane the waiting requests the next call can carry besides the
+        `size_bytes` of its first request's parts: the oldest ones, as many as fit."""
         taken: list[_Waiting] = []
-        kept: deque[_Waiting] = deque()
-        for waiting in lane.waiting:
-            keys = {(topic, partition) for topic, partition, _ in waiting.parts}
-            fits = size_bytes + waiting.size_bytes <= self._merged_bytes_max
-            if fits and seen.isdisjoint(keys) and not waiting.done.done():
-                taken.append(waiting)
-                size_bytes += waiting.size_bytes
-            else:
-                kept.append(waiting)
-            # A request left behind blocks its partitions for the rest of this call too.
-            seen |= keys
-        lane.waiting = kept
+        waiting = lane.waiting
+        while waiting and (
+            waiting[0].done.done() or size_bytes + waiting[0].size_bytes <= self._merged_bytes_max
+        ):
+            head = waiting.popleft()
+            if not head.done.done():
+                taken.append(head)
+                size_bytes += head.size_bytes
         return taken
 
     def _pass_turn(self, key: tuple[str, str, int, int], lane: _Lane) -> None:

@@ -17,9 +17,11 @@ order. What it guarantees, in the order it works:
    entry runs on a thread cannot be overtaken at its second partition by a later request
    (Kafka serves a connection's requests in order; a client without idempotence that
    pipelines them relies on it).
-3. Checks per entry: a malformed or repeated address is INVALID_REQUEST; the node must lead
+3. Checks per entry: a malformed address is INVALID_REQUEST; the node must lead
    the partition (NOT_LEADER_OR_FOLLOWER with a hint, as ``ReplicaManager.leader_partition``
-   says); unless a coordinator's Produce writes (never a transaction marker), no internal
+   says). A partition may appear more than once: its entries are appended in the order they
+   appear (point 2), each answered on its own (the gateway merges a connection's pipelined
+   requests into one call this way); unless a coordinator's Produce writes (never a transaction marker), no internal
    topic (INVALID_TOPIC_EXCEPTION) and no producer id reserved for the coordinators
    (INVALID_RECORD). A ProduceRecords entry's
    records become one batch in the requested (or the topic's) codec.
@@ -379,7 +381,9 @@ class ProducePath:
         each entry is either refused (by its index) or to be appended."""
         refusals: dict[int, ProducePartitionResult] = {}
         appends: list[_Append] = []
-        errors = address_errors([(entry.topic, entry.partition_index) for entry in entries])
+        errors = address_errors(
+            [(entry.topic, entry.partition_index) for entry in entries], repeats=True
+        )
         for index, (entry, address_error) in enumerate(zip(entries, errors, strict=True)):
             try:
                 if address_error is not None:
@@ -583,8 +587,11 @@ def _transactional_batch(records: bytes) -> BatchHeader | None:
     return None
 
 
-def address_errors(addresses: Sequence[tuple[str, int]]) -> list[ErrorResult | None]:
-    """INVALID_REQUEST for each malformed or repeated (topic, partition) of one request."""
+def address_errors(
+    addresses: Sequence[tuple[str, int]], *, repeats: bool = False
+) -> list[ErrorResult | None]:
+    """INVALID_REQUEST for each malformed (topic, partition) of one request, and, unless
+    ``repeats`` (the produce path's entries, appended in order), each repeated one."""
     counts = Counter(addresses)
     errors: list[ErrorResult | None] = []
     for topic, partition in addresses:
@@ -594,7 +601,7 @@ def address_errors(addresses: Sequence[tuple[str, int]]) -> list[ErrorResult | N
             errors.append(
                 ErrorResult(ErrorCode.INVALID_REQUEST, f"partition {partition} is negative")
             )
-        elif counts[(topic, partition)] > 1:
+        elif not repeats and counts[(topic, partition)] > 1:
             errors.append(
                 ErrorResult(
                     ErrorCode.INVALID_REQUEST,

@@ -115,7 +115,7 @@ def test_an_idle_lane_sends_a_request_at_once_without_waiting_for_company() -> N
     asyncio.run(scenario())
 
 
-def test_a_partition_is_in_a_call_once_and_its_batches_keep_their_order() -> None:
+def test_a_call_carries_a_partition_many_times_in_the_order_the_client_sent() -> None:
     async def scenario() -> None:
         node = RecordingNode(hold=True)
         coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
@@ -125,17 +125,34 @@ def test_a_partition_is_in_a_call_once_and_its_batches_keep_their_order() -> Non
         c = await started(coalescer, ("t", 1, b"C"))
         d = await started(coalescer, ("t", 2, b"D"))
         node.release_all()
-        await finish(first, a, b, c, d)
-        # B repeats partition 0, so it waits; C's partition 1 is behind B's, so C waits too;
-        # D overtakes nobody and goes along.
+        results = await finish(first, a, b, c, d)
+        # Everything queued behind the first call goes in the next, in arrival order: the node
+        # appends a call's entries in order, so each partition's batches keep theirs.
         assert node.calls[1:] == [
-            [("t", 0, b"A"), ("t", 2, b"D")],
-            [("t", 0, b"B"), ("t", 1, b"B")],
-            [("t", 1, b"C")],
+            [("t", 0, b"A"), ("t", 0, b"B"), ("t", 1, b"B"), ("t", 1, b"C"), ("t", 2, b"D")],
         ]
-        sent = [part for call in node.calls for part in call]
-        assert [r for _, p, r in sent if p == 0] == [b"A", b"B"]
-        assert [r for _, p, r in sent if p == 1] == [b"B", b"C"]
+        # Each request is answered from its own slice of the call's answers.
+        assert results[1:] == [
+            [("t", 0, 1)],
+            [("t", 0, 2), ("t", 1, 3)],
+            [("t", 1, 4)],
+            [("t", 2, 5)],
+        ]
+
+    asyncio.run(scenario())
+
+
+def test_a_request_that_does_not_fit_ends_the_call_so_none_overtakes_it() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=10)
+        first = await started(coalescer, ("t", 9, b"x"))
+        a = await started(coalescer, ("t", 0, b"123456"))
+        b = await started(coalescer, ("t", 0, b"abcdef"))
+        c = await started(coalescer, ("t", 1, b"C"))
+        node.release_all()
+        await finish(first, a, b, c)
+        assert node.calls[1:] == [[("t", 0, b"123456")], [("t", 0, b"abcdef"), ("t", 1, b"C")]]
 
     asyncio.run(scenario())
 

@@ -26,6 +26,7 @@ from storage_node_support import (
     fetch_request,
     partition_record,
     produce_request,
+    records,
     run,
     running_node,
     snapshot,
@@ -87,15 +88,12 @@ def test_malformed_addresses_are_invalid_request_and_only_valid_entries_append(
                         storage_pb2.PartitionProduceData(
                             topic="orders", partition=-1, records=data
                         ),
-                        storage_pb2.PartitionProduceData(topic="orders", partition=0, records=data),
-                        storage_pb2.PartitionProduceData(topic="orders", partition=0, records=data),
                         storage_pb2.PartitionProduceData(topic="orders", partition=1, records=data),
                     ],
                 )
             )
             codes = [error_code(p.error_code) for p in reply.partitions]
-            assert codes == [ErrorCode.INVALID_REQUEST] * 4 + [NONE]
-            assert "appears 2 times" in reply.partitions[2].error_message
+            assert codes == [ErrorCode.INVALID_REQUEST] * 2 + [NONE]
             offsets = await node.stub.ListOffsets(
                 storage_pb2.ListOffsetsRequest(
                     partitions=[
@@ -107,6 +105,51 @@ def test_malformed_addresses_are_invalid_request_and_only_valid_entries_append(
                 )
             )
             assert [p.offset for p in offsets.partitions] == [0, 2]
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("acks", [storage_pb2.ACKS_LEADER, storage_pb2.ACKS_ALL])
+def test_a_partition_named_repeatedly_in_one_produce_appends_each_entry_in_order(
+    tmp_path: Path, acks: storage_pb2.Acks
+) -> None:
+    """A Produce call may carry a partition more than once (the gateway merges a connection's
+    pipelined requests so): each entry is appended in call order and answered on its own;
+    a refused entry (a corrupt batch) refuses only itself."""
+
+    async def scenario() -> None:
+        async with running_node(tmp_path, settings=_static("orders:2")) as node:
+            corrupt = bytearray(batch(1, prefix="bad"))
+            corrupt[-1] ^= 0xFF
+            entries = [
+                ("orders", 0, batch(2, prefix="a")),
+                ("orders", 1, batch(1, prefix="x")),
+                ("orders", 0, bytes(corrupt)),
+                ("orders", 0, batch(3, prefix="b")),
+                ("orders", 0, batch(1, prefix="c")),
+            ]
+            reply = await node.stub.Produce(
+                storage_pb2.ProduceRequest(
+                    acks=acks,
+                    partitions=[
+                        storage_pb2.PartitionProduceData(topic=t, partition=p, records=r)
+                        for t, p, r in entries
+                    ],
+                )
+            )
+            codes = [error_code(p.error_code) for p in reply.partitions]
+            assert codes == [NONE, NONE, ErrorCode.CORRUPT_MESSAGE, NONE, NONE]
+            assert [(p.topic, p.partition) for p in reply.partitions] == [
+                (t, p) for t, p, _ in entries
+            ]
+            assert [reply.partitions[i].base_offset for i in (0, 1, 3, 4)] == [0, 0, 2, 5]
+            fetched = await node.stub.Fetch(fetch_request("orders", 0, 0, decode=True))
+            values = [r.value for r in fetched.partitions[0].decoded_records]
+            assert values == [
+                value
+                for prefix, n in (("a", 2), ("b", 3), ("c", 1))
+                for _, _, value, _ in records(n, prefix=prefix)
+            ]
 
     run(scenario)
 
