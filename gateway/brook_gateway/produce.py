@@ -1,10 +1,11 @@
 """Produce: the requests' partitions forwarded to their leader storage nodes (fan_out.py), the
 record batches passed through as bytes.
 
-acks=0 and acks=1 Produce requests are merged on their way to a storage node
-(ProduceCoalescer): a client such as librdkafka pipelines many small requests, each with a
-batch or two, and a gRPC call costs the gateway and the node far more than the bytes it
-carries (bench/README.md, gateway section).
+Produce requests are merged on their way to a storage node (ProduceCoalescer), whatever their
+acks: a client such as librdkafka pipelines many small requests, each with a batch or two, and
+a gRPC call costs the gateway and the node far more than the bytes it carries (bench/README.md,
+gateway section). With one call in flight per connection and node, an acks=all call lasts a
+replication round and the next carries everything the client sent meanwhile: group commit.
 
 A Kafka broker serves a connection's requests one at a time, so when a partition's leadership
 moves away, every request the client pipelined to it fails alike. The gateway serves them
@@ -37,7 +38,6 @@ from brook_gateway.upstream import UpstreamError
 
 __all__ = [
     "REFUSAL_HOLD_MS",
-    "PartitionOrder",
     "ProduceAffinity",
     "ProduceCoalescer",
     "produce_handler",
@@ -58,8 +58,11 @@ _PRODUCE_RECORD_BATCH_MIN: Final = 3
 PRODUCE_MERGED_BYTES_MAX: Final = 1024 * 1024
 
 ProduceResponses = Sequence[storage_pb2.PartitionProduceResponse]
-SendProduce = Callable[[str, storage_pb2.Acks, int, list[Part]], Awaitable[ProduceResponses]]
-"""(address, acks, timeout_ms, parts) -> one Produce call's responses, in the order of parts."""
+SendProduce = Callable[[str, storage_pb2.Acks, int, str, list[Part]], Awaitable[ProduceResponses]]
+"""(address, acks, timeout_ms, transactional_id, parts) -> one Produce call's responses, in the
+order of parts."""
+# A lane: (connection, node address, acks, timeout_ms, transactional id).
+_LaneKey = tuple[str, str, storage_pb2.Acks, int, str]
 
 
 @dataclass(slots=True, eq=False)
@@ -91,7 +94,6 @@ class ProduceCoalescer:
 
     The node answers a call's partitions in the order they were sent; each request gets its
     slice. A failed or cancelled call fails every request it carried with the same error.
-    Which requests come here is the caller's choice (the Produce handler keeps acks=all out).
     """
 
     def __init__(self, send: SendProduce, merged_bytes_max: int) -> None:
@@ -99,7 +101,7 @@ class ProduceCoalescer:
             raise ValueError(f"merged_bytes_max must be at least 1, not {merged_bytes_max}")
         self._send = send
         self._merged_bytes_max = merged_bytes_max
-        self._lanes: dict[tuple[str, str, int, int], _Lane] = {}
+        self._lanes: dict[_LaneKey, _Lane] = {}
 
     @property
     def lanes(self) -> int:
@@ -113,10 +115,12 @@ class ProduceCoalescer:
         acks: storage_pb2.Acks,
         timeout_ms: int,
         parts: list[Part],
+        transactional_id: str = "",
     ) -> ProduceResponses:
         """The node's responses to `parts`, in their order; UpstreamError if the call that
-        carried them got no answer."""
-        key = (connection, address, acks, timeout_ms)
+        carried them got no answer. ``transactional_id``: the Kafka request's (a lane's calls
+        carry one)."""
+        key = (connection, address, acks, timeout_ms, transactional_id)
         me = _Waiting(
             parts,
             sum(len(records or b"") for _, _, records in parts),
@@ -135,18 +139,21 @@ class ProduceCoalescer:
             if responses is not None:
                 return responses
         try:
-            return await self._lead(address, acks, timeout_ms, lane, me)
+            return await self._lead(key, lane, me)
         finally:
             self._pass_turn(key, lane)
 
-    async def _lead(
-        self, address: str, acks: storage_pb2.Acks, timeout_ms: int, lane: _Lane, me: _Waiting
-    ) -> ProduceResponses:
+    async def _lead(self, key: _LaneKey, lane: _Lane, me: _Waiting) -> ProduceResponses:
+        _, address, acks, timeout_ms, transactional_id = key
         carried = [me, *self._take(lane, me.size_bytes)]
         others = carried[1:]
         try:
             responses = await self._send(
-                address, acks, timeout_ms, [part for w in carried for part in w.parts]
+                address,
+                acks,
+                timeout_ms,
+                transactional_id,
+                [part for w in carried for part in w.parts],
             )
         except Exception as e:
             _fail(others, e)
@@ -190,7 +197,7 @@ class ProduceCoalescer:
                 size_bytes += head.size_bytes
         return taken
 
-    def _pass_turn(self, key: tuple[str, str, int, int], lane: _Lane) -> None:
+    def _pass_turn(self, key: _LaneKey, lane: _Lane) -> None:
         """The lane's call is over: the oldest waiting request sends the next, or the lane
         goes idle."""
         while lane.waiting:
@@ -200,7 +207,7 @@ class ProduceCoalescer:
                 return
         del self._lanes[key]
 
-    def _leave(self, key: tuple[str, str, int, int], lane: _Lane, me: _Waiting) -> None:
+    def _leave(self, key: _LaneKey, lane: _Lane, me: _Waiting) -> None:
         """A waiting request was cancelled: out of the queue, and if the turn to send had just
         come to it, on to the next."""
         if me in lane.waiting:
@@ -208,86 +215,6 @@ class ProduceCoalescer:
         elif me.done.done() and not me.done.cancelled() and me.done.exception() is None:
             if me.done.result() is None:
                 self._pass_turn(key, lane)
-
-
-# acks=all Produce requests with more record bytes than this are ordered behind the same
-# connection's earlier requests for their partitions (PartitionOrder). A smaller call travels to
-# the node in one HTTP/2 DATA frame (16 KiB by default), so it arrives, and is appended, in the
-# order it was sent; a larger one's frames can interleave with a later call's.
-ORDERED_PRODUCE_BYTES_MIN: Final = 16 * 1024 - 1024
-
-
-class PartitionOrder:
-    """Keeps a connection's acks=all Produce requests in send order per partition where the
-    transport could reorder them, while requests for other partitions go on concurrently.
-
-    Kafka's broker serves one request of a connection at a time, so a client pipelining
-    requests without idempotence still gets each partition's batches appended in the order it
-    sent them. acks=all calls are not merged (a call lasts a replication round) but go
-    concurrently; the node appends them in the order they arrive, which is the order they were
-    sent unless a large call's frames are overtaken by a later call's. So a request waits for
-    the connection's earlier LARGE requests for its partitions (`enter` with ``large``), and
-    only large requests are waited for: small ones cannot be overtaken. `enter` must be called
-    in arrival order, before the request's first await."""
-
-    def __init__(self) -> None:
-        self._tails: dict[tuple[str, str, int], asyncio.Future[None]] = {}
-
-    @property
-    def partitions(self) -> int:
-        """Partitions with a request in flight (for tests: finished ones are forgotten)."""
-        return len(self._tails)
-
-    def enter(
-        self, connection: str, partitions: list[tuple[str, int]], *, large: bool = True
-    ) -> tuple[list[asyncio.Future[None]], asyncio.Future[None]]:
-        """(the requests to wait for, this request's own turn to complete with `leave`). A
-        request that is not ``large`` waits like any other but nobody waits for it."""
-        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        before: list[asyncio.Future[None]] = []
-        for topic, partition in partitions:
-            key = (connection, topic, partition)
-            previous = self._tails.get(key)
-            if previous is not None and previous is not mine and previous not in before:
-                before.append(previous)
-            if large:
-                self._tails[key] = mine
-        return before, mine
-
-    def leave(
-        self,
-        connection: str,
-        partitions: list[tuple[str, int]],
-        before: list[asyncio.Future[None]],
-        mine: asyncio.Future[None],
-    ) -> None:
-        """The request is answered (or gone): the next one of each partition may go, once the
-        requests it followed are done too (a request cancelled while it waited must not let
-        its successor overtake its predecessor)."""
-        pending = [previous for previous in before if not previous.done()]
-        if not pending:
-            self._complete(connection, partitions, mine)
-            return
-        remaining = len(pending)
-
-        def one_done(_: asyncio.Future[None]) -> None:
-            nonlocal remaining
-            remaining -= 1
-            if remaining == 0:
-                self._complete(connection, partitions, mine)
-
-        for previous in pending:
-            previous.add_done_callback(one_done)
-
-    def _complete(
-        self, connection: str, partitions: list[tuple[str, int]], mine: asyncio.Future[None]
-    ) -> None:
-        if not mine.done():
-            mine.set_result(None)
-        for topic, partition in partitions:
-            key = (connection, topic, partition)
-            if self._tails.get(key) is mine:
-                del self._tails[key]
 
 
 def _fail(carried: list[_Waiting], error: BaseException) -> None:
@@ -517,8 +444,8 @@ async def _send_produce(
     address: str,
     acks: storage_pb2.Acks,
     timeout_ms: int,
+    transactional_id: str,
     parts: list[Part],
-    transactional_id: str = "",
 ) -> ProduceResponses:
     """One Produce call to the storage node at ``address`` (a SendProduce, given the backend);
     ``transactional_id`` the Kafka request's, which the node verifies transactional batches
@@ -542,13 +469,12 @@ async def _send_produce(
 @dataclass(frozen=True, slots=True, eq=False)
 class _ProduceHandler:
     """The Produce machinery every request of the gateway shares: the cluster, the
-    connections' pins and refusals, the merging of acks=0/1 calls and the order of acks=all
-    ones. Each request is served by a _ProduceRequest of its own."""
+    connections' pins and refusals and the merging of their calls. Each request is served by a
+    _ProduceRequest of its own."""
 
     backend: Backend
     affinity: ProduceAffinity
     coalescer: ProduceCoalescer
-    order: PartitionOrder
 
     async def handle(self, request: Message, context: RequestContext) -> Message | None:
         acks = _ACKS.get(request["acks"])
@@ -579,23 +505,7 @@ class _ProduceRequest:
     async def answer(self) -> Message | None:
         parts = await self._parts()
         pins = (self.handler.affinity, self.context.peer)
-        if self.acks == storage_pb2.ACKS_ALL:
-            order = self.handler.order
-            peer = self.context.peer
-            # Before any await: the order of `enter` calls is the connection's send order.
-            keys = [(t, p) for t, p, _ in parts]
-            size_bytes = sum(len(records or b"") for _, _, records in parts)
-            large = size_bytes > ORDERED_PRODUCE_BYTES_MIN
-            before, mine = order.enter(peer, keys, large=large)
-            try:
-                for previous in before:
-                    # Shielded: a cancelled request must not cancel the turn it waits for.
-                    await asyncio.shield(previous)
-                await fan_out(self.handler.backend, parts, self._call, self._fail, pins)
-            finally:
-                order.leave(peer, keys, before, mine)
-        else:
-            await fan_out(self.handler.backend, parts, self._call, self._fail, pins)
+        await fan_out(self.handler.backend, parts, self._call, self._fail, pins)
         if self.request["acks"] == 0:
             return None
         return self._response()
@@ -643,21 +553,17 @@ class _ProduceRequest:
         handler = self.handler
         timeout_ms = max(self.request["timeout_ms"], 0)
         peer = self.context.peer
-        if self.acks == storage_pb2.ACKS_ALL:
-            # An acks=all call lasts a replication round: merged calls would make every
-            # partition of a connection wait for the slowest. Calls go concurrently, each
-            # partition's in send order (PartitionOrder). Transactional producers use acks=all
-            # (Kafka's clients require it), so only these calls carry the transactional id.
-            responses = await _send_produce(
-                handler.backend,
-                address,
-                self.acks,
-                timeout_ms,
-                items,
-                self.request.get("transactional_id") or "",
-            )
-        else:
-            responses = await handler.coalescer.produce(peer, address, self.acks, timeout_ms, items)
+        # Transactional producers use acks=all (Kafka's clients require it); the node verifies
+        # their batches with the transactional id, so a lane's calls carry the one of its
+        # requests.
+        responses = await handler.coalescer.produce(
+            peer,
+            address,
+            self.acks,
+            timeout_ms,
+            items,
+            self.request.get("transactional_id") or "",
+        )
         by_key = {(t, p): (t, p, r) for t, p, r in items}
         for r in responses:
             if r.error_code and self.tracked:
@@ -712,7 +618,7 @@ class _ProduceRequest:
 def produce_handler(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
     send: SendProduce = functools.partial(_send_produce, backend)
     coalescer = ProduceCoalescer(send, PRODUCE_MERGED_BYTES_MAX)
-    handler = _ProduceHandler(backend, affinity, coalescer, PartitionOrder())
+    handler = _ProduceHandler(backend, affinity, coalescer)
     return ApiHandler(
         ApiKey.PRODUCE,
         handler.handle,

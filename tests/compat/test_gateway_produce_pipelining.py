@@ -1,6 +1,6 @@
 """Produce requests pipelined on one connection, as librdkafka sends them without idempotence,
-through the gateway: small acks=1 ones, which it merges into fewer calls to the storage node, and
-large acks=all ones, which it sends concurrently but orders per partition (PartitionOrder).
+through the gateway, which merges them into fewer calls to the storage node (ProduceCoalescer):
+small acks=1 ones, and large acks=all ones, whose merged calls go over many HTTP/2 frames.
 Every record must land once, in the order it was produced within its partition, at the offset
 its delivery report gave it."""
 

@@ -31,14 +31,16 @@ class RecordingNode:
     hold: bool = False
     fail_with: Exception | None = None
     calls: list[list[Part]] = field(default_factory=list)
+    transactional_ids: list[str] = field(default_factory=list)
     gates: list[asyncio.Event] = field(default_factory=list)
     next_offset: int = 0
 
     async def send(
-        self, address: str, acks: int, timeout_ms: int, parts: list[Part]
+        self, address: str, acks: int, timeout_ms: int, transactional_id: str, parts: list[Part]
     ) -> Sequence[storage_pb2.PartitionProduceResponse]:
         del address, acks, timeout_ms
         self.calls.append(list(parts))
+        self.transactional_ids.append(transactional_id)
         gate = asyncio.Event()
         self.gates.append(gate)
         if self.hold:
@@ -74,9 +76,16 @@ async def settle() -> None:
 
 
 async def started(
-    coalescer: ProduceCoalescer, *parts: Part, connection: str = CONNECTION, node: str = NODE
+    coalescer: ProduceCoalescer,
+    *parts: Part,
+    connection: str = CONNECTION,
+    node: str = NODE,
+    acks: storage_pb2.Acks = ACKS,
+    transactional_id: str = "",
 ) -> Answer:
-    task = asyncio.create_task(coalescer.produce(connection, node, ACKS, 1000, list(parts)))
+    task = asyncio.create_task(
+        coalescer.produce(connection, node, acks, 1000, list(parts), transactional_id)
+    )
     await settle()
     return task
 
@@ -265,6 +274,29 @@ def test_connections_and_nodes_have_lanes_of_their_own() -> None:
         assert coalescer.lanes == 3
         node.release_all()
         await finish(one, other, elsewhere)
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_acks_and_transactional_ids_have_lanes_of_their_own() -> None:
+    """An acks=all call carries its lane's transactional id (the node verifies transactional
+    batches with it), so requests of another id, or other acks, never ride along."""
+
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        all_ = storage_pb2.ACKS_ALL
+        first = await started(coalescer, ("t", 0, b"a"), acks=all_, transactional_id="tx")
+        leader = await started(coalescer, ("t", 0, b"b"))
+        other = await started(coalescer, ("t", 0, b"c"), acks=all_, transactional_id="ty")
+        queued = await started(coalescer, ("t", 0, b"d"), acks=all_, transactional_id="tx")
+        assert node.calls == [[("t", 0, b"a")], [("t", 0, b"b")], [("t", 0, b"c")]]
+        assert coalescer.lanes == 3
+        node.release_all()
+        await finish(first, leader, other, queued)
+        assert node.calls[3] == [("t", 0, b"d")]
+        assert node.transactional_ids == ["tx", "", "ty", "tx"]
         assert coalescer.lanes == 0
 
     asyncio.run(scenario())
