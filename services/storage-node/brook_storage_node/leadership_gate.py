@@ -98,7 +98,7 @@ class LeadershipGates:
         else:
             return None
         places: list[tuple[TopicPartition, asyncio.Future[None]]] = []
-        # A partition named twice (refused later as a repeat) takes one place, not two.
+        # A partition named twice (its entries appended in order) takes one place, not two.
         for tp in dict.fromkeys(tps):
             gate = gates.get(tp)
             becoming = self._becoming(tp)

@@ -237,7 +237,7 @@ def test_a_later_request_does_not_overtake_a_waiting_one_on_a_partition_already_
     run(scenario)
 
 
-def test_a_partition_named_twice_is_refused_without_holding_its_gate(
+def test_a_partition_named_twice_appends_both_at_its_turn_in_order(
     tmp_path: Path, held_open: threading.Event
 ) -> None:
     async def scenario() -> None:
@@ -255,16 +255,16 @@ def test_a_partition_named_twice_is_refused_without_holding_its_gate(
 
             held_open.set()
             opened = time.monotonic()
-            refused, appended = await asyncio.gather(repeated, behind)
+            twice, appended = await asyncio.gather(repeated, behind)
             await applying
 
-            # Both are answered as soon as the log is open, not after the repeat's timeout.
+            # The repeat takes one place at the gate: both its entries append, in order, when
+            # the log is open, and the request behind it after them.
             assert time.monotonic() - opened < 2.0
-            assert {error_code(p.error_code) for p in refused.partitions} == {
-                ErrorCode.INVALID_REQUEST
-            }
+            assert [error_code(p.error_code) for p in twice.partitions] == [ErrorCode.NONE] * 2
+            assert [p.base_offset for p in twice.partitions] == [0, 1]
             assert error_code(appended.partitions[0].error_code) is ErrorCode.NONE
-            assert appended.partitions[0].base_offset == 0
+            assert appended.partitions[0].base_offset == 2
             assert len(replicas.gates) == 0
 
     run(scenario)
