@@ -64,6 +64,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from targets import target
 
 from brook.launcher import LocalCluster, Role, Topology
 from brook.tools.perf import MB, make_payload, summarize_latencies
@@ -99,6 +100,8 @@ RATIO_FIGURES: Final = (
     "p99_ms",
     "p99_9_ms",
 )
+# Issue #19's end-to-end p99 through the gateway when it was filed: "no worse than today".
+E2E_P99_BEFORE_MS: Final = 2.57
 STARTUP_TIMEOUT_MS: Final = 60_000
 STOP_TIMEOUT_MS: Final = 10_000
 TANSU_STARTUP_TIMEOUT_S: Final = 30.0
@@ -527,6 +530,49 @@ def ratios(brook: dict[str, Any], tansu: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _over(numerator: Any, denominator: Any) -> float | None:
+    if isinstance(numerator, int | float) and isinstance(denominator, int | float) and denominator:
+        return float(numerator) / float(denominator)
+    return None
+
+
+def targets(systems: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Issue #19's targets for the gateway, each a ratio of this run's medians (``met`` None
+    where the run left a system or scenario out: Tansu, ``--rf3``, the latency test)."""
+    brook, tansu, rf3 = (systems.get(name, {}) for name in ("brook", "tansu", "brook_rf3"))
+
+    def figure(system: Mapping[str, Any], scenario: str, key: str) -> Any:
+        return system.get(scenario, {}).get(key)
+
+    out: dict[str, Any] = {}
+    for scenario in ("produce_acks1", "produce_acks_all"):
+        rate = _over(
+            figure(brook, scenario, "records_per_s"), figure(tansu, scenario, "records_per_s")
+        )
+        cpu = "server_cpu_s_per_million_records"
+        out[f"{scenario}_records_per_s_of_tansu"] = target(rate, 0.8, at_least=True)
+        out[f"{scenario}_server_cpu_per_record_of_tansu"] = target(
+            _over(figure(brook, scenario, cpu), figure(tansu, scenario, cpu)), 2.5, at_least=False
+        )
+    for scenario, bound in (("produce_acks_all", 0.6), ("produce_acks1", 0.8)):
+        out[f"rf3_{scenario}_records_per_s_of_rf1"] = target(
+            _over(figure(rf3, scenario, "records_per_s"), figure(brook, scenario, "records_per_s")),
+            bound,
+            at_least=True,
+        )
+    out["consume_records_per_s_of_tansu"] = target(
+        _over(figure(brook, "consume", "records_per_s"), figure(tansu, "consume", "records_per_s")),
+        1.2,
+        at_least=True,
+    )
+    out["end_to_end_p99_of_before"] = target(
+        _over(figure(brook, "end_to_end_latency", "p99_ms"), E2E_P99_BEFORE_MS),
+        1.0,
+        at_least=False,
+    )
+    return out
+
+
 def run_system(system: System, round_index: int, records: int) -> dict[str, dict[str, Any]]:
     """One round of the throughput scenarios on one system."""
     figures: dict[str, dict[str, Any]] = {}
@@ -665,6 +711,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, figures in report_systems.items()
             if name != "tansu"
         }
+    report["targets"] = targets(report_systems)
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_log import plain_write, settle
+from targets import target
 
 from brook.client import Consumer, Producer, TopicPartition
 from brook.launcher import LocalCluster, Topology
@@ -310,6 +311,15 @@ def main(argv: list[str] | None = None) -> int:
         "seed": SEED,
         "cluster_startup_s": startup_s,
         "total_s": round(time.perf_counter() - began, 1),
+    }
+    # Issue #19's targets: the seed's figures, on this machine with client and node sharing it.
+    report["targets"] = {
+        "produce_records_per_s_of_seed": target(
+            produce_rps / SEED["produce_records_per_s"], 1.0, at_least=True
+        ),
+        "consume_records_per_s_of_seed": target(
+            consume_rps / SEED["consume_records_per_s"], 1.0, at_least=True
+        ),
     }
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -19,9 +19,10 @@ order. What it guarantees, in the order it works:
    pipelines them relies on it).
 3. Checks per entry: a malformed address is INVALID_REQUEST; the node must lead
    the partition (NOT_LEADER_OR_FOLLOWER with a hint, as ``ReplicaManager.leader_partition``
-   says). A partition may appear more than once: its entries are appended in the order they
-   appear (point 2), each answered on its own (the gateway merges a connection's pipelined
-   requests into one call this way); unless a coordinator's Produce writes (never a transaction marker), no internal
+   says). In a client's request a partition may appear more than once: its entries are
+   appended in the order they appear (point 2), each answered on its own (the gateway merges a
+   connection's pipelined requests into one call this way); a transaction marker names each
+   once; unless a coordinator's Produce writes (never a transaction marker), no internal
    topic (INVALID_TOPIC_EXCEPTION) and no producer id reserved for the coordinators
    (INVALID_RECORD). A ProduceRecords entry's
    records become one batch in the requested (or the topic's) codec.
@@ -253,7 +254,10 @@ class ProducePath:
                 late = await turns.wait(wait_ms / 1000)
                 waited_ms = (asyncio.get_running_loop().time() - started) * 1000
                 wait_ms = max(0, int(wait_ms - waited_ms))
-            refusals, appends = self._resolve(entries, coordinator=coordinator)
+            # A transaction marker names each partition once; a client's entries may repeat one.
+            refusals, appends = self._resolve(
+                entries, coordinator=coordinator, repeats=origin is AppendOrigin.CLIENT
+            )
             if late:
                 refusals = _still_becoming(entries, refusals, late)
             self._remember_refusals(entries, refusals, appends)
@@ -374,15 +378,16 @@ class ProducePath:
         return _answers(entries, refusals, results)
 
     def _resolve(
-        self, entries: Sequence[ProduceEntry], *, coordinator: bool
+        self, entries: Sequence[ProduceEntry], *, coordinator: bool, repeats: bool
     ) -> tuple[dict[int, ProducePartitionResult], list[_Append]]:
-        """Check addresses, leadership and, unless a coordinator writes, that no internal
-        topic or reserved producer id is written (and build the batches of plain records):
-        each entry is either refused (by its index) or to be appended."""
+        """Check addresses (a repeated partition is refused unless ``repeats``), leadership
+        and, unless a coordinator writes, that no internal topic or reserved producer id is
+        written (and build the batches of plain records): each entry is either refused (by its
+        index) or to be appended."""
         refusals: dict[int, ProducePartitionResult] = {}
         appends: list[_Append] = []
         errors = address_errors(
-            [(entry.topic, entry.partition_index) for entry in entries], repeats=True
+            [(entry.topic, entry.partition_index) for entry in entries], repeats=repeats
         )
         for index, (entry, address_error) in enumerate(zip(entries, errors, strict=True)):
             try:
