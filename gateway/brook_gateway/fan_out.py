@@ -119,6 +119,8 @@ def current_leader(
 
 def leader_endpoints(image: ClusterImage, leaders: set[int]) -> list[Message]:
     """Kafka's NodeEndpoints of the brokers named in current_leader fields."""
+    if not leaders:
+        return []
     return [
         {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
         for b in image.kafka_brokers()

@@ -1,5 +1,6 @@
-"""The Kafka-protocol TCP server: one reader and one writer per connection, requests handled
-concurrently (pipelined) and answered in the order they arrived.
+"""The Kafka-protocol TCP server: an asyncio protocol per connection that starts each request
+as soon as its frame is whole, handles requests concurrently (pipelined) and answers them in
+the order they arrived. No task, stream or timeout per read: a request costs one task.
 
 Limits, each from configuration:
 - `socket.request.max.bytes`: a larger frame closes the connection before its body is read;
@@ -33,9 +34,9 @@ an unrecorded span would still cost more than a small request's own handling.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -116,7 +117,7 @@ class KafkaServer:
         self._server: asyncio.Server | None = None
         # broker id -> the listener on its own port (kafka.node.port.base + id).
         self._node_servers: dict[int, asyncio.Server] = {}
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: set[_Connection] = set()
 
     @property
     def port(self) -> int:
@@ -138,15 +139,17 @@ class KafkaServer:
         }
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self._host, self._port)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._protocol, self._host, self._port)
 
     async def open_node_listener(self, broker_id: int, port: int) -> None:
         """Listens on ``port`` (same host as PLAINTEXT) for connections to broker
         ``broker_id``; OSError when the port cannot be bound."""
         assert self._server is not None, "open_node_listener before start"
         assert broker_id not in self._node_servers, f"broker {broker_id} already listens"
-        accept = functools.partial(self._accept, broker_id=broker_id)
-        self._node_servers[broker_id] = await asyncio.start_server(accept, self._host, port)
+        loop = asyncio.get_running_loop()
+        protocol = functools.partial(self._protocol, broker_id)
+        self._node_servers[broker_id] = await loop.create_server(protocol, self._host, port)
 
     def close_node_listener(self, broker_id: int) -> None:
         """Stops accepting on broker ``broker_id``'s port at once (the port is free on return);
@@ -156,46 +159,22 @@ class KafkaServer:
             server.close()
 
     async def stop(self) -> None:
-        """Stops accepting, closes every connection and waits for their tasks to end."""
+        """Stops accepting, closes every connection (its requests cancelled) and waits for
+        them to end."""
         servers = [s for s in (self._server, *self._node_servers.values()) if s is not None]
         self._node_servers.clear()
         for server in servers:
             server.close()
-        tasks = set(self._connections)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        connections = set(self._connections)
+        for connection in connections:
+            connection.close()
+        if connections:
+            await asyncio.gather(*(c.closed() for c in connections))
         for server in servers:
             await server.wait_closed()
 
-    async def _accept(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        broker_id: int | None = None,
-    ) -> None:
-        peername = writer.get_extra_info("peername")
-        peer = f"{peername[0]}:{peername[1]}" if peername else "unknown"
-        if len(self._connections) >= self._limits.connections_max:
-            _logger.warning(
-                "connection refused: max.connections reached",
-                extra={"peer": peer, "max_connections": self._limits.connections_max},
-            )
-            await _close(writer)
-            return
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        try:
-            await _Connection(self, reader, writer, peer, broker_id).run()
-        except asyncio.CancelledError:
-            # stop() cancels connections and awaits them; asyncio's stream callback (3.11)
-            # would log a cancelled connection task as an error, so it ends normally instead.
-            pass
-        finally:
-            self._connections.discard(task)
-            await _close(writer)
+    def _protocol(self, broker_id: int | None = None) -> _Connection:
+        return _Connection(self, broker_id)
 
     async def respond(self, frame: bytes, peer: str, broker_id: int | None = None) -> bytes | None:
         """The response frame to one request frame, None if none is due (acks=0). Raises
@@ -329,113 +308,221 @@ def _error_response(
         ) from None
 
 
-class _Connection:
-    def __init__(
-        self,
-        server: KafkaServer,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        peer: str,
-        broker_id: int | None,
-    ) -> None:
+class _Connection(asyncio.Protocol):
+    """One client connection: frames parsed as bytes arrive, each request handled in a task
+    of its own as soon as it is whole, the answers written in request order as they come.
+
+    Reading stops (the transport is paused) while `max.in.flight.requests.per.connection`
+    requests are unanswered or the client does not take its answers (the transport's write
+    buffer is over its high-water mark), so memory stays bounded either way. One timer per
+    connection, moved lazily, enforces `connections.max.idle.ms`."""
+
+    def __init__(self, server: KafkaServer, broker_id: int | None) -> None:
         self._server = server
         self._limits = server._limits
-        self._reader = reader
-        self._writer = writer
-        self._peer = peer
         self._broker_id = broker_id
-        self._slots = asyncio.Semaphore(self._limits.in_flight_per_connection_max)
-        self._in_flight = 0
-        # Responses in request order: a task per request, None once the client has finished.
-        self._pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue()
+        self._idle_s = self._limits.idle_timeout_ms / 1000
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._peer = "unknown"
+        self._buffer = bytearray()
+        # Requests in arrival order, answered (written) from the front.
+        self._pending: deque[asyncio.Task[bytes | None]] = deque()
+        self._write_paused = False
+        self._reading = True
+        self._eof = False
+        self._closing = False
+        self._last_active_s = self._loop.time()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._done: asyncio.Future[None] = self._loop.create_future()
 
-    async def run(self) -> None:
-        read_task = asyncio.create_task(self._read_requests(), name=f"kafka-read {self._peer}")
-        write_task = asyncio.create_task(self._write_responses(), name=f"kafka-write {self._peer}")
-        try:
-            done, _ = await asyncio.wait(
-                (read_task, write_task), return_when=asyncio.FIRST_EXCEPTION
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peername = transport.get_extra_info("peername")
+        self._peer = f"{peername[0]}:{peername[1]}" if peername else "unknown"
+        connections = self._server._connections
+        if len(connections) >= self._limits.connections_max:
+            _logger.warning(
+                "connection refused: max.connections reached",
+                extra={"peer": self._peer, "max_connections": self._limits.connections_max},
             )
-            for task in done:
-                error = task.exception()
-                if isinstance(error, _CloseConnection):
-                    _logger.warning(
-                        "closing connection", extra={"peer": self._peer, "reason": str(error)}
-                    )
-                elif isinstance(error, ConnectionError | asyncio.IncompleteReadError):
-                    _logger.debug("connection lost", extra={"peer": self._peer})
-                elif error is not None:
-                    raise error
-        finally:
-            for task in (read_task, write_task):
-                task.cancel()
-            await asyncio.gather(read_task, write_task, return_exceptions=True)
-            while not self._pending.empty():
-                pending = self._pending.get_nowait()
-                if pending is not None:
-                    pending.cancel()
-                    await asyncio.gather(pending, return_exceptions=True)
+            self._closing = True
+            transport.close()
+            return
+        connections.add(self)
+        self._idle_timer = self._loop.call_at(self._last_active_s + self._idle_s, self._on_timer)
 
-    async def _read_requests(self) -> None:
-        idle_s = self._limits.idle_timeout_ms / 1000
-        while True:
-            await self._slots.acquire()
-            size_bytes = await self._read_size(idle_s)
-            if size_bytes is None:
-                self._slots.release()
-                # The client finished sending: answer what it asked, then close.
-                await self._pending.put(None)
-                return
-            size = int.from_bytes(size_bytes, "big", signed=True)
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self._last_active_s = self._loop.time()
+        self._buffer += data
+        self._take_requests()
+
+    def eof_received(self) -> bool:
+        # The client finished sending: answer what it asked, then close (a frame cut short
+        # closes at once). True keeps our side open for the answers.
+        self._eof = True
+        self._close_if_answered()
+        return True
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+        self._take_requests()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            _logger.debug("connection lost", extra={"peer": self._peer})
+        self._closing = True
+        self._server._connections.discard(self)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        for task in self._pending:
+            task.cancel()
+        pending = list(self._pending)
+        self._pending.clear()
+        if not pending:
+            self._done.set_result(None)
+            return
+        # Done once every request's task has ended (each holds upstream calls to unwind).
+        remaining = len(pending)
+
+        def ended(_: asyncio.Task[bytes | None]) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining == 0 and not self._done.done():
+                self._done.set_result(None)
+
+        for task in pending:
+            task.add_done_callback(ended)
+
+    # -- the server's side
+
+    def close(self) -> None:
+        """Closes the connection: what is written is flushed for up to _CLOSE_TIMEOUT_S,
+        unanswered requests are cancelled."""
+        if self._transport is None or self._transport.is_closing():
+            return
+        self._closing = True
+        self._transport.close()
+        self._loop.call_later(_CLOSE_TIMEOUT_S, self._transport.abort)
+
+    async def closed(self) -> None:
+        """Waits until the connection is gone and its requests' tasks have ended."""
+        await asyncio.shield(self._done)
+
+    # -- requests in, answers out
+
+    def _take_requests(self) -> None:
+        """Starts every whole request in the buffer while reading is allowed."""
+        buffer = self._buffer
+        while not self._closing and len(buffer) >= FRAME_SIZE_BYTES:
+            if not self._may_read():
+                break
+            size = int.from_bytes(buffer[:FRAME_SIZE_BYTES], "big", signed=True)
             if size < REQUEST_PREFIX_BYTES:
-                raise _CloseConnection(f"frame of {size} bytes is shorter than a request header")
+                self._close_for(f"frame of {size} bytes is shorter than a request header")
+                return
             if size > self._limits.request_bytes_max:
-                raise _CloseConnection(
+                self._close_for(
                     f"frame of {size} bytes exceeds socket.request.max.bytes "
                     f"({self._limits.request_bytes_max})"
                 )
-            try:
-                async with asyncio.timeout(idle_s):
-                    frame = await self._reader.readexactly(size)
-            except TimeoutError:
-                raise _CloseConnection(f"stalled mid-frame for {idle_s} s") from None
-            except asyncio.IncompleteReadError:
-                raise _CloseConnection("closed mid-frame") from None
-            self._in_flight += 1
-            task = asyncio.create_task(self._server.respond(frame, self._peer, self._broker_id))
-            await self._pending.put(task)
-
-    async def _read_size(self, idle_s: float) -> bytes | None:
-        """The next frame's size prefix; None at a clean end of stream."""
-        while True:
-            try:
-                async with asyncio.timeout(idle_s):
-                    return await self._reader.readexactly(FRAME_SIZE_BYTES)
-            except asyncio.IncompleteReadError as e:
-                if e.partial:
-                    raise _CloseConnection("closed mid-frame") from None
-                return None
-            except TimeoutError:
-                if self._in_flight == 0:
-                    raise _CloseConnection(
-                        f"idle for connections.max.idle.ms ({self._limits.idle_timeout_ms})"
-                    ) from None
-
-    async def _write_responses(self) -> None:
-        while True:
-            task = await self._pending.get()
-            if task is None:
                 return
-            response = await task
-            if response is not None:
-                self._writer.write(response)
-                await self._writer.drain()
-            self._in_flight -= 1
-            self._slots.release()
+            end = FRAME_SIZE_BYTES + size
+            if len(buffer) < end:
+                break
+            frame = bytes(buffer[FRAME_SIZE_BYTES:end])
+            del buffer[:end]
+            task = self._loop.create_task(self._server.respond(frame, self._peer, self._broker_id))
+            self._pending.append(task)
+            task.add_done_callback(self._answered)
+        self._update_reading()
 
+    def _may_read(self) -> bool:
+        return not self._write_paused and (
+            len(self._pending) < self._limits.in_flight_per_connection_max
+        )
 
-async def _close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    with contextlib.suppress(OSError, TimeoutError):
-        async with asyncio.timeout(_CLOSE_TIMEOUT_S):
-            await writer.wait_closed()
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        reading = self._may_read()
+        if reading != self._reading:
+            self._reading = reading
+            if reading:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
+
+    def _answered(self, _: asyncio.Task[bytes | None]) -> None:
+        """Writes the answers now due, in request order."""
+        pending = self._pending
+        transport = self._transport
+        while pending and pending[0].done() and not self._closing:
+            task = pending.popleft()
+            if task.cancelled():
+                continue
+            error = task.exception()
+            if error is not None:
+                if isinstance(error, _CloseConnection):
+                    self._close_for(str(error))
+                else:
+                    _logger.error(
+                        "request failed",
+                        exc_info=error,
+                        extra={"peer": self._peer},
+                    )
+                    self._close_for(f"request failed: {error!r}")
+                return
+            response = task.result()
+            if response is not None and transport is not None:
+                transport.write(response)
+                self._last_active_s = self._loop.time()
+        if self._closing:
+            return
+        self._take_requests()
+        self._close_if_answered()
+
+    def _close_if_answered(self) -> None:
+        """After the client's end of stream: closes once every request is answered, or at
+        once if what is left of the stream is a frame cut short."""
+        if not self._eof or self._closing:
+            return
+        if self._buffer and self._may_read():
+            # _take_requests started every whole frame it was allowed to: this one is cut.
+            self._close_for("closed mid-frame")
+        elif not self._pending and not self._buffer:
+            self.close()
+
+    def _close_for(self, reason: str) -> None:
+        _logger.warning("closing connection", extra={"peer": self._peer, "reason": reason})
+        self.close()
+
+    def _on_timer(self) -> None:
+        """connections.max.idle.ms: nothing in flight and nothing received for that long, or a
+        frame begun and not finished in that long, closes the connection."""
+        if self._closing:
+            return
+        due_s = self._last_active_s + self._idle_s
+        now_s = self._loop.time()
+        if now_s >= due_s:
+            if self._buffer and self._may_read():
+                self._close_for(f"stalled mid-frame for {self._idle_s} s")
+                return
+            if not self._pending:
+                self._close_for(
+                    f"idle for connections.max.idle.ms ({self._limits.idle_timeout_ms})"
+                )
+                return
+            due_s = now_s + self._idle_s
+        self._idle_timer = self._loop.call_at(due_s, self._on_timer)

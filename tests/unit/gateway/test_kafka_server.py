@@ -306,3 +306,48 @@ def test_stop_closes_open_connections() -> None:
         await client.close()
 
     run(scenario())
+
+
+def test_a_frame_stalled_midway_closes_the_connection_after_connections_max_idle_ms() -> None:
+    async def scenario() -> None:
+        async with running_server(idle_timeout_ms=200) as server:
+            client = await RawClient.connect(server.port)
+            whole = _frame("0012 0000 00000007 0000")
+            client.writer.write(whole[:-3])  # size prefix and part of the body
+            started = asyncio.get_running_loop().time()
+            assert await client.closed_by_server()
+            assert asyncio.get_running_loop().time() - started >= 0.15
+            await client.close()
+            await _still_serves(server.port)
+
+    run(scenario())
+
+
+def test_a_client_that_stops_sending_gets_every_pipelined_answer_then_the_close() -> None:
+    async def scenario() -> None:
+        dispatcher = dispatcher_with_api_versions()
+        handler, _ = _heartbeat_handler({"slow": 0.1})
+        dispatcher.register(handler)
+        async with running_server(dispatcher, in_flight_per_connection_max=2) as server:
+            client = await RawClient.connect(server.port)
+            for correlation_id in range(5):
+                await client.send(ApiKey.HEARTBEAT, 1, correlation_id, _heartbeat("slow"))
+            client.writer.write_eof()
+            answered = [(await client.receive(ApiKey.HEARTBEAT, 1))[0] for _ in range(5)]
+            assert answered == list(range(5))
+            assert await client.closed_by_server()
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_frame_cut_short_by_the_end_of_stream_closes_the_connection() -> None:
+    async def scenario() -> None:
+        async with running_server() as server:
+            client = await RawClient.connect(server.port)
+            client.writer.write(_frame("0012 0000 00000007 0000")[:-2])
+            client.writer.write_eof()
+            assert await client.closed_by_server()
+            await client.close()
+
+    run(scenario())
