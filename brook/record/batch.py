@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -124,9 +124,12 @@ class TimestampType(enum.IntEnum):
     LOG_APPEND_TIME = 1
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The fixed fields of one v2 batch, as read from the wire (attributes unsigned)."""
+class BatchHeader(NamedTuple):
+    """The fixed fields of one v2 batch, as read from the wire (attributes unsigned).
+
+    A named tuple, not a frozen dataclass: every append reads a header several times, and a
+    tuple is built in C (a frozen dataclass's ``__init__`` sets 13 fields one by one, about
+    2 us of the storage node's ~10 us per appended batch)."""
 
     base_offset: int
     batch_length: int
@@ -217,7 +220,7 @@ def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
             f"record batch at byte {pos} is truncated: its header needs {BATCH_OVERHEAD} "
             f"bytes, only {max(available, 0)} available"
         )
-    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    header = BatchHeader._make(_HEADER.unpack_from(buf, pos))
     if header.batch_length < BATCH_LENGTH_MIN:
         raise CorruptRecordError(
             f"record batch at byte {pos} has batchLength {header.batch_length}, less than "
