@@ -21,6 +21,7 @@ from brook_gateway.protocol.kafka_messages import (
     ApiKey,
 )
 from brook_gateway.protocol.primitives import ProtocolError, Reader, Writer
+from brook_gateway.protocol.produce_request import read_produce_request
 from brook_gateway.protocol.schema import in_range
 
 __all__ = [
@@ -79,8 +80,16 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Message]:
     Bytes after the body are ignored, as Kafka's broker ignores them (it reads what the schema
     says and no more). librdkafka relies on it: its flexible Metadata request for all topics
     (v9+) leaves a 4-byte array-count placeholder where the 1-byte compact count belongs, so 3
-    bytes trail the body (librdkafka 2.16, `rd_kafka_MetadataRequest0`)."""
+    bytes trail the body (librdkafka 2.16, `rd_kafka_MetadataRequest0`).
+
+    Produce v3-v10 is read by its own fast path (produce_request.py) when it can be; it gives
+    what the schema gives, and leaves every other frame to the schema."""
     api_key, api_version, _ = peek_request(frame)
+    if api_key == ApiKey.PRODUCE:
+        fast = read_produce_request(frame)
+        if fast is not None:
+            correlation_id, client_id, body = fast
+            return RequestHeader(api_key, api_version, correlation_id, client_id), body
     header_version, codec = _request_codec(api_key, api_version)
     r = Reader(frame)
     header = codec_for(REQUEST_HEADER, header_version).read(r)
