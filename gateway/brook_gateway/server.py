@@ -176,7 +176,9 @@ class KafkaServer:
     def _protocol(self, broker_id: int | None = None) -> _Connection:
         return _Connection(self, broker_id)
 
-    async def respond(self, frame: bytes, peer: str, broker_id: int | None = None) -> bytes | None:
+    async def respond(
+        self, frame: bytes, peer: str, broker_id: int | None = None
+    ) -> bytearray | None:
         """The response frame to one request frame, None if none is due (acks=0). Raises
         _CloseConnection when the request cannot be answered. ``broker_id``: the broker whose
         port accepted the connection (None: the bootstrap listener)."""
@@ -211,7 +213,7 @@ class KafkaServer:
         api_version: int,
         correlation_id: int,
         span: trace.Span | None,
-    ) -> bytes | None:
+    ) -> bytearray | None:
         if api_key == ApiKey.API_VERSIONS:
             served = self._dispatcher.advertised_range(api_key)
             if served is not None and api_version > served[1]:
@@ -327,7 +329,7 @@ class _Connection(asyncio.Protocol):
         self._peer = "unknown"
         self._buffer = bytearray()
         # Requests in arrival order, answered (written) from the front.
-        self._pending: deque[asyncio.Task[bytes | None]] = deque()
+        self._pending: deque[asyncio.Task[bytearray | None]] = deque()
         self._write_paused = False
         self._reading = True
         self._eof = False
@@ -395,7 +397,7 @@ class _Connection(asyncio.Protocol):
         # Done once every request's task has ended (each holds upstream calls to unwind).
         remaining = len(pending)
 
-        def ended(_: asyncio.Task[bytes | None]) -> None:
+        def ended(_: asyncio.Task[bytearray | None]) -> None:
             nonlocal remaining
             remaining -= 1
             if remaining == 0 and not self._done.done():
@@ -464,7 +466,7 @@ class _Connection(asyncio.Protocol):
             else:
                 transport.pause_reading()
 
-    def _answered(self, _: asyncio.Task[bytes | None]) -> None:
+    def _answered(self, _: asyncio.Task[bytearray | None]) -> None:
         """Writes the answers now due, in request order."""
         pending = self._pending
         transport = self._transport

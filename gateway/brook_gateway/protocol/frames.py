@@ -115,14 +115,16 @@ def encode_request(
     }
     codec_for(REQUEST_HEADER, header_version).write(w, header)
     codec.write(w, body)
-    return _with_size(w.out)
+    return bytes(_with_size(w.out))
 
 
 def _response_header_version(api_key: int, flexible: bool) -> int:
     return 1 if flexible and api_key != ApiKey.API_VERSIONS else 0
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, body: Message) -> bytes:
+def encode_response(
+    api_key: int, api_version: int, correlation_id: int, body: Message
+) -> bytearray:
     """A complete response frame, size prefix included."""
     spec = RESPONSES.get(api_key)
     if spec is None:
@@ -152,6 +154,8 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     return header["correlation_id"], body
 
 
-def _with_size(out: bytearray) -> bytes:
+def _with_size(out: bytearray) -> bytearray:
+    """The frame with its size filled in, as built: not copied into a bytes object, as a
+    Fetch response's records would be (a frame is written once and dropped)."""
     out[0:FRAME_SIZE_BYTES] = (len(out) - FRAME_SIZE_BYTES).to_bytes(FRAME_SIZE_BYTES, "big")
-    return bytes(out)
+    return out
