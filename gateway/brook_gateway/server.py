@@ -70,6 +70,9 @@ _SPAN_NAMES: Final = {
     key: f"kafka.{spec.name.removesuffix('Request')}" for key, spec in REQUESTS.items()
 }
 _UNKNOWN_API_SPAN_NAME: Final = "kafka.Unknown"
+# How often request deadlines (request.timeout.ms) are checked: a request is answered
+# REQUEST_TIMED_OUT at most this long after its deadline.
+_DEADLINE_TICK_S: Final = 0.05
 # How deep _error_code looks into a response for a partition's error (topics > partitions).
 _ERROR_CODE_DEPTH_MAX: Final = 3
 
@@ -88,6 +91,43 @@ class ServerLimits:
         assert self.in_flight_per_connection_max >= 1
         assert self.idle_timeout_ms >= 1
         assert self.request_timeout_ms >= 1
+
+
+class _Deadlines:
+    """request.timeout.ms for the requests being handled, with one timer for the whole server:
+    an `asyncio.timeout` per request cost about a tenth of the gateway's CPU under
+    librdkafka's produce load (bench/README.md, issue #19). Every ``tick_s`` the requests past
+    their deadlines are cancelled; `leave` tells the request whether that is why."""
+
+    def __init__(self, tick_s: float) -> None:
+        self._tick_s = tick_s
+        self._deadlines: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def enter(self, task: asyncio.Task[Any], timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._deadlines[task] = loop.time() + timeout_s
+        if self._timer is None:
+            self._timer = loop.call_later(self._tick_s, self._sweep)
+
+    def leave(self, task: asyncio.Task[Any]) -> bool:
+        """Forgets ``task``; True if it was cancelled for its deadline (once)."""
+        self._deadlines.pop(task, None)
+        if task in self._expired:
+            self._expired.discard(task)
+            return True
+        return False
+
+    def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        now_s = loop.time()
+        expired = [task for task, deadline_s in self._deadlines.items() if deadline_s <= now_s]
+        for task in expired:
+            del self._deadlines[task]
+            self._expired.add(task)
+            task.cancel()
+        self._timer = loop.call_later(self._tick_s, self._sweep) if self._deadlines else None
 
 
 class _CloseConnection(Exception):
@@ -118,6 +158,7 @@ class KafkaServer:
         # broker id -> the listener on its own port (kafka.node.port.base + id).
         self._node_servers: dict[int, asyncio.Server] = {}
         self._connections: set[_Connection] = set()
+        self._deadlines = _Deadlines(_DEADLINE_TICK_S)
 
     @property
     def port(self) -> int:
@@ -261,12 +302,24 @@ class KafkaServer:
         timeout_ms = self._limits.request_timeout_ms
         if handler.wait_ms is not None:
             timeout_ms += handler.wait_ms(request)
+        task = asyncio.current_task()
+        assert task is not None
+        deadlines = self._deadlines
+        deadlines.enter(task, timeout_ms / 1000)
         try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                return await handler.handle(request, context)
+            return await handler.handle(request, context)
+        except asyncio.CancelledError:
+            if not deadlines.leave(task):
+                raise  # not ours: the connection is closing
+            task.uncancel()
+            return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)
         except TimeoutError:
             return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)
         except Exception as e:
+            if deadlines.leave(task):
+                # Cancelled for its deadline, and the handler turned that into an error.
+                task.uncancel()
+                return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)
             # The client gets UNKNOWN_SERVER_ERROR; the trace keeps what actually happened.
             trace.get_current_span().record_exception(e)
             _logger.exception(
@@ -274,6 +327,9 @@ class KafkaServer:
                 extra={"peer": context.peer, "api_key": context.header.api_key},
             )
             return _error_response(handler, request, context, ErrorCode.UNKNOWN_SERVER_ERROR)
+        finally:
+            if deadlines.leave(task):
+                task.uncancel()  # cancelled for its deadline, and the handler answered anyway
 
 
 def _error_code(message: Any, depth: int) -> int | None:

@@ -196,6 +196,43 @@ def test_slow_handler_is_answered_with_request_timed_out() -> None:
     run(scenario())
 
 
+def test_timed_out_and_prompt_requests_on_one_connection_each_get_their_own_answer() -> None:
+    """A request past request.timeout.ms is answered REQUEST_TIMED_OUT, in its turn; one whose
+    handler turns the cancellation into an answer of its own sends that; the requests around
+    them are answered normally."""
+
+    async def scenario() -> None:
+        dispatcher = dispatcher_with_api_versions()
+
+        async def handle(request: Message, context: RequestContext) -> Message:
+            group = request["group_id"]
+            try:
+                await asyncio.sleep(10.0 if group != "fast" else 0.0)
+            except asyncio.CancelledError:
+                if group != "stubborn":
+                    raise
+                return {"error_code": int(ErrorCode.REBALANCE_IN_PROGRESS), "throttle_time_ms": 0}
+            return {"error_code": 0, "throttle_time_ms": 0}
+
+        dispatcher.register(ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 1)))
+        async with running_server(dispatcher, request_timeout_ms=100) as server:
+            client = await RawClient.connect(server.port)
+            groups = ("fast", "stuck", "stubborn", "fast")
+            for correlation_id, group in enumerate(groups):
+                await client.send(ApiKey.HEARTBEAT, 1, correlation_id, _heartbeat(group))
+            answers = [await client.receive(ApiKey.HEARTBEAT, 1) for _ in groups]
+            assert [(c, body["error_code"]) for c, body in answers] == [
+                (0, ErrorCode.NONE),
+                (1, ErrorCode.REQUEST_TIMED_OUT),
+                (2, ErrorCode.REBALANCE_IN_PROGRESS),
+                (3, ErrorCode.NONE),
+            ]
+            await _still_serves(server.port)
+            await client.close()
+
+    run(scenario())
+
+
 async def _still_serves(port: int) -> None:
     client = await RawClient.connect(port)
     await client.send(ApiKey.API_VERSIONS, 3, 1, SOFTWARE)
