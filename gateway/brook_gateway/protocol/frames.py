@@ -21,7 +21,7 @@ from brook_gateway.protocol.kafka_messages import (
     ApiKey,
 )
 from brook_gateway.protocol.primitives import ProtocolError, Reader, Writer
-from brook_gateway.protocol.produce_request import read_produce_request
+from brook_gateway.protocol.produce_fast import read_produce_request, write_produce_response
 from brook_gateway.protocol.schema import in_range
 
 __all__ = [
@@ -82,7 +82,7 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Message]:
     (v9+) leaves a 4-byte array-count placeholder where the 1-byte compact count belongs, so 3
     bytes trail the body (librdkafka 2.16, `rd_kafka_MetadataRequest0`).
 
-    Produce v3-v10 is read by its own fast path (produce_request.py) when it can be; it gives
+    Produce v3-v10 is read by its own fast path (produce_fast.py) when it can be; it gives
     what the schema gives, and leaves every other frame to the schema."""
     api_key, api_version, _ = peek_request(frame)
     if api_key == ApiKey.PRODUCE:
@@ -125,7 +125,12 @@ def _response_header_version(api_key: int, flexible: bool) -> int:
 def encode_response(
     api_key: int, api_version: int, correlation_id: int, body: Message
 ) -> bytearray:
-    """A complete response frame, size prefix included."""
+    """A complete response frame, size prefix included (Produce's by its own fast path when
+    it can, produce_fast.py)."""
+    if api_key == ApiKey.PRODUCE:
+        fast = write_produce_response(api_version, correlation_id, body)
+        if fast is not None:
+            return fast
     spec = RESPONSES.get(api_key)
     if spec is None:
         raise UnknownApiError(f"unknown API key {api_key}")

@@ -1,11 +1,16 @@
-"""A Produce request (v3-v10) read straight off the frame: the gateway's busiest request, whose
-generic decoding (codec.py: a reader function per field, a dict per struct) cost about a fifth
-of its CPU under librdkafka's load (bench/README.md, issue #19).
+"""Produce (v3-v10), the gateway's busiest request, read straight off its frame and answered
+straight into one: the generic codec (codec.py: a function per field, a dict per struct) cost
+about a fifth of the gateway's CPU reading and a tenth writing under librdkafka's load
+(bench/README.md, issue #19).
 
 ``read_produce_request`` gives exactly what the generic codec gives for the same frame, or None
 when the frame has anything it does not take on: tagged fields, a null where none may be, bytes
 that run out, text that is not UTF-8. The caller then decodes the frame the generic way, which
 reads it or names the fault, so this path never decides what is malformed.
+
+``write_produce_response`` gives exactly the generic codec's frame for the common answer (every
+field given, no record errors, no leader hints), or None for anything else, which the generic
+codec then writes (or refuses).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Final
 
 from brook_gateway.protocol.codec import Message
 
-__all__ = ["PRODUCE_FAST_VERSIONS", "read_produce_request"]
+__all__ = ["PRODUCE_FAST_VERSIONS", "read_produce_request", "write_produce_response"]
 
 # Produce v3 brought transactional_id (RecordBatch v2); v9 the flexible encoding; v10 only new
 # response fields. Older versions go the generic way (they carry MessageSets, converted later).
@@ -25,6 +30,20 @@ _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 _HEAD = struct.Struct(">hhih").unpack_from  # api key, version, correlation id, client id length
 _LIMITS = struct.Struct(">hi").unpack_from  # acks, timeout_ms
+_FRAME_HEAD = struct.Struct(">ii").pack  # size, correlation id
+# index, error_code, base_offset, log_append_time_ms (v2+)
+_PARTITION = struct.Struct(">ihqq").pack
+_INT64 = struct.Struct(">q").pack
+_INT32 = struct.Struct(">i").pack
+_INT16 = struct.Struct(">h").pack
+_PARTITION_KEYS: Final = frozenset(
+    {"index", "error_code", "base_offset", "log_append_time_ms", "log_start_offset"}
+    | {"record_errors", "error_message"}
+)
+_LOG_START_MIN: Final = 5  # log_start_offset from v5
+_ERRORS_MIN: Final = 8  # record_errors and error_message from v8
+_RESPONSE_KEYS: Final = frozenset({"responses", "throttle_time_ms", "node_endpoints"})
+_TOPIC_KEYS: Final = frozenset({"name", "partition_responses"})
 
 
 class _Unsupported(Exception):
@@ -184,3 +203,105 @@ def _no_tags(frame: bytes, pos: int) -> int:
     if frame[pos] != 0:
         raise _Unsupported
     return pos + 1
+
+
+def write_produce_response(version: int, correlation_id: int, body: Message) -> bytearray | None:
+    """The whole response frame (size prefix included) for Produce v3-v10, or None to write it
+    the generic way."""
+    if version not in PRODUCE_FAST_VERSIONS:
+        return None
+    try:
+        return _write(version, correlation_id, body)
+    except (_Unsupported, struct.error, KeyError, TypeError, AttributeError, UnicodeError):
+        return None
+
+
+def _write(version: int, correlation_id: int, body: Message) -> bytearray:
+    flexible = version >= _FLEXIBLE_MIN
+    if not _RESPONSE_KEYS.issuperset(body) or body.get("node_endpoints"):
+        raise _Unsupported  # leader hints (v10's tagged field), or keys the schema lacks
+    # The fields this version writes (the generic codec ignores the others); all must be given.
+    required = {"index", "error_code", "base_offset", "log_append_time_ms"}
+    if version >= _LOG_START_MIN:
+        required.add("log_start_offset")
+    if version >= _ERRORS_MIN:
+        required |= {"record_errors", "error_message"}
+    out = bytearray(_FRAME_HEAD(0, correlation_id))
+    if flexible:
+        out.append(0)  # the response header's tagged fields
+    topics = body["responses"]
+    _length(out, len(topics), flexible)
+    for topic in topics:
+        if type(topic) is not dict or not _TOPIC_KEYS.issuperset(topic):
+            raise _Unsupported
+        name = topic["name"].encode("utf-8")
+        if not flexible and len(name) > 0x7FFF:
+            raise _Unsupported
+        _length(out, len(name), flexible, short=True)
+        out += name
+        partitions = topic["partition_responses"]
+        _length(out, len(partitions), flexible)
+        for p in partitions:
+            if type(p) is not dict or not required <= p.keys() <= _PARTITION_KEYS:
+                raise _Unsupported  # a default to fill in, or a leader hint
+            index = p["index"]
+            error_code = p["error_code"]
+            base_offset = p["base_offset"]
+            append_time_ms = p["log_append_time_ms"]
+            for value in (index, error_code, base_offset, append_time_ms):
+                if type(value) is not int:
+                    raise _Unsupported
+            out += _PARTITION(index, error_code, base_offset, append_time_ms)
+            if version >= _LOG_START_MIN:
+                start_offset = p["log_start_offset"]
+                if type(start_offset) is not int:
+                    raise _Unsupported
+                out += _INT64(start_offset)
+            if version >= _ERRORS_MIN:
+                if p["record_errors"]:
+                    raise _Unsupported
+                _length(out, 0, flexible)
+                _nullable_text(out, p["error_message"], flexible)
+            if flexible:
+                out.append(0)  # the partition's tagged fields
+        if flexible:
+            out.append(0)  # the topic's tagged fields
+    throttle_time_ms = body.get("throttle_time_ms", 0)
+    if type(throttle_time_ms) is not int:
+        raise _Unsupported
+    out += _INT32(throttle_time_ms)
+    if flexible:
+        out.append(0)  # the body's tagged fields
+    out[0:4] = _INT32(len(out) - 4)
+    return out
+
+
+def _length(out: bytearray, size: int, flexible: bool, *, short: bool = False) -> None:
+    """An array count or a string length (``short``: int16 in the classic encoding)."""
+    if flexible:
+        _write_uvarint(out, size + 1)
+    else:
+        out += _INT16(size) if short else _INT32(size)
+
+
+def _nullable_text(out: bytearray, value: str | None, flexible: bool) -> None:
+    if value is None:
+        if flexible:
+            out.append(0)
+        else:
+            out += _INT16(-1)
+        return
+    if type(value) is not str:
+        raise _Unsupported
+    data = value.encode("utf-8")
+    if not flexible and len(data) > 0x7FFF:
+        raise _Unsupported
+    _length(out, len(data), flexible, short=True)
+    out += data
+
+
+def _write_uvarint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
