@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, NamedTuple
 
 import crc32c
@@ -69,6 +69,16 @@ __all__ = [
     "iter_records",
     "records_payload",
 ]
+
+# The decoder's hot loop compiled (_speedups.c, built by `pip install`): the same records as
+# _decode_records, or None for anything malformed, which the Python loop then names. Without a
+# compiler the package still installs (the extension is optional) and the Python loop serves;
+# tests/unit/record/test_record_speedups.py fails the run if the extension is missing.
+_c_decode_records: Callable[..., list[RecordFields] | None] | None
+try:
+    from brook.record._speedups import decode_records as _c_decode_records
+except ImportError:
+    _c_decode_records = None
 
 Header = tuple[str, bytes | None]
 # (timestamp or None for now, key, value, headers): one record for build_batch.
@@ -152,6 +162,18 @@ def decode_records(
         buf, pos, header, max_decompressed_bytes=max_decompressed_bytes, check_crc=check_crc
     )
     log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    if _c_decode_records is not None:
+        decoded = _c_decode_records(
+            data,
+            start,
+            end,
+            header.records_count,
+            header.base_offset,
+            header.base_timestamp,
+            log_append_time,
+        )
+        if decoded is not None:
+            return decoded
     return _decode_records(
         data,
         start,
