@@ -162,19 +162,7 @@ def decode_records(
         buf, pos, header, max_decompressed_bytes=max_decompressed_bytes, check_crc=check_crc
     )
     log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    if _c_decode_records is not None:
-        decoded = _c_decode_records(
-            data,
-            start,
-            end,
-            header.records_count,
-            header.base_offset,
-            header.base_timestamp,
-            log_append_time,
-        )
-        if decoded is not None:
-            return decoded
-    return _decode_records(
+    args = (
         data,
         start,
         end,
@@ -183,6 +171,11 @@ def decode_records(
         header.base_timestamp,
         log_append_time,
     )
+    if _c_decode_records is not None:
+        decoded = _c_decode_records(*args)
+        if decoded is not None:
+            return decoded
+    return _decode_records(*args)
 
 
 def records_payload(

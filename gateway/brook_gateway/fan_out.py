@@ -36,7 +36,8 @@ async def fan_out(
 ) -> None:
     """``affinity``: (the table, the connection) whose pins override the metadata's leaders;
     the calls are entered in it before the first await, so a request that arrives next sees
-    them. ``planned``: told the partitions of each call before any is made."""
+    them. ``planned``: told the partitions of each call before any is made, synchronously
+    (the Produce handler joins its lanes there, in the connection's arrival order)."""
     routed = backend.route((t, p, (t, p, item)) for t, p, item in parts)
     if affinity is not None:
         table, peer = affinity

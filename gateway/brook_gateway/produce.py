@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -69,31 +69,36 @@ _LaneKey = tuple[str, str, storage_pb2.Acks, int, str]
 class _Waiting:
     parts: list[Part]
     size_bytes: int
-    done: asyncio.Future[ProduceResponses | None]
-    """Its responses once a call that carried it returned; None: its turn to send a call."""
+    done: asyncio.Future[ProduceResponses]
+    """Its responses once the call that carried it returned (cancelled: nobody waits)."""
 
 
 @dataclass(slots=True, eq=False)
 class _Lane:
-    """The Produce requests of one client connection to one storage node (with one acks and
-    timeout): at most one call in flight, the requests arriving meanwhile wait in order."""
+    """The Produce requests of one client connection to one storage node (with one acks,
+    timeout and transactional id): at most one call in flight, the requests arriving meanwhile
+    wait in order."""
 
     waiting: deque[_Waiting] = field(default_factory=deque)
+    call: asyncio.Task[None] | None = None
 
 
 class ProduceCoalescer:
     """Merges the Produce requests a client pipelines to one storage node into fewer calls.
 
-    While a lane's call is in flight, requests queue; when it returns, the oldest waiting
-    request sends the next call, carrying the waiting requests after it in arrival order up to
-    ``merged_bytes_max`` of records. A partition may appear in a call many times: the node
-    appends a call's entries in the order they appear, each answered on its own. No request
-    waits for company: an idle lane sends at once. One call in flight per connection and node
-    keeps each partition's batches in the order the client sent them, as Kafka's
-    one-request-at-a-time connections do.
+    A request takes its place in its lane synchronously (`enqueue`, in the connection's arrival
+    order, before any await), and waits for the future it gets. The lane's calls are tasks of
+    their own: each carries the oldest waiting requests in arrival order, up to
+    ``merged_bytes_max`` of records, and when it returns the next one starts with whatever
+    waits. A partition may appear in a call many times: the node appends a call's entries in
+    the order they appear, each answered on its own. No request waits for company: an idle lane
+    starts a call at once. One call in flight per lane keeps each partition's batches in the
+    order the client sent them, as Kafka's one-request-at-a-time connections do.
 
     The node answers a call's partitions in the order they were sent; each request gets its
-    slice. A failed or cancelled call fails every request it carried with the same error.
+    slice. A failed call fails every request it carried with the same error. A request that
+    stops waiting (its deadline, its connection closed) takes nothing down with it: the call
+    goes on for the others.
     """
 
     def __init__(self, send: SendProduce, merged_bytes_max: int) -> None:
@@ -108,7 +113,7 @@ class ProduceCoalescer:
         """Lanes with a call in flight (idle lanes are dropped)."""
         return len(self._lanes)
 
-    async def produce(
+    def enqueue(
         self,
         connection: str,
         address: str,
@@ -116,10 +121,11 @@ class ProduceCoalescer:
         timeout_ms: int,
         parts: list[Part],
         transactional_id: str = "",
-    ) -> ProduceResponses:
-        """The node's responses to `parts`, in their order; UpstreamError if the call that
-        carried them got no answer. ``transactional_id``: the Kafka request's (a lane's calls
-        carry one)."""
+    ) -> asyncio.Future[ProduceResponses]:
+        """Takes the request's place in its lane; the future holds the node's responses to
+        `parts`, in their order, or UpstreamError if the call that carried them got no answer.
+        ``transactional_id``: the Kafka request's (a lane's calls carry one). Call in arrival
+        order: the place is taken here, not when the future is awaited."""
         key = (connection, address, acks, timeout_ms, transactional_id)
         me = _Waiting(
             parts,
@@ -129,24 +135,33 @@ class ProduceCoalescer:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane()
-        else:
-            lane.waiting.append(me)
-            try:
-                responses = await me.done
-            except BaseException:
-                self._leave(key, lane, me)
-                raise
-            if responses is not None:
-                return responses
-        try:
-            return await self._lead(key, lane, me)
-        finally:
-            self._pass_turn(key, lane)
+        lane.waiting.append(me)
+        if lane.call is None:
+            lane.call = asyncio.get_running_loop().create_task(self._run(key, lane))
+        return me.done
 
-    async def _lead(self, key: _LaneKey, lane: _Lane, me: _Waiting) -> ProduceResponses:
+    async def _run(self, key: _LaneKey, lane: _Lane) -> None:
+        """The lane's calls, one at a time, while requests wait; then the lane is dropped."""
+        try:
+            while True:
+                carried = self._take(lane)
+                if not carried:
+                    return
+                await self._call(key, carried)
+        finally:
+            lane.call = None
+            if lane.waiting:
+                # Cancelled (the gateway is stopping): the requests left waiting fail.
+                _fail(
+                    list(lane.waiting),
+                    UpstreamError(ErrorCode.REQUEST_TIMED_OUT, "the gateway is stopping"),
+                )
+                lane.waiting.clear()
+            if self._lanes.get(key) is lane:
+                del self._lanes[key]
+
+    async def _call(self, key: _LaneKey, carried: list[_Waiting]) -> None:
         _, address, acks, timeout_ms, transactional_id = key
-        carried = [me, *self._take(lane, me.size_bytes)]
-        others = carried[1:]
         try:
             responses = await self._send(
                 address,
@@ -156,11 +171,11 @@ class ProduceCoalescer:
                 [part for w in carried for part in w.parts],
             )
         except Exception as e:
-            _fail(others, e)
-            raise
+            _fail(carried, e)
+            return
         except BaseException:
             _fail(
-                others,
+                carried,
                 UpstreamError(
                     ErrorCode.REQUEST_TIMED_OUT,
                     "the Produce call carrying this request was cancelled",
@@ -169,52 +184,38 @@ class ProduceCoalescer:
             raise
         expected = sum(len(w.parts) for w in carried)
         if len(responses) != expected:
-            failure = UpstreamError(
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"the storage node answered {len(responses)} partitions of {expected}",
+            _fail(
+                carried,
+                UpstreamError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"the storage node answered {len(responses)} partitions of {expected}",
+                ),
             )
-            _fail(others, failure)
-            raise failure
-        start = len(me.parts)
-        for other in others:
-            end = start + len(other.parts)
-            if not other.done.done():
-                other.done.set_result(responses[start:end])
+            return
+        start = 0
+        for waiting in carried:
+            end = start + len(waiting.parts)
+            if not waiting.done.done():
+                waiting.done.set_result(responses[start:end])
             start = end
-        return responses[: len(me.parts)]
 
-    def _take(self, lane: _Lane, size_bytes: int) -> list[_Waiting]:
-        """Removes from the lane the waiting requests the next call can carry besides the
-        `size_bytes` of its first request's parts: the oldest ones, as many as fit."""
+    def _take(self, lane: _Lane) -> list[_Waiting]:
+        """Removes from the lane the requests the next call carries: the oldest still waited
+        for, as many as fit in merged_bytes_max (the first whatever its size)."""
         taken: list[_Waiting] = []
+        size_bytes = 0
         waiting = lane.waiting
-        while waiting and (
-            waiting[0].done.done() or size_bytes + waiting[0].size_bytes <= self._merged_bytes_max
-        ):
-            head = waiting.popleft()
-            if not head.done.done():
-                taken.append(head)
-                size_bytes += head.size_bytes
+        while waiting:
+            head = waiting[0]
+            if head.done.done():
+                waiting.popleft()  # nobody waits for its answer any more: not sent
+                continue
+            if taken and size_bytes + head.size_bytes > self._merged_bytes_max:
+                break
+            waiting.popleft()
+            taken.append(head)
+            size_bytes += head.size_bytes
         return taken
-
-    def _pass_turn(self, key: _LaneKey, lane: _Lane) -> None:
-        """The lane's call is over: the oldest waiting request sends the next, or the lane
-        goes idle."""
-        while lane.waiting:
-            head = lane.waiting.popleft()
-            if not head.done.done():
-                head.done.set_result(None)
-                return
-        del self._lanes[key]
-
-    def _leave(self, key: _LaneKey, lane: _Lane, me: _Waiting) -> None:
-        """A waiting request was cancelled: out of the queue, and if the turn to send had just
-        come to it, on to the next."""
-        if me in lane.waiting:
-            lane.waiting.remove(me)
-        elif me.done.done() and not me.done.cancelled() and me.done.exception() is None:
-            if me.done.result() is None:
-                self._pass_turn(key, lane)
 
 
 def _fail(carried: list[_Waiting], error: BaseException) -> None:
@@ -496,6 +497,8 @@ class _ProduceRequest:
     """Each partition's answer, by (topic, partition); a partition left out was not answered."""
     leaders: set[int] = field(default_factory=set)
     """The node ids named in the answers' current_leader hints (KIP-951 node_endpoints)."""
+    calls: dict[str, asyncio.Future[ProduceResponses]] = field(default_factory=dict)
+    """By node address, the answers of the lane this request's partitions joined there."""
 
     @property
     def tracked(self) -> bool:
@@ -505,19 +508,34 @@ class _ProduceRequest:
     async def answer(self) -> Message | None:
         parts = await self._parts()
         pins = (self.handler.affinity, self.context.peer)
-        await fan_out(self.handler.backend, parts, self._call, self._fail, pins)
+        await fan_out(
+            self.handler.backend, parts, self._call, self._fail, pins, planned=self._enqueue
+        )
         if self.request["acks"] == 0:
             return None
         return self._response()
 
     async def _parts(self) -> list[Part]:
         """The partitions to send: MessageSets (v0-2) converted to RecordBatches, and those
-        the connection's earlier refusals hold answered here instead."""
+        the connection's earlier refusals hold answered here instead. A partition named twice
+        in one request is INVALID_REQUEST, both times, and not sent (a Kafka broker keeps one
+        batch per partition of a request; which one is not for a client to guess)."""
         affinity = self.handler.affinity
+        named = Counter(
+            (t["name"], p["index"]) for t in self.request["topic_data"] for p in t["partition_data"]
+        )
         parts = []
         for t in self.request["topic_data"]:
             for p in t["partition_data"]:
                 part = (t["name"], p["index"], p["records"])
+                if named[(part[0], part[1])] > 1:
+                    self._fail(
+                        part,
+                        ErrorCode.INVALID_REQUEST,
+                        f"{part[0]}-{part[1]} appears {named[(part[0], part[1])]} times in one "
+                        "Produce request; send each partition once",
+                    )
+                    continue
                 if self.context.api_version < _PRODUCE_RECORD_BATCH_MIN:
                     try:
                         records = await _converted(self.handler.backend, p["records"] or b"")
@@ -549,21 +567,25 @@ class _ProduceRequest:
             "error_message": message or None,
         }
 
-    async def _call(self, address: str, items: list[Part]) -> None:
-        handler = self.handler
+    def _enqueue(self, by_address: Mapping[str, list[Part]]) -> None:
+        """Joins the lane of every node the request goes to, at once: before any await, so
+        that the connection's requests take their places in every lane in the order they
+        arrived (a request reaching two nodes must not let a later one overtake it at
+        either)."""
         timeout_ms = max(self.request["timeout_ms"], 0)
-        peer = self.context.peer
         # Transactional producers use acks=all (Kafka's clients require it); the node verifies
         # their batches with the transactional id, so a lane's calls carry the one of its
         # requests.
-        responses = await handler.coalescer.produce(
-            peer,
-            address,
-            self.acks,
-            timeout_ms,
-            items,
-            self.request.get("transactional_id") or "",
-        )
+        transactional_id = self.request.get("transactional_id") or ""
+        for address, items in by_address.items():
+            self.calls[address] = self.handler.coalescer.enqueue(
+                self.context.peer, address, self.acks, timeout_ms, items, transactional_id
+            )
+
+    async def _call(self, address: str, items: list[Part]) -> None:
+        handler = self.handler
+        peer = self.context.peer
+        responses = await self.calls[address]
         by_key = {(t, p): (t, p, r) for t, p, r in items}
         for r in responses:
             if r.error_code and self.tracked:

@@ -119,6 +119,12 @@ class _Deadlines:
             return True
         return False
 
+    def close(self) -> None:
+        """The server stopped: no more sweeps (requests still running were cancelled)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def _sweep(self) -> None:
         loop = asyncio.get_running_loop()
         now_s = loop.time()
@@ -213,6 +219,7 @@ class KafkaServer:
             await asyncio.gather(*(c.closed() for c in connections))
         for server in servers:
             await server.wait_closed()
+        self._deadlines.close()
 
     def _protocol(self, broker_id: int | None = None) -> _Connection:
         return _Connection(self, broker_id)
@@ -309,16 +316,21 @@ class KafkaServer:
         try:
             return await handler.handle(request, context)
         except asyncio.CancelledError:
-            if not deadlines.leave(task):
-                raise  # not ours: the connection is closing
-            task.uncancel()
-            return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)
+            if deadlines.leave(task) and task.uncancel() == 0:
+                return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)
+            if task.cancelling():
+                raise  # the connection is closing (or the server stopping)
+            # Not cancelled itself: a future the handler awaited was. A failure like any other.
+            _logger.error(
+                "request handler cancelled",
+                extra={"peer": context.peer, "api_key": context.header.api_key},
+            )
+            return _error_response(handler, request, context, ErrorCode.UNKNOWN_SERVER_ERROR)
         except TimeoutError:
             return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)
         except Exception as e:
-            if deadlines.leave(task):
+            if deadlines.leave(task) and task.uncancel() == 0:
                 # Cancelled for its deadline, and the handler turned that into an error.
-                task.uncancel()
                 return _error_response(handler, request, context, ErrorCode.REQUEST_TIMED_OUT)
             # The client gets UNKNOWN_SERVER_ERROR; the trace keeps what actually happened.
             trace.get_current_span().record_exception(e)
@@ -391,7 +403,11 @@ class _Connection(asyncio.Protocol):
         self._eof = False
         self._closing = False
         self._last_active_s = self._loop.time()
+        # When the frame now partly in the buffer began to arrive (None: no partial frame, or
+        # reading is paused, which is the gateway's doing, not the client's).
+        self._frame_started_s: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._abort_timer: asyncio.TimerHandle | None = None
         self._done: asyncio.Future[None] = self._loop.create_future()
 
     # -- asyncio.Protocol
@@ -435,14 +451,16 @@ class _Connection(asyncio.Protocol):
         self._write_paused = False
         self._update_reading()
         self._take_requests()
+        self._close_if_answered()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
             _logger.debug("connection lost", extra={"peer": self._peer})
         self._closing = True
         self._server._connections.discard(self)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
+        for timer in (self._idle_timer, self._abort_timer):
+            if timer is not None:
+                timer.cancel()
         for task in self._pending:
             task.cancel()
         pending = list(self._pending)
@@ -471,7 +489,7 @@ class _Connection(asyncio.Protocol):
             return
         self._closing = True
         self._transport.close()
-        self._loop.call_later(_CLOSE_TIMEOUT_S, self._transport.abort)
+        self._abort_timer = self._loop.call_later(_CLOSE_TIMEOUT_S, self._transport.abort)
 
     async def closed(self) -> None:
         """Waits until the connection is gone and its requests' tasks have ended."""
@@ -500,10 +518,15 @@ class _Connection(asyncio.Protocol):
                 break
             frame = bytes(buffer[FRAME_SIZE_BYTES:end])
             del buffer[:end]
+            self._frame_started_s = None
             task = self._loop.create_task(self._server.respond(frame, self._peer, self._broker_id))
             self._pending.append(task)
             task.add_done_callback(self._answered)
         self._update_reading()
+        if not buffer or not self._reading:
+            self._frame_started_s = None
+        elif self._frame_started_s is None:
+            self._frame_started_s = self._loop.time()
 
     def _may_read(self) -> bool:
         return not self._write_paused and (
@@ -522,14 +545,19 @@ class _Connection(asyncio.Protocol):
             else:
                 transport.pause_reading()
 
-    def _answered(self, _: asyncio.Task[bytearray | None]) -> None:
+    def _answered(self, done: asyncio.Task[bytearray | None]) -> None:
         """Writes the answers now due, in request order."""
+        if not done.cancelled():
+            done.exception()  # retrieved, even when the connection closed meanwhile
         pending = self._pending
         transport = self._transport
         while pending and pending[0].done() and not self._closing:
             task = pending.popleft()
             if task.cancelled():
-                continue
+                # Only closing cancels a request (KafkaServer._handle answers the others): the
+                # answers after it cannot be given in order.
+                self._close_for("a request ended unanswered")
+                return
             error = task.exception()
             if error is not None:
                 if isinstance(error, _CloseConnection):
@@ -568,19 +596,23 @@ class _Connection(asyncio.Protocol):
 
     def _on_timer(self) -> None:
         """connections.max.idle.ms: nothing in flight and nothing received for that long, or a
-        frame begun and not finished in that long, closes the connection."""
+        frame begun and not finished in that long (however slowly its bytes come), closes the
+        connection."""
         if self._closing:
             return
-        due_s = self._last_active_s + self._idle_s
         now_s = self._loop.time()
+        started_s = self._frame_started_s
+        if started_s is not None and now_s >= started_s + self._idle_s:
+            self._close_for(f"stalled mid-frame for {self._idle_s} s")
+            return
+        due_s = self._last_active_s + self._idle_s
         if now_s >= due_s:
-            if self._buffer and self._may_read():
-                self._close_for(f"stalled mid-frame for {self._idle_s} s")
-                return
             if not self._pending:
                 self._close_for(
                     f"idle for connections.max.idle.ms ({self._limits.idle_timeout_ms})"
                 )
                 return
             due_s = now_s + self._idle_s
+        if started_s is not None:
+            due_s = min(due_s, started_s + self._idle_s)
         self._idle_timer = self._loop.call_at(due_s, self._on_timer)

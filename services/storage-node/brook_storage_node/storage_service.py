@@ -8,7 +8,8 @@ Kafka's terms:
 
 - Errors go in the response body, per partition, with Kafka's codes: a request naming ten
   partitions can succeed for nine. A malformed address (empty topic, negative partition, the
-  same partition twice in one request) is INVALID_REQUEST for that entry; a request-wide bad
+  same partition twice in one request, except in Produce and ProduceRecords, whose entries for
+  one partition are appended in order) is INVALID_REQUEST for that entry; a request-wide bad
   parameter (negative max_bytes, max_wait_ms, timeout_ms, unknown isolation level) is
   INVALID_REQUEST for every entry; an unknown acks value is INVALID_REQUIRED_ACKS for every
   entry, as Kafka answers it. The gRPC status is reserved for the whole request failing:

@@ -9,6 +9,7 @@ from typing import Any
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
+from brook_gateway.server import _Connection
 from gateway_support import RawClient, dispatcher_with_api_versions, running_server
 from kafka.net.compat import KafkaNetClient
 
@@ -386,5 +387,112 @@ def test_a_frame_cut_short_by_the_end_of_stream_closes_the_connection() -> None:
             client.writer.write_eof()
             assert await client.closed_by_server()
             await client.close()
+
+    run(scenario())
+
+
+def test_a_frame_trickling_in_slower_than_connections_max_idle_ms_is_closed() -> None:
+    """A frame must be whole within connections.max.idle.ms of its first byte, however
+    steadily its bytes come (a slow sender cannot hold a connection and its buffer)."""
+
+    async def scenario() -> None:
+        async with running_server(idle_timeout_ms=200) as server:
+            client = await RawClient.connect(server.port)
+            frame = _frame("0012 0000 00000007 0000" + "00" * 40)
+            started = asyncio.get_running_loop().time()
+            closed = False
+            for byte in frame:
+                client.writer.write(bytes([byte]))
+                # A byte every 50 ms: the connection is never quiet for 200 ms.
+                try:
+                    async with asyncio.timeout(0.05):
+                        closed = await client.reader.read(1) == b""
+                except TimeoutError:
+                    continue
+                break
+            assert closed, "the frame was never whole, yet the connection stayed open"
+            assert asyncio.get_running_loop().time() - started >= 0.15
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_handler_whose_await_is_cancelled_by_another_is_answered_in_turn() -> None:
+    """The request's task was not cancelled (a future it awaited was): it is answered
+    UNKNOWN_SERVER_ERROR, and the answers after it keep their order."""
+
+    async def scenario() -> None:
+        dispatcher = dispatcher_with_api_versions()
+
+        async def handle(request: Message, context: RequestContext) -> Message:
+            if request["group_id"] == "orphan":
+                future = asyncio.get_running_loop().create_future()
+                asyncio.get_running_loop().call_soon(future.cancel)
+                await future
+            return {"error_code": 0, "throttle_time_ms": 0}
+
+        dispatcher.register(ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 1)))
+        async with running_server(dispatcher) as server:
+            client = await RawClient.connect(server.port)
+            for correlation_id, group in enumerate(("orphan", "fine")):
+                await client.send(ApiKey.HEARTBEAT, 1, correlation_id, _heartbeat(group))
+            answers = [await client.receive(ApiKey.HEARTBEAT, 1) for _ in range(2)]
+            assert [(c, body["error_code"]) for c, body in answers] == [
+                (0, ErrorCode.UNKNOWN_SERVER_ERROR),
+                (1, ErrorCode.NONE),
+            ]
+            await client.close()
+
+    run(scenario())
+
+
+class _Transport(asyncio.Transport):
+    """Just enough transport to drive a connection's protocol by hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def write(self, data: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+def test_a_client_that_stops_reading_is_not_read_and_a_cut_frame_closes_once_it_reads() -> None:
+    """Write back-pressure pauses reading; the client's end of stream with a frame cut short
+    closes the connection as soon as the client takes its answers again."""
+
+    async def scenario() -> None:
+        async with running_server() as server:
+            connection = _Connection(server, None)
+            transport = _Transport()
+            connection.connection_made(transport)
+            connection.pause_writing()  # the client does not read its answers
+            assert not transport.reading
+            connection.data_received(_frame("0012 0000 00000007 0000")[:-2])
+            connection.eof_received()
+            assert not transport.closed, "closed while the client could not be read"
+            connection.resume_writing()
+            assert transport.closed
+            connection.connection_lost(None)
+            await connection.closed()
 
     run(scenario())

@@ -83,9 +83,10 @@ async def started(
     acks: storage_pb2.Acks = ACKS,
     transactional_id: str = "",
 ) -> Answer:
-    task = asyncio.create_task(
-        coalescer.produce(connection, node, acks, 1000, list(parts), transactional_id)
-    )
+    async def produce() -> Sequence[storage_pb2.PartitionProduceResponse]:
+        return await coalescer.enqueue(connection, node, acks, 1000, list(parts), transactional_id)
+
+    task = asyncio.create_task(produce())
     await settle()
     return task
 
@@ -223,7 +224,10 @@ def test_a_cancelled_waiting_request_is_never_sent_and_blocks_nobody() -> None:
     asyncio.run(scenario())
 
 
-def test_a_cancelled_sender_passes_the_lane_on_to_the_next_request() -> None:
+def test_a_request_that_stops_waiting_leaves_its_call_and_the_order_alone() -> None:
+    """The request whose call is in flight is cancelled (its deadline, its connection): the
+    call goes on, and the next request is still sent only after it returned."""
+
     async def scenario() -> None:
         node = RecordingNode(hold=True)
         coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
@@ -232,15 +236,17 @@ def test_a_cancelled_sender_passes_the_lane_on_to_the_next_request() -> None:
         first.cancel()
         await asyncio.gather(first, return_exceptions=True)
         await settle()
-        assert node.calls == [[("t", 0, b"a")], [("t", 0, b"b")]]
+        assert node.calls == [[("t", 0, b"a")]], "the second overtook the first"
         node.release_all()
-        assert await finish(second) == [[("t", 0, 0)]]
+        assert await finish(second) == [[("t", 0, 1)]]
+        assert node.calls == [[("t", 0, b"a")], [("t", 0, b"b")]]
+        await settle()
         assert coalescer.lanes == 0
 
     asyncio.run(scenario())
 
 
-def test_the_requests_a_cancelled_call_carried_are_answered_request_timed_out() -> None:
+def test_the_requests_a_call_carried_are_answered_though_its_first_stops_waiting() -> None:
     async def scenario() -> None:
         node = RecordingNode(hold=True)
         coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
@@ -252,11 +258,27 @@ def test_the_requests_a_cancelled_call_carried_are_answered_request_timed_out() 
         await settle()
         assert node.calls[1] == [("t", 1, b"b"), ("t", 2, b"b")]
         sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        node.release_all()
+        assert await finish(rider) == [[("t", 2, 2)]]
+        await settle()
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_call_fails_what_it_carried_and_what_waited_behind_it() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True, fail_with=asyncio.CancelledError())
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        carried = await started(coalescer, ("t", 0, b"a"))
+        behind = await started(coalescer, ("t", 0, b"b"))
+        node.release_all()
         async with asyncio.timeout(STEP_TIMEOUT_S):
-            outcomes = await asyncio.gather(sender, rider, return_exceptions=True)
-        assert isinstance(outcomes[0], asyncio.CancelledError)
-        assert isinstance(outcomes[1], UpstreamError)
-        assert outcomes[1].code == ErrorCode.REQUEST_TIMED_OUT
+            outcomes = await asyncio.gather(carried, behind, return_exceptions=True)
+        assert [type(o) for o in outcomes] == [UpstreamError, UpstreamError]
+        assert all(o.code == ErrorCode.REQUEST_TIMED_OUT for o in outcomes)  # type: ignore[union-attr]
+        assert node.calls == [[("t", 0, b"a")]]
         assert coalescer.lanes == 0
 
     asyncio.run(scenario())
