@@ -27,6 +27,9 @@ static int read_unsigned(Cursor *c, int bytes_max, uint64_t *out) {
             return 0;
         }
         unsigned char byte = c->data[c->pos++];
+        if (shift == 63 && (byte & 0x7E)) {
+            return 0; /* past 64 bits: the Python loop says so */
+        }
         result |= (uint64_t)(byte & 0x7F) << shift;
         if (!(byte & 0x80)) {
             *out = result;
@@ -131,24 +134,12 @@ static PyObject *decode_records(PyObject *module, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_TypeError, "decode_records: data must be bytes");
         return NULL;
     }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
-    long long count = PyLong_AsLongLong(args[3]);
-    long long base_offset = PyLong_AsLongLong(args[4]);
-    long long base_timestamp = PyLong_AsLongLong(args[5]);
-    if (PyErr_Occurred()) {
-        /* An argument past int64 (or not an int): the Python loop takes it. */
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            return NULL;
-        }
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
+    long long numbers[6] = {0, 0, 0, 0, 0, 0}; /* pos, end, count, base offset and timestamp */
     int fixed_timestamp = args[6] != Py_None;
-    long long log_append_time = 0;
-    if (fixed_timestamp) {
-        log_append_time = PyLong_AsLongLong(args[6]);
-        if (log_append_time == -1 && PyErr_Occurred()) {
+    for (int i = 0; i < (fixed_timestamp ? 6 : 5); i++) {
+        numbers[i] = PyLong_AsLongLong(args[i + 1]);
+        if (numbers[i] == -1 && PyErr_Occurred()) {
+            /* An argument past int64: the Python loop takes it. */
             if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
                 return NULL;
             }
@@ -156,11 +147,15 @@ static PyObject *decode_records(PyObject *module, PyObject *const *args, Py_ssiz
             Py_RETURN_NONE;
         }
     }
-    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    long long pos = numbers[0], end = numbers[1], count = numbers[2];
+    long long base_offset = numbers[3], base_timestamp = numbers[4];
+    long long log_append_time = numbers[5];
+    long long size = PyBytes_GET_SIZE(args[0]);
     if (pos < 0 || end < pos || end > size || count < 0 || count > end - pos) {
         Py_RETURN_NONE;
     }
-    Cursor c = {(const unsigned char *)PyBytes_AS_STRING(args[0]), pos, end};
+    Cursor c = {(const unsigned char *)PyBytes_AS_STRING(args[0]), (Py_ssize_t)pos,
+                (Py_ssize_t)end};
     PyObject *records = PyList_New(count);
     if (records == NULL) {
         return NULL;

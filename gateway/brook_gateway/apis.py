@@ -121,6 +121,9 @@ class ApiHandler:
     wait_ms: Callable[[Message], int] | None = None
     """How long this request may legitimately wait beyond request.timeout.ms (JoinGroup waits
     for the whole group to rejoin); None: no longer than request.timeout.ms."""
+    close: Callable[[], Awaitable[None]] | None = None
+    """Stops what the handler runs besides its requests (Produce's merged calls), once the
+    server has stopped taking requests."""
 
 
 class Dispatcher:
@@ -150,6 +153,12 @@ class Dispatcher:
         if api_key not in self._handlers:
             return None
         return RECOMMENDED_VERSIONS[ApiKey(api_key)]
+
+    async def close(self) -> None:
+        """Closes every handler that has something to close."""
+        for handler in self._handlers.values():
+            if handler.close is not None:
+                await handler.close()
 
     def advertised(self) -> list[tuple[int, int, int]]:
         """(api_key, min_version, max_version) of every API answered, by key."""

@@ -76,16 +76,19 @@ async def fan_out(
             code = unreachable_as_not_leader(e.code)
             for part in items:
                 fail(part, code, str(e))
-        finally:
-            if affinity is not None:
-                affinity[0].leave(affinity[1], items)
 
-    if len(routed.by_address) == 1:
-        # The common case, one leader node: no task to make for a gather of one.
-        [(address, items)] = routed.by_address.items()
-        await one(address, items)
-        return
-    await asyncio.gather(*(one(a, items) for a, items in routed.by_address.items()))
+    try:
+        if len(routed.by_address) == 1:
+            # The common case, one leader node: no task to make for a gather of one.
+            [(address, items)] = routed.by_address.items()
+            await one(address, items)
+            return
+        await asyncio.gather(*(one(a, items) for a, items in routed.by_address.items()))
+    finally:
+        # Here, not in `one`: a call cancelled before its task's first step leaves too.
+        if affinity is not None:
+            for items in routed.by_address.values():
+                affinity[0].leave(affinity[1], items)
 
 
 def unreachable_as_not_leader(code: ErrorCode) -> ErrorCode:

@@ -17,7 +17,9 @@ flight, and after one fails unappended, the ones the client had already sent fai
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
+import logging
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -42,6 +44,8 @@ __all__ = [
     "ProduceCoalescer",
     "produce_handler",
 ]
+
+_log = logging.getLogger(__name__)
 
 _ACKS: Final = {
     0: storage_pb2.ACKS_NONE,
@@ -71,6 +75,8 @@ class _Waiting:
     size_bytes: int
     done: asyncio.Future[ProduceResponses]
     """Its responses once the call that carried it returned (cancelled: nobody waits)."""
+    context: contextvars.Context
+    """The request's context: a call runs in its first request's (its trace, when traced)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -127,38 +133,57 @@ class ProduceCoalescer:
         ``transactional_id``: the Kafka request's (a lane's calls carry one). Call in arrival
         order: the place is taken here, not when the future is awaited."""
         key = (connection, address, acks, timeout_ms, transactional_id)
+        loop = asyncio.get_running_loop()
         me = _Waiting(
             parts,
             sum(len(records or b"") for _, _, records in parts),
-            asyncio.get_running_loop().create_future(),
+            loop.create_future(),
+            contextvars.copy_context(),
         )
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane()
         lane.waiting.append(me)
-        if lane.call is None:
-            lane.call = asyncio.get_running_loop().create_task(self._run(key, lane))
+        if lane.call is None or lane.call.done():
+            call = lane.call = loop.create_task(self._run(key, lane))
+            call.add_done_callback(functools.partial(self._ended, key, lane))
         return me.done
 
+    async def close(self) -> None:
+        """Cancels the lanes' calls (the gateway is stopping); their requests fail."""
+        calls = [lane.call for lane in self._lanes.values() if lane.call is not None]
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+
     async def _run(self, key: _LaneKey, lane: _Lane) -> None:
-        """The lane's calls, one at a time, while requests wait; then the lane is dropped."""
-        try:
-            while True:
-                carried = self._take(lane)
-                if not carried:
-                    return
-                await self._call(key, carried)
-        finally:
-            lane.call = None
-            if lane.waiting:
-                # Cancelled (the gateway is stopping): the requests left waiting fail.
-                _fail(
-                    list(lane.waiting),
-                    UpstreamError(ErrorCode.REQUEST_TIMED_OUT, "the gateway is stopping"),
-                )
-                lane.waiting.clear()
+        """The lane's calls, one at a time, while requests wait; each in the context of its
+        first request."""
+        loop = asyncio.get_running_loop()
+        while carried := self._take(lane):
+            await loop.create_task(self._call(key, carried), context=carried[0].context)
+
+    def _ended(self, key: _LaneKey, lane: _Lane, call: asyncio.Task[None]) -> None:
+        """A lane's task ended: the lane is dropped if nothing waits in it. One that ended
+        otherwise than by running out of requests (cancelled, even before its first step)
+        fails the requests left waiting, unless a new task has taken the lane over."""
+        if lane.call is not call:
+            return
+        lane.call = None
+        error = None if call.cancelled() else call.exception()
+        if error is not None:
+            _log.error("a Produce lane failed", exc_info=error)
+        elif not call.cancelled() and not lane.waiting:
             if self._lanes.get(key) is lane:
                 del self._lanes[key]
+            return
+        _fail(
+            list(lane.waiting),
+            UpstreamError(ErrorCode.REQUEST_TIMED_OUT, "the gateway is stopping"),
+        )
+        lane.waiting.clear()
+        if self._lanes.get(key) is lane:
+            del self._lanes[key]
 
     async def _call(self, key: _LaneKey, carried: list[_Waiting]) -> None:
         _, address, acks, timeout_ms, transactional_id = key
@@ -508,9 +533,17 @@ class _ProduceRequest:
     async def answer(self) -> Message | None:
         parts = await self._parts()
         pins = (self.handler.affinity, self.context.peer)
-        await fan_out(
-            self.handler.backend, parts, self._call, self._fail, pins, planned=self._enqueue
-        )
+        try:
+            await fan_out(
+                self.handler.backend, parts, self._call, self._fail, pins, planned=self._enqueue
+            )
+        finally:
+            for future in self.calls.values():
+                if not future.done():
+                    # Cancelled before its wait began: it is not sent if not sent already.
+                    future.cancel()
+                elif not future.cancelled():
+                    future.exception()  # retrieved (its failure is answered, or moot)
         if self.request["acks"] == 0:
             return None
         return self._response()
@@ -646,4 +679,5 @@ def produce_handler(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
         handler.handle,
         versions=(PRODUCE_SERVED_MIN, 10),
         error_response=_produce_error,
+        close=coalescer.close,
     )

@@ -206,8 +206,8 @@ class KafkaServer:
             server.close()
 
     async def stop(self) -> None:
-        """Stops accepting, closes every connection (its requests cancelled) and waits for
-        them to end."""
+        """Stops accepting, closes every connection (its requests cancelled), waits for them
+        to end, then closes the handlers (`Dispatcher.close`)."""
         servers = [s for s in (self._server, *self._node_servers.values()) if s is not None]
         self._node_servers.clear()
         for server in servers:
@@ -220,6 +220,7 @@ class KafkaServer:
         for server in servers:
             await server.wait_closed()
         self._deadlines.close()
+        await self._dispatcher.close()
 
     def _protocol(self, broker_id: int | None = None) -> _Connection:
         return _Connection(self, broker_id)

@@ -218,7 +218,7 @@ def write_produce_response(version: int, correlation_id: int, body: Message) -> 
 
 def _write(version: int, correlation_id: int, body: Message) -> bytearray:
     flexible = version >= _FLEXIBLE_MIN
-    if not _RESPONSE_KEYS.issuperset(body) or body.get("node_endpoints"):
+    if not _RESPONSE_KEYS.issuperset(body) or body.get("node_endpoints", []) != []:
         raise _Unsupported  # leader hints (v10's tagged field), or keys the schema lacks
     # The fields this version writes (the generic codec ignores the others); all must be given.
     required = {"index", "error_code", "base_offset", "log_append_time_ms"}
@@ -258,7 +258,7 @@ def _write(version: int, correlation_id: int, body: Message) -> bytearray:
                     raise _Unsupported
                 out += _INT64(start_offset)
             if version >= _ERRORS_MIN:
-                if p["record_errors"]:
+                if p["record_errors"] != []:
                     raise _Unsupported
                 _length(out, 0, flexible)
                 _nullable_text(out, p["error_message"], flexible)

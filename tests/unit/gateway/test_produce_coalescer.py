@@ -328,3 +328,40 @@ def test_merged_bytes_max_below_one_is_refused() -> None:
     node = RecordingNode()
     with pytest.raises(ValueError, match="merged_bytes_max"):
         ProduceCoalescer(node.send, merged_bytes_max=0)
+
+
+def test_a_lane_whose_call_task_died_before_its_first_step_is_not_stuck() -> None:
+    async def scenario() -> None:
+        node = RecordingNode()
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        first = coalescer.enqueue(CONNECTION, NODE, ACKS, 1000, [("t", 0, b"a")])
+        [lane] = coalescer._lanes.values()
+        assert lane.call is not None
+        lane.call.cancel()  # as the loop's cancel-all at shutdown may, before it ever ran
+        await asyncio.sleep(0)
+        second = coalescer.enqueue(CONNECTION, NODE, ACKS, 1000, [("t", 0, b"b")])
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            outcomes = await asyncio.gather(first, second, return_exceptions=True)
+        # Each is answered or failed; none waits for a call that will never come.
+        assert not isinstance(outcomes[1], BaseException)
+        assert b"b" in [records for call in node.calls for _, _, records in call]
+        await settle()
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_close_fails_what_the_lanes_carry_and_leaves_no_task() -> None:
+    async def scenario() -> None:
+        node = RecordingNode(hold=True)
+        coalescer = ProduceCoalescer(node.send, merged_bytes_max=1 << 20)
+        carried = await started(coalescer, ("t", 0, b"a"))
+        waiting = await started(coalescer, ("t", 0, b"b"))
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            await coalescer.close()
+            outcomes = await asyncio.gather(carried, waiting, return_exceptions=True)
+        assert [type(o) for o in outcomes] == [UpstreamError, UpstreamError]
+        await settle()
+        assert coalescer.lanes == 0
+
+    asyncio.run(scenario())

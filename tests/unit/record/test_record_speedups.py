@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -98,3 +99,20 @@ def test_the_consumer_path_gives_the_same_records_with_and_without_the_extension
     compiled = records_module.decode_records(batch)
     monkeypatch.setattr(records_module, "_c_decode_records", None)
     assert records_module.decode_records(batch) == compiled
+
+
+def test_varints_too_long_for_their_type_are_left_to_the_python_loop() -> None:
+    """A timestamp delta whose tenth byte carries bits past 64, and an offset delta past 32
+    bits: the compiled decoder must not truncate them into a number."""
+    compiled = records_module._c_decode_records
+    assert compiled is not None
+    bodies = {
+        "varlong": bytes([0]) + bytes([0xFF] * 9 + [0x02]) + bytes([0, 1, 1, 0]),
+        "varint": bytes([0, 0]) + bytes([0xFF] * 4 + [0x1F]) + bytes([1, 1, 0]),
+    }
+    for kind, body in bodies.items():
+        data = bytes([len(body) << 1]) + body
+        args = (data, 0, len(data), 1, 100, 1000, None)
+        assert compiled(*args) is None, kind
+        with pytest.raises(CorruptRecordError, match=r"does not fit in int(64|32)"):
+            _decode_records(*args)
