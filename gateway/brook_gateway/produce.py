@@ -26,6 +26,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
 from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode, error_code
 from brook.record.errors import RecordError
 from brook.record.legacy import message_set_to_batch
@@ -75,8 +78,8 @@ class _Waiting:
     size_bytes: int
     done: asyncio.Future[ProduceResponses]
     """Its responses once the call that carried it returned (cancelled: nobody waits)."""
-    context: contextvars.Context
-    """The request's context: a call runs in its first request's (its trace, when traced)."""
+    span: trace.Span
+    """The request's span: a call is traced as its first request's child (when recorded)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -138,14 +141,16 @@ class ProduceCoalescer:
             parts,
             sum(len(records or b"") for _, _, records in parts),
             loop.create_future(),
-            contextvars.copy_context(),
+            trace.get_current_span(),
         )
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane()
         lane.waiting.append(me)
         if lane.call is None or lane.call.done():
-            call = lane.call = loop.create_task(self._run(key, lane))
+            # A context of its own: its calls take their first request's span, never the
+            # one of whichever request opened the lane.
+            call = lane.call = loop.create_task(self._run(key, lane), context=contextvars.Context())
             call.add_done_callback(functools.partial(self._ended, key, lane))
         return me.done
 
@@ -157,11 +162,18 @@ class ProduceCoalescer:
         await asyncio.gather(*calls, return_exceptions=True)
 
     async def _run(self, key: _LaneKey, lane: _Lane) -> None:
-        """The lane's calls, one at a time, while requests wait; each in the context of its
-        first request."""
-        loop = asyncio.get_running_loop()
+        """The lane's calls, one at a time, while requests wait; each traced as its first
+        request's (the task's context is its own copy, so attaching here touches no other)."""
         while carried := self._take(lane):
-            await loop.create_task(self._call(key, carried), context=carried[0].context)
+            span = carried[0].span
+            if not span.is_recording():
+                await self._call(key, carried)
+                continue
+            token = otel_context.attach(trace.set_span_in_context(span))
+            try:
+                await self._call(key, carried)
+            finally:
+                otel_context.detach(token)
 
     def _ended(self, key: _LaneKey, lane: _Lane, call: asyncio.Task[None]) -> None:
         """A lane's task ended: the lane is dropped if nothing waits in it. One that ended

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from brook_gateway.produce import ProduceCoalescer
 from brook_gateway.upstream import UpstreamError
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 
 from brook.errors import ErrorCode
 from brook.v1 import storage_pb2
@@ -29,7 +32,7 @@ class RecordingNode:
     with an offset of its own; while ``hold`` is set, each call waits for its gate."""
 
     hold: bool = False
-    fail_with: Exception | None = None
+    fail_with: BaseException | None = None
     calls: list[list[Part]] = field(default_factory=list)
     transactional_ids: list[str] = field(default_factory=list)
     gates: list[asyncio.Event] = field(default_factory=list)
@@ -363,5 +366,41 @@ def test_close_fails_what_the_lanes_carry_and_leaves_no_task() -> None:
         assert [type(o) for o in outcomes] == [UpstreamError, UpstreamError]
         await settle()
         assert coalescer.lanes == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_call_is_traced_as_its_first_requests_child() -> None:
+    """Every call of a lane runs under the span of the first request it carries, not of the
+    request that happened to open the lane."""
+
+    async def scenario() -> None:
+        seen: list[object] = []
+        node = RecordingNode(hold=True)
+
+        async def send(*args: Any) -> Sequence[storage_pb2.PartitionProduceResponse]:
+            seen.append(trace.get_current_span())
+            return await node.send(*args)
+
+        coalescer = ProduceCoalescer(send, merged_bytes_max=1 << 20)
+        tracer = TracerProvider().get_tracer(__name__)
+        spans = []
+
+        def enqueue(name: str, records: bytes) -> asyncio.Future[Any]:
+            # The request's span lasts until it is answered, as the server's does.
+            span = tracer.start_span(name)
+            spans.append(span)
+            with trace.use_span(span, end_on_exit=False):
+                return coalescer.enqueue(CONNECTION, NODE, ACKS, 1000, [("t", 0, records)])
+
+        first = enqueue("R1", b"a")
+        await settle()
+        second = enqueue("R2", b"b")
+        node.release_all()
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            await asyncio.gather(first, second)
+        assert seen == spans
+        for span in spans:
+            span.end()
 
     asyncio.run(scenario())
