@@ -64,10 +64,6 @@ async def fan_out(
         routed.by_address = {a: items for a, items in routed.by_address.items() if items}
         for address, items in routed.by_address.items():
             table.enter(peer, address, items)
-    for part, code in routed.errors:
-        fail(part, code, "")
-    if planned is not None:
-        planned(routed.by_address)
 
     async def one(address: str, items: list[Part]) -> None:
         try:
@@ -78,6 +74,10 @@ async def fan_out(
                 fail(part, code, str(e))
 
     try:
+        for part, code in routed.errors:
+            fail(part, code, "")
+        if planned is not None:
+            planned(routed.by_address)
         if len(routed.by_address) == 1:
             # The common case, one leader node: no task to make for a gather of one.
             [(address, items)] = routed.by_address.items()

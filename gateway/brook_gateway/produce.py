@@ -163,35 +163,45 @@ class ProduceCoalescer:
 
     async def _run(self, key: _LaneKey, lane: _Lane) -> None:
         """The lane's calls, one at a time, while requests wait; each traced as its first
-        request's (the task's context is its own copy, so attaching here touches no other)."""
+        request's (the task started from an empty context, so attaching here touches no
+        other). Whatever ends a call, the requests it carried are answered or failed."""
         while carried := self._take(lane):
-            span = carried[0].span
-            if not span.is_recording():
-                await self._call(key, carried)
-                continue
-            token = otel_context.attach(trace.set_span_in_context(span))
             try:
-                await self._call(key, carried)
-            finally:
-                otel_context.detach(token)
+                span = carried[0].span
+                if not span.is_recording():
+                    await self._call(key, carried)
+                    continue
+                token = otel_context.attach(trace.set_span_in_context(span))
+                try:
+                    await self._call(key, carried)
+                finally:
+                    otel_context.detach(token)
+            except Exception as e:
+                _fail(carried, _lane_failure(e))
+                raise
+            except BaseException:
+                _fail(carried, _call_cancelled())
+                raise
 
     def _ended(self, key: _LaneKey, lane: _Lane, call: asyncio.Task[None]) -> None:
         """A lane's task ended: the lane is dropped if nothing waits in it. One that ended
-        otherwise than by running out of requests (cancelled, even before its first step)
-        fails the requests left waiting, unless a new task has taken the lane over."""
-        if lane.call is not call:
-            return
-        lane.call = None
+        otherwise than by running out of requests (cancelled, even before its first step, or
+        failed) fails the requests left waiting, unless a new task has taken the lane over."""
         error = None if call.cancelled() else call.exception()
         if error is not None:
             _log.error("a Produce lane failed", exc_info=error)
-        elif not call.cancelled() and not lane.waiting:
+        if lane.call is not call:
+            return
+        lane.call = None
+        if error is None and not call.cancelled() and not lane.waiting:
             if self._lanes.get(key) is lane:
                 del self._lanes[key]
             return
         _fail(
             list(lane.waiting),
-            UpstreamError(ErrorCode.REQUEST_TIMED_OUT, "the gateway is stopping"),
+            _lane_failure(error)
+            if error is not None
+            else UpstreamError(ErrorCode.REQUEST_TIMED_OUT, "the gateway is stopping"),
         )
         lane.waiting.clear()
         if self._lanes.get(key) is lane:
@@ -211,13 +221,7 @@ class ProduceCoalescer:
             _fail(carried, e)
             return
         except BaseException:
-            _fail(
-                carried,
-                UpstreamError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    "the Produce call carrying this request was cancelled",
-                ),
-            )
+            _fail(carried, _call_cancelled())
             raise
         expected = sum(len(w.parts) for w in carried)
         if len(responses) != expected:
@@ -253,6 +257,20 @@ class ProduceCoalescer:
             taken.append(head)
             size_bytes += head.size_bytes
         return taken
+
+
+def _call_cancelled() -> UpstreamError:
+    # A new one each time: an exception raised in many tasks gathers their tracebacks.
+    return UpstreamError(
+        ErrorCode.REQUEST_TIMED_OUT, "the Produce call carrying this request was cancelled"
+    )
+
+
+def _lane_failure(error: BaseException) -> UpstreamError:
+    """What the requests of a lane whose task failed unexpectedly are told (a bug: logged)."""
+    if isinstance(error, UpstreamError):
+        return error
+    return UpstreamError(ErrorCode.UNKNOWN_SERVER_ERROR, f"the Produce call failed: {error!r}")
 
 
 def _fail(carried: list[_Waiting], error: BaseException) -> None:
@@ -552,7 +570,8 @@ class _ProduceRequest:
         finally:
             for future in self.calls.values():
                 if not future.done():
-                    # Cancelled before its wait began: it is not sent if not sent already.
+                    # The request was cancelled (before or while it waited): its batches are
+                    # not sent if not sent already.
                     future.cancel()
                 elif not future.cancelled():
                     future.exception()  # retrieved (its failure is answered, or moot)

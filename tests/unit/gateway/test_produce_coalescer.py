@@ -404,3 +404,35 @@ def test_a_call_is_traced_as_its_first_requests_child() -> None:
             span.end()
 
     asyncio.run(scenario())
+
+
+def test_a_lane_whose_call_breaks_answers_every_request_and_the_next_starts_afresh() -> None:
+    """A bug in a call (here, an answer that is no list) must not strand the requests it
+    carried or those waiting behind it; the lane's next request gets a lane of its own."""
+
+    async def scenario() -> None:
+        calls = 0
+        gate = asyncio.Event()
+
+        async def send(*args: Any) -> Sequence[storage_pb2.PartitionProduceResponse]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                await gate.wait()
+                return None  # type: ignore[return-value]
+            parts = args[-1]
+            return [storage_pb2.PartitionProduceResponse(topic=t, partition=p) for t, p, _ in parts]
+
+        coalescer = ProduceCoalescer(send, merged_bytes_max=1 << 20)
+        carried = await started(coalescer, ("t", 0, b"a"))
+        waiting = await started(coalescer, ("t", 0, b"b"))
+        gate.set()
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            outcomes = await asyncio.gather(carried, waiting, return_exceptions=True)
+        assert [type(o) for o in outcomes] == [UpstreamError, UpstreamError]
+        assert outcomes[0].code == ErrorCode.UNKNOWN_SERVER_ERROR  # type: ignore[union-attr]
+        await settle()
+        assert coalescer.lanes == 0
+        assert await finish(await started(coalescer, ("t", 0, b"c"))) == [[("t", 0, 0)]]
+
+    asyncio.run(scenario())
