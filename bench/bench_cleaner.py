@@ -39,9 +39,12 @@ from typing import Any
 
 from bench_gateway import machine_facts
 from bench_log import plain_write
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from brook_storage_node.log import LogConfig, PartitionLog
 from brook_storage_node.log.cleaner import CleanerConfig, Throttler, clean_log
 from brook_storage_node.log.log_cleaner_manager import clean_sizes, cleanable_offsets
+from offsets_compaction import partition_log_bytes
 
 from brook.client import Producer
 from brook.launcher import LocalCluster, Topology
@@ -201,8 +204,7 @@ def produce_round(bootstrap: str, records: int, keys: list[bytes]) -> float:
 
 
 def _partition_bytes(cluster: LocalCluster, node: str) -> int:
-    directory = cluster.spec(node).directory / "data" / f"{TOPIC}-0"
-    return sum(path.stat().st_size for path in directory.glob("*.log"))
+    return partition_log_bytes(cluster.spec(node).directory / "data" / f"{TOPIC}-0")
 
 
 def main(argv: list[str] | None = None) -> int:

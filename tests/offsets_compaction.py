@@ -36,6 +36,8 @@ HEARTBEAT_INTERVAL_MS = 200
 ADMIN_TIMEOUT_MS = 30_000
 SERVE_TIMEOUT_S = 120.0
 POLL_S = 0.05
+# A segment swap renames a few files: a listing is untorn again within milliseconds.
+SWAP_TIMEOUT_S = 10.0
 
 CLUSTER_CONFIG: dict[str, dict[str, str]] = {
     "controller": {
@@ -99,25 +101,53 @@ def committed(admin: Admin) -> dict[TopicPartition, int] | None:
     return {tp: meta.offset for tp, meta in found.items()}
 
 
+def segment_sizes(directory: Path) -> list[int] | None:
+    """Bytes of each segment file of the partition log in ``directory``, oldest first; None
+    while the log cleaner is swapping segments in (a `.swap` file marks it, and a listing then
+    is torn) or when a file vanished between the listing and its size."""
+    if any(directory.glob("*.swap")):
+        return None
+    try:
+        sizes = [path.stat().st_size for path in sorted(directory.glob("*.log"))]
+    except FileNotFoundError:
+        return None
+    return None if any(directory.glob("*.swap")) else sizes
+
+
+def partition_log_bytes(directory: Path) -> int:
+    """Bytes of the segment files of the partition log in ``directory``, from a listing no
+    segment swap tore (the log cleaner may be at work)."""
+    listed: list[list[int]] = []
+
+    def untorn() -> bool:
+        sizes = segment_sizes(directory)
+        if sizes is not None:
+            listed.append(sizes)
+        return sizes is not None
+
+    wait_until(untorn, f"a listing of {directory.name} between segment swaps", SWAP_TIMEOUT_S)
+    return sum(listed[-1])
+
+
+def _offsets_log_directory(cluster: LocalCluster) -> Path:
+    return cluster.spec(STORAGE_NODE).directory / "data" / f"{OFFSETS_TOPIC}-0"
+
+
 def offsets_log_bytes(cluster: LocalCluster) -> int:
     """Bytes of the __consumer_offsets partition's segment files on the storage node."""
-    directory = cluster.spec(STORAGE_NODE).directory / "data" / f"{OFFSETS_TOPIC}-0"
-    return sum(path.stat().st_size for path in directory.glob("*.log"))
-
-
-def active_segment_bytes(cluster: LocalCluster) -> int:
-    directory = cluster.spec(STORAGE_NODE).directory / "data" / f"{OFFSETS_TOPIC}-0"
-    return max(directory.glob("*.log")).stat().st_size
+    return partition_log_bytes(_offsets_log_directory(cluster))
 
 
 def wait_cleaned(cluster: LocalCluster, ceiling_bytes: int, timeout_s: float) -> float:
     """Seconds until the partition's segments (the active one aside) hold at most
     ``ceiling_bytes``."""
+
+    def cleaned() -> bool:
+        sizes = segment_sizes(_offsets_log_directory(cluster))
+        return sizes is not None and sum(sizes[:-1]) <= ceiling_bytes
+
     return wait_until(
-        lambda: offsets_log_bytes(cluster) - active_segment_bytes(cluster) <= ceiling_bytes,
-        f"__consumer_offsets to be cleaned to {ceiling_bytes} bytes",
-        timeout_s,
-        POLL_S,
+        cleaned, f"__consumer_offsets to be cleaned to {ceiling_bytes} bytes", timeout_s, POLL_S
     )
 
 

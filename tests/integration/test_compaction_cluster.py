@@ -21,6 +21,7 @@ from offsets_compaction import (
     fail_over,
     hold_cleaning,
     offsets_log_bytes,
+    partition_log_bytes,
     wait_cleaned,
 )
 
@@ -64,8 +65,7 @@ def _leader(admin: Admin) -> int | None:
 
 
 def _partition_bytes(cluster: LocalCluster, node: str) -> int:
-    directory = cluster.spec(node).directory / "data" / f"{TOPIC}-0"
-    return sum(path.stat().st_size for path in directory.glob("*.log"))
+    return partition_log_bytes(cluster.spec(node).directory / "data" / f"{TOPIC}-0")
 
 
 def _node_named(cluster: LocalCluster, node_id: int) -> str:
