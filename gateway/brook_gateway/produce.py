@@ -220,9 +220,6 @@ class ProduceCoalescer:
         except Exception as e:
             _fail(carried, e)
             return
-        except BaseException:
-            _fail(carried, _call_cancelled())
-            raise
         expected = sum(len(w.parts) for w in carried)
         if len(responses) != expected:
             _fail(

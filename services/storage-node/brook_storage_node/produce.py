@@ -597,7 +597,7 @@ def address_errors(
 ) -> list[ErrorResult | None]:
     """INVALID_REQUEST for each malformed (topic, partition) of one request, and, unless
     ``repeats`` (the produce path's entries, appended in order), each repeated one."""
-    counts = Counter(addresses)
+    counts = None if repeats else Counter(addresses)
     errors: list[ErrorResult | None] = []
     for topic, partition in addresses:
         if not topic:
@@ -606,7 +606,7 @@ def address_errors(
             errors.append(
                 ErrorResult(ErrorCode.INVALID_REQUEST, f"partition {partition} is negative")
             )
-        elif not repeats and counts[(topic, partition)] > 1:
+        elif counts is not None and counts[(topic, partition)] > 1:
             errors.append(
                 ErrorResult(
                     ErrorCode.INVALID_REQUEST,
