@@ -42,10 +42,16 @@ __all__ = [
     "CLEANUP_DELETE",
     "COMPRESSION_TYPES",
     "CREATE_TIME",
+    "FOLLOWER_THROTTLED_RATE",
+    "LEADER_THROTTLED_RATE",
     "LOG_APPEND_TIME",
+    "NODE_DYNAMIC_CONFIG_DEF",
     "SEGMENT_INDEX_BYTES_MIN",
+    "THROTTLE_ALL",
     "TOPIC_CONFIG_DEF",
+    "ThrottledReplicas",
     "describe_type",
+    "parse_throttled_replicas",
     "topic_name_for_broker_config",
     "validate_broker_default_configs",
     "validate_topic_configs",
@@ -86,6 +92,37 @@ class KafkaReleaseVersion:
 
     def describe(self) -> str:
         return "a Kafka version: 0.8.0 ... 3.x-IVn"
+
+
+THROTTLE_ALL: Final = "*"
+
+
+@dataclass(frozen=True)
+class ThrottledReplicas:
+    """Kafka's throttled-replicas list: ``*`` (every replica) or ``partition:node`` pairs."""
+
+    def __call__(self, value: ConfigValue) -> str | None:
+        if not isinstance(value, tuple):
+            return "is not a list"
+        if value == (THROTTLE_ALL,):
+            return None
+        for entry in value:
+            partition, sep, node = str(entry).partition(":")
+            if not (sep and partition.isdigit() and node.isdigit()):
+                return f"has {entry!r}, which is not partition:node (or the list is not *)"
+        return None
+
+    def describe(self) -> str:
+        return "[partition:node,...] or *"
+
+
+def parse_throttled_replicas(value: str) -> frozenset[tuple[int, int]] | None:
+    """A valid throttled-replicas value as (partition, node) pairs; None means every one."""
+    entries = [entry.strip() for entry in value.split(",") if entry.strip()]
+    if entries == [THROTTLE_ALL]:
+        return None
+    pairs = (entry.partition(":") for entry in entries)
+    return frozenset((int(partition), int(node)) for partition, _, node in pairs)
 
 
 TOPIC_CONFIG_DEF: Final = ConfigDef(
@@ -146,8 +183,11 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "follower.replication.throttled.replicas",
             ConfigType.LIST,
             (),
-            "partition:node pairs whose follower replication is throttled.",
+            "partition:node pairs (or * for all) whose replication is throttled on the "
+            "follower node: that node fetches them within its follower.replication.throttled."
+            "rate while it is not in the ISR.",
             _M,
+            ThrottledReplicas(),
         ),
         ConfigKey(
             "index.interval.bytes",
@@ -162,8 +202,11 @@ TOPIC_CONFIG_DEF: Final = ConfigDef(
             "leader.replication.throttled.replicas",
             ConfigType.LIST,
             (),
-            "partition:node pairs whose leader-side replication is throttled.",
+            "partition:node pairs (or * for all) whose replication is throttled on the "
+            "leader node: it serves them to followers outside the ISR within its "
+            "leader.replication.throttled.rate.",
             _M,
+            ThrottledReplicas(),
         ),
         ConfigKey(
             "local.retention.bytes",
@@ -388,6 +431,33 @@ log.retention.ms over log.retention.minutes and log.retention.hours)."""
 
 _TOPIC_BY_BROKER_NAME: Final = {broker: topic for topic, broker in BROKER_SYNONYMS.items()}
 
+LEADER_THROTTLED_RATE: Final = "leader.replication.throttled.rate"
+FOLLOWER_THROTTLED_RATE: Final = "follower.replication.throttled.rate"
+NODE_DYNAMIC_CONFIG_DEF: Final = ConfigDef(
+    (
+        ConfigKey(
+            FOLLOWER_THROTTLED_RATE,
+            _LONG,
+            INT64_MAX,
+            "Bytes per second a storage node may fetch, as a follower, of the replicas its "
+            "topics list in follower.replication.throttled.replicas (Kafka's replication "
+            "quota; set per node or as every node's default).",
+            _M,
+            Range(1),
+        ),
+        ConfigKey(
+            LEADER_THROTTLED_RATE,
+            _LONG,
+            INT64_MAX,
+            "Bytes per second a storage node may send, as a leader, of the replicas its "
+            "topics list in leader.replication.throttled.replicas.",
+            _M,
+            Range(1),
+        ),
+    )
+)
+"""Dynamic node configs that are not defaults of a topic config."""
+
 _TYPE_NAMES: Final = {
     ConfigType.INT: "int",
     ConfigType.LONG: "long",
@@ -426,13 +496,22 @@ def validate_topic_configs(configs: Mapping[str, str], source: str = "the reques
 
 
 def validate_broker_default_configs(configs: Mapping[str, str]) -> str | None:
-    """The same for cluster-wide or per-node dynamic defaults, named by their node-level names
-    (log.retention.ms rather than retention.ms)."""
-    problems = []
+    """The same for cluster-wide or per-node dynamic configs: defaults of topic configs named
+    by their node-level names (log.retention.ms rather than retention.ms), and the node-only
+    dynamic configs (NODE_DYNAMIC_CONFIG_DEF)."""
+    problems: list[str] = []
     for name in sorted(configs):
+        if name in NODE_DYNAMIC_CONFIG_DEF:
+            try:
+                NODE_DYNAMIC_CONFIG_DEF.parse({name: RawSetting(configs[name], "the request")})
+            except ConfigError as error:
+                problems.extend(error.problems)
+            continue
         topic_name = _TOPIC_BY_BROKER_NAME.get(name)
         if topic_name is None:
-            return _unknown(name, sorted(_TOPIC_BY_BROKER_NAME), "dynamic node config")
+            node_names = [key.name for key in NODE_DYNAMIC_CONFIG_DEF.keys]
+            known = sorted([*_TOPIC_BY_BROKER_NAME, *node_names])
+            return _unknown(name, known, "dynamic node config")
         problem = validate_topic_configs({topic_name: configs[name]})
         if problem is not None:
             problems.append(name + problem.removeprefix(topic_name))

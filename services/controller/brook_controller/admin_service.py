@@ -8,8 +8,10 @@ NOT_CONTROLLER on every resource; the admin client then asks DescribeQuorum (any
 where the leader is, because these responses have no field for the hint. Reads on the leader
 are linearizable; a follower answers them from its committed state.
 
-AlterPartitionReassignments and ListPartitionReassignments are not implemented yet
-(UNIMPLEMENTED): no partition is ever being reassigned.
+AlterPartitionReassignments starts, retargets or cancels moves of partitions between nodes
+(reassignment.py); each partition succeeds or fails on its own, and the request is answered
+once the first step is committed, not when the data has moved: ListPartitionReassignments
+shows what is still moving.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from brook.v1 import admin_pb2, admin_pb2_grpc, metadata_pb2, storage_pb2
 from brook_controller.changes import ChangeSet
 from brook_controller.election import preferred_election, unclean_election
 from brook_controller.quorum_controller import QuorumController
+from brook_controller.reassignment import (
+    cancel_reassignment,
+    reassigning_partitions,
+    start_reassignment,
+)
 from brook_controller.topics import (
     alter_configs,
     auto_created_topic,
@@ -337,6 +344,72 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             "ElectLeaders",
         )
         return admin_pb2.ElectLeadersResponse(results=results)
+
+    # ------------------------------------------------------------------ reassignments
+
+    async def AlterPartitionReassignments(
+        self, request: admin_pb2.AlterPartitionReassignmentsRequest, context: Any
+    ) -> admin_pb2.AlterPartitionReassignmentsResponse:
+        def blank(
+            item: admin_pb2.PartitionReassignment,
+        ) -> admin_pb2.AlterPartitionReassignmentsResult:
+            return admin_pb2.AlterPartitionReassignmentsResult(
+                topic=item.topic, partition=item.partition
+            )
+
+        def decide(changes: ChangeSet) -> list[admin_pb2.AlterPartitionReassignmentsResult]:
+            def alter(item: admin_pb2.PartitionReassignment, _: Any) -> None:
+                topic = changes.image.topic_by_name(item.topic)
+                partition = (
+                    changes.partition(topic.topic_id, item.partition) if topic is not None else None
+                )
+                if topic is None or partition is None:
+                    raise BrookError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition")
+                if item.replicas:
+                    start_reassignment(changes, partition, list(item.replicas))
+                else:
+                    cancel_reassignment(changes, partition)
+
+            return _per_resource(
+                request.reassignments, lambda item: (item.topic, item.partition), blank, alter
+            )
+
+        results = await _guarded(
+            lambda: self._controller.write(decide, self._deadline(request.timeout_ms)),
+            request.reassignments,
+            blank,
+            "AlterPartitionReassignments",
+        )
+        return admin_pb2.AlterPartitionReassignmentsResponse(results=results)
+
+    async def ListPartitionReassignments(
+        self, request: admin_pb2.ListPartitionReassignmentsRequest, context: Any
+    ) -> admin_pb2.ListPartitionReassignmentsResponse:
+        """Partitions named and moving (every moving one when none is named); a partition
+        that does not exist, or is not moving, is left out, as in Kafka."""
+        try:
+            await self._controller.read_point(self._controller.deadline())
+        except BrookError as error:
+            # The response has no error field: answer from the committed state.
+            _log.info(
+                "ListPartitionReassignments without a read barrier",
+                extra={"reason": error.message},
+            )
+        image = self._controller.view.image
+        wanted = {(tp.topic, tp.partition) for tp in request.partitions}
+        return admin_pb2.ListPartitionReassignmentsResponse(
+            reassignments=[
+                admin_pb2.OngoingReassignment(
+                    topic=p.topic,
+                    partition=p.partition,
+                    replicas=p.replicas,
+                    adding_replicas=p.adding_replicas,
+                    removing_replicas=p.removing_replicas,
+                )
+                for p in sorted(reassigning_partitions(image), key=lambda p: (p.topic, p.partition))
+                if not wanted or (p.topic, p.partition) in wanted
+            ]
+        )
 
 
 def _refused_auto_creations(

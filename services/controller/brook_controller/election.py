@@ -19,6 +19,7 @@ from brook_controller.changes import ChangeSet
 
 __all__ = [
     "NO_LEADER",
+    "choose_leader",
     "elect_offline_partitions",
     "imbalanced_partitions",
     "preferred_election",
@@ -56,7 +57,7 @@ def with_changes(
     return changed
 
 
-def _choose_leader(
+def choose_leader(
     partition: metadata_pb2.PartitionRecord, isr: list[int], changes: ChangeSet, unclean: bool
 ) -> tuple[int, list[int]]:
     """(leader, isr): the current leader if still eligible, else the first live ISR member in
@@ -87,7 +88,7 @@ def remove_node(changes: ChangeSet, node_id: int, unclean: UncleanPolicy) -> int
         if not isr:
             # The last in-sync copy: kept, so the node can lead again when it returns.
             isr = [node_id]
-        leader, isr = _choose_leader(partition, isr, changes, unclean(partition.topic))
+        leader, isr = choose_leader(partition, isr, changes, unclean(partition.topic))
         updated = with_changes(partition, leader=leader, isr=isr)
         if updated is not partition:
             changes.put_partition(updated)
@@ -106,7 +107,7 @@ def elect_offline_partitions(
             continue
         partition = changes.partition(latest.topic_id, latest.partition)
         assert partition is not None
-        leader, isr = _choose_leader(
+        leader, isr = choose_leader(
             partition, list(partition.isr), changes, unclean(partition.topic)
         )
         if leader != NO_LEADER:
@@ -141,7 +142,7 @@ def unclean_election(
     assert current is not None
     if current.leader != NO_LEADER:
         return ErrorCode.ELECTION_NOT_NEEDED, "the partition has a leader"
-    leader, isr = _choose_leader(current, list(current.isr), changes, unclean=True)
+    leader, isr = choose_leader(current, list(current.isr), changes, unclean=True)
     if leader == NO_LEADER:
         return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica of the partition is live"
     changes.put_partition(with_changes(current, leader=leader, isr=isr))

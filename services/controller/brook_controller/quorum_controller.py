@@ -50,6 +50,11 @@ from brook_controller.election import (
 from brook_controller.image import BROKER, TOPIC, ControllerImage
 from brook_controller.metadata_view import MetadataView
 from brook_controller.raft import NotLeaderError, RaftEngine
+from brook_controller.reassignment import (
+    complete_ready_reassignments,
+    complete_reassignment,
+    ready_reassignments,
+)
 from brook_controller.state_machine import ApplyStatus
 from brook_controller.topics import (
     OFFSETS_TOPIC,
@@ -468,6 +473,8 @@ class QuorumController:
         updated = with_changes(partition, isr=new_isr)
         if updated is not partition:
             changes.put_partition(updated)
+            # A moving partition whose target has just become all in sync completes now.
+            complete_reassignment(changes, partition.topic_id, partition.partition)
         return result
 
     async def allocate_producer_ids(
@@ -559,7 +566,8 @@ class QuorumController:
 
     async def run_maintenance(self) -> None:
         """Background task: the cluster id, the internal topics (__consumer_offsets,
-        __transaction_state) and the offsets partitions' coordinators."""
+        __transaction_state), reassignments ready to complete (one whose last ISR change
+        committed just before a failover) and the offsets partitions' coordinators."""
         while True:
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
             if not self.is_active():
@@ -577,6 +585,12 @@ class QuorumController:
                         f"create {topic.name}",
                         functools.partial(self._create_internal_topic, topic=topic),
                     )
+            ready = ready_reassignments(image)
+            if ready:
+                await self._background_write(
+                    "complete reassignments",
+                    functools.partial(complete_ready_reassignments, partitions=ready),
+                )
             if self._coordinators_unbalanced(self.view.image):
                 await self._background_write(
                     "assign offsets partitions to coordinators", self._assign_coordinators

@@ -13,9 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from brook.config import ConfigKey
 from brook.errors import BrookError, ErrorCode
 from brook.topic_config import (
     BROKER_SYNONYMS,
+    NODE_DYNAMIC_CONFIG_DEF,
     TOPIC_CONFIG_DEF,
     describe_type,
     topic_name_for_broker_config,
@@ -523,7 +525,41 @@ def describe_configs(
             (broker_name, _format_default(topic_name), admin_pb2.CONFIG_SOURCE_DEFAULT_CONFIG)
         )
         entries.append(_entry(broker_name, topic_name, chain, synonyms, documentation))
+    entries.extend(
+        _node_config_entry(key, resource.name, overrides, cluster_defaults, synonyms, documentation)
+        for key in NODE_DYNAMIC_CONFIG_DEF.keys
+        if not names or key.name in names
+    )
     return entries
+
+
+def _node_config_entry(
+    key: ConfigKey,
+    node: str,
+    overrides: Mapping[str, str],
+    cluster_defaults: Mapping[str, str],
+    synonyms: bool,
+    documentation: bool,
+) -> admin_pb2.ConfigEntry:
+    """A node-only dynamic config (a replication throttle rate): the node's override, else
+    every node's dynamic default, else the default."""
+    chain = []
+    if node and key.name in overrides:
+        chain.append((overrides[key.name], admin_pb2.CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG))
+    if key.name in cluster_defaults:
+        chain.append(
+            (cluster_defaults[key.name], admin_pb2.CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)
+        )
+    chain.append((str(key.default), admin_pb2.CONFIG_SOURCE_DEFAULT_CONFIG))
+    value, source = chain[0]
+    entry = admin_pb2.ConfigEntry(name=key.name, value=value, source=source, type="long")
+    if synonyms:
+        entry.synonyms.extend(
+            admin_pb2.ConfigSynonym(name=key.name, value=v, source=s) for v, s in chain
+        )
+    if documentation:
+        entry.documentation = key.doc
+    return entry
 
 
 # --------------------------------------------------------------------------- describe

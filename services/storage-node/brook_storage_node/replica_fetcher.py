@@ -24,6 +24,11 @@ A broken stream (the leader died, restarted, or answered STALE_BROKER_EPOCH) is 
 after replica.fetch.backoff.ms, doubling up to ten times that while it keeps failing. A
 fetcher whose last partition is unfollowed stops; ``close`` stops them all.
 
+Partitions this node fetches under a replication throttle (replication_quota.py: listed in
+their topic's follower.replication.throttled.replicas for this node, and this node not in
+their ISR) share ``follower.replication.throttled.rate``: while the quota is spent they are
+left out of requests, and each carries at most a tenth of a second of the rate.
+
 A failure that repeats — a partition's error, a leader's broken stream — is logged when it
 starts, then at most once a minute per partition (per leader) with a count, and once when it
 clears; ``brook.replication.failed_partitions`` counts the partitions followed here whose
@@ -50,10 +55,12 @@ from brook.metadata.info import NO_LEADER
 from brook.rpc.addresses import listener_address
 from brook.rpc.channels import ChannelPool, channel_options
 from brook.telemetry import meter
+from brook.topic_config import FOLLOWER_THROTTLED_RATE
 from brook.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from brook_storage_node.log import TopicPartition
 from brook_storage_node.metadata_view import MetadataView
 from brook_storage_node.partition import NO_EPOCH, Partition
+from brook_storage_node.replication_quota import ReplicationQuota, is_throttled, node_throttle_rate
 
 __all__ = ["FetcherSettings", "LeaderFetcher", "ReplicaFetchers", "truncation_offset"]
 
@@ -120,6 +127,9 @@ class LeaderFetcher:
     states: dict[TopicPartition, _FetchState] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    # The throttled partitions the request out now carries; when left out, when they may go.
+    throttled: set[TopicPartition] = field(default_factory=set)
+    throttled_until_s: float = 0.0
 
 
 class ReplicaFetchers:
@@ -138,6 +148,7 @@ class ReplicaFetchers:
         self._closed = False
         self._partition_errors = RepeatLimiter(_log, REPEAT_LOG_INTERVAL_S)
         self._stream_errors = RepeatLimiter(_log, REPEAT_LOG_INTERVAL_S, level=logging.INFO)
+        self._quota = ReplicationQuota()
         meter(__name__).create_observable_gauge(
             "brook.replication.failed_partitions",
             callbacks=[self._observe_failed],
@@ -265,8 +276,11 @@ class ReplicaFetchers:
         return min(base_ms * growth, base_ms * BACKOFF_GROWTH_MAX) / 1000
 
     async def _wait_for_change(self, fetcher: LeaderFetcher, now_s: float) -> None:
-        """Every partition is paused: wait until one resumes or the state changes."""
-        resume_s = [s.paused_until_s for s in fetcher.states.values()]
+        """Every partition is paused or throttled: wait until one resumes or the state
+        changes."""
+        resume_s = [s.paused_until_s for s in fetcher.states.values() if s.paused_until_s > now_s]
+        if fetcher.throttled_until_s > now_s:
+            resume_s.append(fetcher.throttled_until_s)
         wait_s = max(0.0, min(resume_s, default=now_s) - now_s)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(fetcher.changed.wait(), wait_s or None)
@@ -306,9 +320,20 @@ class ReplicaFetchers:
             min_bytes=settings.min_bytes,
             max_bytes=settings.response_bytes_max,
         )
+        rate = node_throttle_rate(self._view, settings.node_id, FOLLOWER_THROTTLED_RATE)
+        throttle_delay_s = self._quota.delay_s(rate)
+        fetcher.throttled.clear()
+        fetcher.throttled_until_s = 0.0
         for tp, state in fetcher.states.items():
             if state.paused_until_s > now_s:
                 continue
+            max_bytes = settings.partition_bytes_max
+            if rate is not None and self._throttled(tp, state):
+                if throttle_delay_s > 0:
+                    fetcher.throttled_until_s = now_s + throttle_delay_s
+                    continue
+                fetcher.throttled.add(tp)
+                max_bytes = ReplicationQuota.chunk_bytes(rate, max_bytes)
             log = state.partition.log
             latest = log.latest_epoch
             request.partitions.add(
@@ -318,13 +343,31 @@ class ReplicaFetchers:
                 current_leader_epoch=state.leader_epoch,
                 last_fetched_epoch=NO_EPOCH if latest is None else latest,
                 log_start_offset=log.log_start_offset,
-                partition_max_bytes=settings.partition_bytes_max,
+                partition_max_bytes=max_bytes,
             )
         return request
+
+    def _throttled(self, tp: TopicPartition, state: _FetchState) -> bool:
+        node_id = self._settings.node_id
+        return node_id not in state.partition.isr and is_throttled(
+            self._view.topic_configs(tp.topic),
+            "follower.replication.throttled.replicas",
+            tp.partition,
+            node_id,
+        )
 
     async def _apply(
         self, fetcher: LeaderFetcher, response: replica_pb2.ReplicaFetchResponse, now_s: float
     ) -> None:
+        throttled_bytes = sum(
+            len(entry.records)
+            for entry in response.partitions
+            if TopicPartition(entry.topic, entry.partition) in fetcher.throttled
+        )
+        self._quota.record(
+            throttled_bytes,
+            node_throttle_rate(self._view, self._settings.node_id, FOLLOWER_THROTTLED_RATE),
+        )
         for entry in response.partitions:
             tp = TopicPartition(entry.topic, entry.partition)
             state = fetcher.states.get(tp)

@@ -18,6 +18,11 @@ request gets exactly one response, in order:
 - nothing to send: the request parks on a ``DataWaiter`` that counts appended bytes, until
   ``min_bytes`` arrive or ``max_wait_ms`` (bounded by request.timeout.ms) passes.
 
+Partitions served under a replication throttle (replication_quota.py: listed in their topic's
+leader.replication.throttled.replicas for this node, to a follower outside the ISR) share
+``leader.replication.throttled.rate``: while it is spent they get no records, and each gets at
+most a tenth of a second of the rate.
+
 A request from a stale incarnation of the follower (broker epoch older than the one this
 node's metadata knows) is answered STALE_BROKER_EPOCH as a whole. A follower without a broker
 epoch (-1: static metadata, no controllers) is not checked.
@@ -33,12 +38,14 @@ from typing import Any
 
 from brook.config import Config
 from brook.errors import ErrorCode
+from brook.topic_config import LEADER_THROTTLED_RATE
 from brook.v1 import common_pb2, replica_pb2, replica_pb2_grpc
 from brook_storage_node.delayed_fetch import DataWaiter
 from brook_storage_node.errors import PartitionError, error_result, wire_code
 from brook_storage_node.log import LogError
 from brook_storage_node.partition import NO_EPOCH, NO_OFFSET, Partition, runs_inline
 from brook_storage_node.replica_manager import ReplicaManager
+from brook_storage_node.replication_quota import ReplicationQuota, is_throttled, node_throttle_rate
 
 __all__ = ["CaughtUpListener", "ReplicaServiceLimits", "ReplicaServicer"]
 
@@ -88,6 +95,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         self._limits = limits
         self._shutdown = shutdown
         self._on_caught_up = on_caught_up
+        self._quota = ReplicationQuota()
 
     async def ReplicaFetch(
         self, request_iterator: AsyncIterator[replica_pb2.ReplicaFetchRequest], context: Any
@@ -208,11 +216,27 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         budget = request.max_bytes or self._limits.response_bytes_max
         budget = min(budget, self._limits.response_bytes_max)
         first = not any(t.size_bytes for t in targets)
+        node_id = self._replicas.node_id
+        rate = node_throttle_rate(self._replicas.view, node_id, LEADER_THROTTLED_RATE)
         for target in targets:
             partition = target.partition
             if partition is None:
                 continue
             limit = target.request.partition_max_bytes or budget
+            throttled = (
+                rate is not None
+                and request.replica_id not in partition.isr
+                and is_throttled(
+                    self._replicas.view.topic_configs(partition.topic_partition.topic),
+                    "leader.replication.throttled.replicas",
+                    partition.topic_partition.partition,
+                    node_id,
+                )
+            )
+            if throttled:
+                if self._quota.delay_s(rate) > 0:
+                    continue
+                limit = ReplicationQuota.chunk_bytes(rate, limit)
             max_bytes = max(0, min(limit, budget))
             try:
                 if runs_inline(max_bytes):
@@ -233,6 +257,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                 target.partition = None
                 continue
             size = len(data.records)
+            if throttled:
+                self._quota.record(size, rate)
             if size:
                 target.response.records = bytes(data.records)
                 target.size_bytes = size
