@@ -27,6 +27,7 @@ from brook.server import ServiceSpec, add_service_arguments, run_service
 from brook.tools import add_tool_commands
 from brook.tools.groups import add_groups_command
 from brook.tools.log_dirs import add_log_dirs_command
+from brook.tools.reassign import add_reassign_command
 from brook.tools.transactions import add_transactions_command
 
 __all__ = ["COMMANDS", "SERVICE_PACKAGES", "load_service_spec", "main"]
@@ -98,6 +99,7 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
     add_groups_command,
     add_transactions_command,
     add_log_dirs_command,
+    add_reassign_command,
 )
 
 

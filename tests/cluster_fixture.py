@@ -115,13 +115,14 @@ def replication_cluster(
     heartbeat_interval_ms: int,
     lag_time_max_ms: int,
     storage_node_config: Mapping[str, str] | None = None,
+    storage_nodes: int = 3,
 ) -> LocalCluster:
-    """Three storage nodes that replicate through ``controllers`` controllers, with the short
-    leases and lag bounds fault tests need (and no leader rebalancing behind their back);
-    ``storage_node_config``: more settings of the storage nodes."""
+    """Storage nodes (three unless told) that replicate through ``controllers`` controllers,
+    with the short leases and lag bounds fault tests need (and no leader rebalancing behind
+    their back); ``storage_node_config``: more settings of the storage nodes."""
     return factory(
         controllers=controllers,
-        storage_nodes=3,
+        storage_nodes=storage_nodes,
         group_coordinators=0,
         gateways=0,
         config_overrides={

@@ -107,6 +107,7 @@ __all__ = [
     "OffsetAndMetadata",
     "PartitionDescription",
     "PartitionLag",
+    "PartitionReassignment",
     "ProducerState",
     "TopicDescription",
     "TransactionDescription",
@@ -173,6 +174,16 @@ class PartitionDescription:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     offline_replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """A partition being moved (Kafka's PartitionReassignment): every replica it has now,
+    the target's new ones and the old ones leaving once the target is in sync."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -382,6 +393,13 @@ def _resource(resource: ConfigResource) -> admin_pb2.ConfigResource:
 
 def _error(code: int, message: str) -> ApiError | None:
     return None if code == ErrorCode.NONE else api_error(error_code(code), message)
+
+
+def _partition_errors(results: Iterable[Any]) -> dict[TopicPartition, ApiError | None]:
+    """Per-partition results (topic, partition, error_code, error_message) as errors."""
+    return {
+        TopicPartition(r.topic, r.partition): _error(r.error_code, r.error_message) for r in results
+    }
 
 
 def _describe_node(node: admin_pb2.NodeDescription) -> NodeDescription:
@@ -768,9 +786,58 @@ class Admin(Closing):
             lambda r: [result.error_code for result in r.results],
             timeout_ms,
         )
+        return _partition_errors(response.results)
+
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, ApiError | None]:
+        """Moves each partition to its target replicas (the first the preferred leader), or
+        cancels its move (None). Answered once each move has started: the data moves after,
+        and ``list_partition_reassignments`` shows what is still moving."""
+        partitions = list(reassignments)
+        for tp in partitions:
+            target = reassignments[tp]
+            if target is not None and not target:
+                raise ValueError(f"{tp}: a target needs a replica (None cancels a move)")
+        request = admin_pb2.AlterPartitionReassignmentsRequest(
+            reassignments=[
+                admin_pb2.PartitionReassignment(
+                    topic=tp.topic, partition=tp.partition, replicas=reassignments[tp] or ()
+                )
+                for tp in partitions
+            ],
+            timeout_ms=timeout_ms or self._api_timeout_ms,
+        )
+        response = self._call(
+            lambda stub, t: stub.AlterPartitionReassignments(request, timeout=t),
+            lambda r: [result.error_code for result in r.results],
+            timeout_ms,
+        )
+        return _partition_errors(response.results)
+
+    def list_partition_reassignments(
+        self, partitions: Sequence[TopicPartition] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The partitions being moved (of ``partitions``, or all)."""
+        request = admin_pb2.ListPartitionReassignmentsRequest(
+            partitions=[
+                common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                for tp in partitions or []
+            ]
+        )
+        response = self._call(
+            lambda stub, t: stub.ListPartitionReassignments(request, timeout=t),
+            lambda r: [],
+            timeout_ms,
+        )
         return {
-            TopicPartition(r.topic, r.partition): _error(r.error_code, r.error_message)
-            for r in response.results
+            TopicPartition(r.topic, r.partition): PartitionReassignment(
+                tuple(r.replicas), tuple(r.adding_replicas), tuple(r.removing_replicas)
+            )
+            for r in response.reassignments
         }
 
     # ------------------------------------------------------------------ consumer groups

@@ -17,13 +17,13 @@ producer that does retry: ``idempotent=True``.)
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 from cluster_fixture import ClusterFactory, replication_cluster, wait_until
+from numbered_sender import NumberedSender
 from replica_logs import assert_replicas_identical_to_high_watermark, read_to_high_watermarks
 
 from brook.client import Producer
@@ -42,48 +42,6 @@ WAIT_TIMEOUT_S = 40.0
 SEND_TIMEOUT_S = 15.0
 CONSUME_TIMEOUT_S = 30.0
 POLL_S = 0.05
-PAUSE_BETWEEN_SENDS_S = 0.01
-
-
-class _Sender:
-    """Sends 0, 1, 2, ... to every partition in a thread, one record per partition at a time;
-    remembers what was acknowledged and what was sent at all."""
-
-    def __init__(self, producer: Producer) -> None:
-        self._producer = producer
-        self.sent: dict[int, int] = dict.fromkeys(range(PARTITIONS), 0)
-        self.acked: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-        self.failures = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="numbered-sender", daemon=True)
-
-    def __enter__(self) -> _Sender:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(SEND_TIMEOUT_S * 2)
-        assert not self._thread.is_alive(), "the sender did not stop"
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            futures = []
-            for partition in range(PARTITIONS):
-                number = self.sent[partition]
-                self.sent[partition] = number + 1
-                value = str(number).encode()
-                futures.append(
-                    (partition, number, self._producer.send(TOPIC, value, partition=partition))
-                )
-            for partition, number, future in futures:
-                try:
-                    future.result(SEND_TIMEOUT_S)
-                except Exception:
-                    self.failures += 1
-                else:
-                    self.acked[partition].append(number)
-            time.sleep(PAUSE_BETWEEN_SENDS_S)
 
 
 def _wait(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> float:
@@ -148,14 +106,14 @@ def _kill_leaders_in_turn(
                 delivery_timeout_ms=10000,
                 retry_backoff_ms=50,
             ) as producer,
-            _Sender(producer) as sender,
+            NumberedSender(producer, TOPIC, PARTITIONS, send_timeout_s=SEND_TIMEOUT_S) as sender,
         ):
             _wait(lambda: all(sender.acked.values()), "a first acknowledgement per partition")
             for _ in range(ROUNDS):
                 for partition in range(PARTITIONS):
                     victim_id = _leader_of(admin, partition)
                     assert victim_id is not None
-                    acked_before = sum(map(len, sender.acked.values()))
+                    acked_before = sender.acknowledged()
                     cluster.kill(nodes[victim_id], signal.SIGKILL)
                     _wait(
                         lambda p=partition, v=victim_id: _leader_of(admin, p) not in (None, v),  # type: ignore[misc]
@@ -166,14 +124,14 @@ def _kill_leaders_in_turn(
                         lambda: _fully_replicated(admin), "the restarted node to rejoin every ISR"
                     )
                     _wait(
-                        lambda b=acked_before: sum(map(len, sender.acked.values())) > b,  # type: ignore[misc]
+                        lambda b=acked_before: sender.acknowledged() > b,  # type: ignore[misc]
                         "acknowledgements after the failover",
                     )
         # With sending over and every replica in the ISR, every replica's log end is at or
         # past the high watermark read next, so each one holds the whole committed prefix.
         _wait(lambda: _fully_replicated(admin), "full ISRs after the last send")
         elapsed_s = time.monotonic() - started
-    acked_total = sum(map(len, sender.acked.values()))
+    acked_total = sender.acknowledged()
     print(
         f"\nacks={acks} idempotent={idempotent}: {ROUNDS * PARTITIONS} leader kills in "
         f"{elapsed_s:.1f} s: {acked_total} "

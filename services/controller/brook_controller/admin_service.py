@@ -58,18 +58,19 @@ def _fail(item: Any, error: BrookError) -> Any:
 
 def _per_resource(
     resources: Sequence[_Resource],
-    key: Callable[[_Resource], Hashable],
+    key: Callable[[_Resource], Hashable] | None,
     blank: Callable[[_Resource], _Result],
     apply: Callable[[_Resource, _Result], _Result | None],
 ) -> list[_Result]:
     """One result per resource: ``apply``'s (or the blank one), or the blank one carrying the
-    error it raised. A resource named twice in one request is refused, as in Kafka."""
-    keys = [key(resource) for resource in resources]
+    error it raised. A resource named twice in one request (the same ``key``) is refused, as
+    in Kafka; ``key`` None allows repeats."""
+    keys = [key(resource) if key is not None else None for resource in resources]
     results = []
     for resource, resource_key in zip(resources, keys, strict=True):
         result = blank(resource)
         try:
-            if keys.count(resource_key) > 1:
+            if resource_key is not None and keys.count(resource_key) > 1:
                 raise BrookError(ErrorCode.INVALID_REQUEST, "the request names it twice")
             result = apply(resource, result) or result
         except BrookError as error:
@@ -265,8 +266,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     )
                 )
 
-            # Describing one resource twice is harmless: every entry gets its own key.
-            return _per_resource(request.resources, id, blank, fill)
+            # Describing one resource twice is harmless: each gets its own answer.
+            return _per_resource(request.resources, None, blank, fill)
 
         results = await _guarded(describe, request.resources, blank, "DescribeConfigs")
         return admin_pb2.DescribeConfigsResponse(results=results)

