@@ -7,7 +7,8 @@ A service is a small object (the `Service` protocol) described by a `ServiceSpec
    before anything is bound or started;
 2. sets up logging and telemetry;
 3. creates the grpc.aio server with the configured limits, registers grpc.health.v1.Health
-   (every name NOT_SERVING) and binds the GRPC listener (a bind failure exits with status 1);
+   (every name NOT_SERVING) and server reflection (`_reflection_names`), and binds the GRPC
+   listener (a bind failure exits with status 1);
 4. awaits `service.start(context)`: the service registers its servicers on `context.server` and
    starts its background tasks through `context.tasks`;
 5. starts the server and reports SERVING for "" and every name in `spec.health_names`;
@@ -40,6 +41,7 @@ from typing import Any, Final, Protocol
 import grpc
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from brook.config import Config, ConfigDef, ConfigError, Listener, load_config
 from brook.logs import configure_logging
@@ -98,8 +100,8 @@ class ServiceSpec:
     """Short name: storage-node, controller, group-coordinator, gateway."""
     config_def: ConfigDef
     health_names: tuple[str, ...]
-    """Fully qualified gRPC service names reported in health besides "", e.g.
-    brook.v1.StorageService."""
+    """Fully qualified names of the gRPC services the service registers, e.g.
+    brook.v1.StorageService: reported in health besides "" and listed by server reflection."""
     create: Callable[[Config], Service]
 
     @property
@@ -233,6 +235,15 @@ def _grpc_server(config: Config) -> Any:
     )
 
 
+def _reflection_names(spec: ServiceSpec) -> tuple[str, ...]:
+    """Every gRPC service a process of `spec` serves, as server reflection lists them: the
+    service's own (`spec.health_names`), grpc.health.v1.Health and the reflection service.
+    Reflection describes them from the default protobuf descriptor pool, which holds every
+    brook.v1 service whose _pb2 module the service imported to register it."""
+    health_name: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+    return (*spec.health_names, health_name, reflection.SERVICE_NAME)
+
+
 def _bind_failure_reason(listener: Listener) -> str:
     """grpc only says that binding failed; a plain socket says why."""
     try:
@@ -270,6 +281,7 @@ async def serve(spec: ServiceSpec, config: Config, *, stop: asyncio.Event) -> in
     await health.set_all(False)
     server = _grpc_server(config)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
+    reflection.enable_server_reflection(_reflection_names(spec), server)
     try:
         server.add_insecure_port(listener.address)
     except RuntimeError:

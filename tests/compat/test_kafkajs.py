@@ -10,14 +10,12 @@ every record, key, header and offset read back exactly.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from node_scripts import run_node_json
 from test_gateway_fuzz import KafkaGateways, kafka_gateways, stored_batch_codecs
 from test_kafka_clients import Consumed, confluent_poll
 
@@ -42,24 +40,10 @@ def gateway(compat_cluster: LocalCluster) -> KafkaGateways:
 
 
 def _kafkajs(*args: str) -> Any:
-    """The JSON kafkajs_client.mjs prints; fails the test with its stderr when it fails."""
-    node = shutil.which("node")
-    assert node, "Node.js is not installed"
-    assert (SCRIPT.parents[2] / "node_modules" / "kafkajs").is_dir(), (
-        "kafkajs is not installed: run tools/install-dev"
-    )
-    command = [node, str(SCRIPT), *args]
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=NODE_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired as e:
-        # A process that printed its result has disconnected every client: kafkajs left
-        # something open (decisions.md on one address per broker id).
-        what = "printed its result but did not exit" if e.stdout else "did not finish"
-        pytest.fail(f"{command} {what} within {NODE_TIMEOUT_S} s; stderr: {e.stderr!r}")
-    assert done.returncode == 0, f"{command} exited {done.returncode}: {done.stderr}"
-    return json.loads(done.stdout)
+    """The JSON kafkajs_client.mjs prints; fails the test with its stderr when it fails. A
+    process that printed its result but did not exit has left a kafkajs client connected
+    (decisions.md on one address per broker id)."""
+    return run_node_json(SCRIPT, args, packages=["kafkajs"], timeout_s=NODE_TIMEOUT_S)
 
 
 @dataclass(frozen=True, order=True)
