@@ -63,6 +63,8 @@ APIS: Final = (
     "CreatePartitions",
     "DeleteGroups",
     "IncrementalAlterConfigs",
+    "AlterPartitionReassignments",
+    "ListPartitionReassignments",
     "DescribeProducers",
     "DescribeTransactions",
     "ListTransactions",

@@ -1,6 +1,6 @@
-"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs and
-IncrementalAlterConfigs: forwarded to the active controller's AdminService, whose answers
-already carry Kafka's error codes.
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs, AlterPartitionReassignments and ListPartitionReassignments: forwarded
+to the active controller's AdminService, whose answers already carry Kafka's error codes.
 
 After a successful topic change the gateway waits (within the request's timeout) until its
 own metadata cache shows it, so a client that sends Metadata right after CreateTopics sees
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from brook.errors import ErrorCode
-from brook.v1 import admin_pb2, metadata_pb2
+from brook.v1 import admin_pb2, common_pb2, metadata_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
 from brook_gateway.protocol.codec import Message
@@ -509,6 +509,126 @@ def _incremental_alter_configs(backend: Backend) -> ApiHandler:
     )
 
 
+def _alter_partition_reassignments(backend: Backend) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        wanted = [
+            admin_pb2.PartitionReassignment(
+                topic=t["name"], partition=p["partition_index"], replicas=p["replicas"] or ()
+            )
+            for t in request["topics"]
+            for p in t["partitions"]
+        ]
+        try:
+            response = await backend.upstreams.admin(
+                backend.controllers,
+                "AlterPartitionReassignments",
+                admin_pb2.AlterPartitionReassignmentsRequest(
+                    reassignments=wanted, timeout_ms=request["timeout_ms"]
+                ),
+                lambda r: [result.error_code for result in r.results],
+            )
+        except UpstreamError as e:
+            return _reassignments_failed(request, int(e.code), str(e) or None)
+        by_topic: dict[str, list[Message]] = {}
+        for result in response.results:
+            by_topic.setdefault(result.topic, []).append(
+                {
+                    "partition_index": result.partition,
+                    "error_code": int(result.error_code),
+                    "error_message": result.error_message or None,
+                }
+            )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "responses": [
+                {"name": name, "partitions": partitions} for name, partitions in by_topic.items()
+            ],
+        }
+
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del context
+        return _reassignments_failed(request, code, None)
+
+    return ApiHandler(
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS, handle, versions=(0, 0), error_response=error
+    )
+
+
+def _reassignments_failed(request: Message, code: int, message: str | None) -> Message:
+    """Every partition of an AlterPartitionReassignments request failed with ``code``."""
+    return {
+        "throttle_time_ms": 0,
+        "error_code": code,
+        "error_message": message,
+        "responses": [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": code,
+                        "error_message": message,
+                    }
+                    for p in t["partitions"]
+                ],
+            }
+            for t in request["topics"]
+        ],
+    }
+
+
+def _list_partition_reassignments(backend: Backend) -> ApiHandler:
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        wanted = [
+            common_pb2.TopicPartition(topic=t["name"], partition=index)
+            for t in request["topics"] or []
+            for index in t["partition_indexes"]
+        ]
+        if request["topics"] is not None and not wanted:
+            # Topics named with no partitions: nothing asked, nothing moving (as in Kafka).
+            return {"throttle_time_ms": 0, "error_code": 0, "topics": []}
+        try:
+            response = await backend.upstreams.admin(
+                backend.controllers,
+                "ListPartitionReassignments",
+                admin_pb2.ListPartitionReassignmentsRequest(partitions=wanted),
+                lambda r: [],
+            )
+        except UpstreamError as e:
+            return {
+                "throttle_time_ms": 0,
+                "error_code": int(e.code),
+                "error_message": str(e) or None,
+                "topics": [],
+            }
+        by_topic: dict[str, list[Message]] = {}
+        for moving in response.reassignments:
+            by_topic.setdefault(moving.topic, []).append(
+                {
+                    "partition_index": moving.partition,
+                    "replicas": list(moving.replicas),
+                    "adding_replicas": list(moving.adding_replicas),
+                    "removing_replicas": list(moving.removing_replicas),
+                }
+            )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+        }
+
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del request, context
+        return {"throttle_time_ms": 0, "error_code": code, "topics": []}
+
+    return ApiHandler(
+        ApiKey.LIST_PARTITION_REASSIGNMENTS, handle, versions=(0, 0), error_response=error
+    )
+
+
 def admin_handlers(backend: Backend) -> list[ApiHandler]:
     return [
         _create_topics(backend),
@@ -517,4 +637,6 @@ def admin_handlers(backend: Backend) -> list[ApiHandler]:
         _describe_configs(backend),
         _alter_configs(backend),
         _incremental_alter_configs(backend),
+        _alter_partition_reassignments(backend),
+        _list_partition_reassignments(backend),
     ]

@@ -47,6 +47,8 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -1843,6 +1845,133 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE: Final = MessageSpec(
 )
 
 
+ALTER_PARTITION_REASSIGNMENTS_REQUEST: Final = MessageSpec(
+    "AlterPartitionReassignmentsRequest",
+    45,
+    (0, 0),
+    (0, HI),
+    (
+        F("timeout_ms", "int32", (0, HI), default=60000),
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("partition_index", "int32", (0, HI)),
+                        F(
+                            "replicas",
+                            "int32",
+                            (0, HI),
+                            array=True,
+                            nullable=(0, HI),
+                            null_default=True,
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+ALTER_PARTITION_REASSIGNMENTS_RESPONSE: Final = MessageSpec(
+    "AlterPartitionReassignmentsResponse",
+    45,
+    (0, 0),
+    (0, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F("error_code", "int16", (0, HI)),
+        F("error_message", "string", (0, HI), nullable=(0, HI)),
+        F(
+            "responses",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("partition_index", "int32", (0, HI)),
+                        F("error_code", "int16", (0, HI)),
+                        F("error_message", "string", (0, HI), nullable=(0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+LIST_PARTITION_REASSIGNMENTS_REQUEST: Final = MessageSpec(
+    "ListPartitionReassignmentsRequest",
+    46,
+    (0, 0),
+    (0, HI),
+    (
+        F("timeout_ms", "int32", (0, HI), default=60000),
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            nullable=(0, HI),
+            null_default=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F("partition_indexes", "int32", (0, HI), array=True),
+            ),
+        ),
+    ),
+)
+
+
+LIST_PARTITION_REASSIGNMENTS_RESPONSE: Final = MessageSpec(
+    "ListPartitionReassignmentsResponse",
+    46,
+    (0, 0),
+    (0, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F("error_code", "int16", (0, HI)),
+        F("error_message", "string", (0, HI), nullable=(0, HI)),
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("partition_index", "int32", (0, HI)),
+                        F("replicas", "int32", (0, HI), array=True),
+                        F("adding_replicas", "int32", (0, HI), array=True),
+                        F("removing_replicas", "int32", (0, HI), array=True),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
 DESCRIBE_PRODUCERS_REQUEST: Final = MessageSpec(
     "DescribeProducersRequest",
     61,
@@ -2021,6 +2150,8 @@ REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.CREATE_PARTITIONS: CREATE_PARTITIONS_REQUEST,
     ApiKey.DELETE_GROUPS: DELETE_GROUPS_REQUEST,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_REQUEST,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER_PARTITION_REASSIGNMENTS_REQUEST,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: LIST_PARTITION_REASSIGNMENTS_REQUEST,
     ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_REQUEST,
     ApiKey.DESCRIBE_TRANSACTIONS: DESCRIBE_TRANSACTIONS_REQUEST,
     ApiKey.LIST_TRANSACTIONS: LIST_TRANSACTIONS_REQUEST,
@@ -2058,6 +2189,8 @@ RESPONSES: Final[dict[int, MessageSpec]] = {
     ApiKey.CREATE_PARTITIONS: CREATE_PARTITIONS_RESPONSE,
     ApiKey.DELETE_GROUPS: DELETE_GROUPS_RESPONSE,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_RESPONSE,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: LIST_PARTITION_REASSIGNMENTS_RESPONSE,
     ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_RESPONSE,
     ApiKey.DESCRIBE_TRANSACTIONS: DESCRIBE_TRANSACTIONS_RESPONSE,
     ApiKey.LIST_TRANSACTIONS: LIST_TRANSACTIONS_RESPONSE,
