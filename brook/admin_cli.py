@@ -10,6 +10,7 @@ the spirit of Kafka's kafka-topics.sh, kafka-configs.sh and kafka-leader-electio
     brook topics elect-leaders [--topic events [--partition 0]] [--unclean]
     brook topics delete --topic events
     brook cluster describe
+    brook cluster unregister --node 4
 
 Every command takes ``--bootstrap-server`` (controllers' GRPC addresses, default
 127.0.0.1:9201, the first controller of ``brook cluster up``) and ``--timeout-ms``. Exit status:
@@ -125,6 +126,12 @@ def add_admin_commands(subparsers: Any) -> None:
         "(equal offsets with different digests would mean the replicas diverged)",
     )
     handler(cluster_describe, _describe_cluster)
+    unregister = cluster_actions.add_parser(
+        "unregister",
+        help="remove a stopped storage node that holds no replica (kafka-cluster unregister)",
+    )
+    unregister.add_argument("--node", type=int, required=True, metavar="ID")
+    handler(unregister, _unregister)
 
 
 def _subcommands_of(parser: argparse.ArgumentParser) -> Any:
@@ -332,6 +339,12 @@ def _describe_cluster(admin: Admin, args: argparse.Namespace) -> int:
             f"Node: {node.node_id}\t{node.role}\t{state}\tEpoch: {node.broker_epoch}"
             f"\t{_endpoints(node.endpoints)}{rack}"
         )
+    return EXIT_OK
+
+
+def _unregister(admin: Admin, args: argparse.Namespace) -> int:
+    admin.unregister_broker(args.node)
+    print(f"Unregistered node {args.node}.")
     return EXIT_OK
 
 

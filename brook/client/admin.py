@@ -818,6 +818,21 @@ class Admin(Closing):
         )
         return _partition_errors(response.results)
 
+    def unregister_broker(self, node_id: int, *, timeout_ms: int | None = None) -> None:
+        """Removes a stopped storage node that holds no replica from the cluster (Kafka's
+        UnregisterBroker); ApiError otherwise, and nothing changes."""
+        request = admin_pb2.UnregisterBrokerRequest(
+            node_id=node_id, timeout_ms=timeout_ms or self._api_timeout_ms
+        )
+        response = self._call(
+            lambda stub, t: stub.UnregisterBroker(request, timeout=t),
+            lambda r: [r.error_code],
+            timeout_ms,
+        )
+        error = _error(response.error_code, response.error_message)
+        if error is not None:
+            raise error
+
     def list_partition_reassignments(
         self, partitions: Sequence[TopicPartition] | None = None, *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, PartitionReassignment]:

@@ -7,6 +7,7 @@ kafka-reassign-partitions.sh does it, with the same JSON files.
     brook reassign --verify --reassignment-json-file plan.json [--progress]
     brook reassign --cancel --reassignment-json-file plan.json
     brook reassign --list
+    brook reassign --decommission NODE [--throttle BYTES_PER_S] [--progress]
 
 - ``--generate`` prints the current assignment of the topics named in
   ``{"version":1,"topics":[{"topic":"t"}]}`` and a proposal spreading each partition's
@@ -21,6 +22,11 @@ kafka-reassign-partitions.sh does it, with the same JSON files.
   removes the throttles (the tool's own cleanup, as in Kafka).
 - ``--cancel`` stops the moves of the plan's partitions: each goes back to its replicas
   from before the move.
+- ``--decommission NODE`` drains a storage node: every replica it holds (internal topics
+  included) moves to the live storage node holding the fewest replicas that does not hold
+  one of that partition yet, in the same place of the replica list. It prints the rollback
+  plan and starts the moves like ``--execute``; once they are done the node holds nothing,
+  and can be stopped and removed (``brook cluster unregister --node NODE``).
 - ``--progress`` (with ``--execute`` or ``--verify``) then shows, about once a second until
   every move is done (or ``--timeout-ms``), each moving partition's copies: bytes caught up
   on each node being added against the leader's log, the rate and the time left.
@@ -46,7 +52,7 @@ if TYPE_CHECKING:
     from brook.client.admin import Admin
     from brook.client.types import TopicPartition
 
-__all__ = ["add_reassign_command", "proposed_assignment"]
+__all__ = ["add_reassign_command", "drained_assignment", "proposed_assignment"]
 
 EXIT_FAILED: Final = 1
 PLAN_VERSION: Final = 1
@@ -73,6 +79,12 @@ def add_reassign_command(subparsers: Any) -> None:
         ("list", "the partitions being moved now"),
     ):
         mode.add_argument(f"--{name}", action="store_true", help=text)
+    mode.add_argument(
+        "--decommission",
+        type=int,
+        metavar="NODE",
+        help="move every replica off this storage node (then it can be stopped and removed)",
+    )
     parser.add_argument("--topics-to-move-json-file", type=Path, metavar="FILE")
     parser.add_argument("--broker-list", metavar="ID,ID,...")
     parser.add_argument("--reassignment-json-file", type=Path, metavar="FILE")
@@ -185,24 +197,72 @@ def _current(admin: Admin, topics: Sequence[str]) -> dict[tuple[str, int], tuple
 
 
 def _run(admin: Admin, args: argparse.Namespace) -> int:
-    if args.throttle is not None and (not args.execute or args.throttle <= 0):
+    executes = args.execute or args.decommission is not None
+    if args.throttle is not None and (not executes or args.throttle <= 0):
         raise UsageError("--throttle takes a positive rate and goes with --execute")
-    if args.progress and not (args.execute or args.verify):
-        raise UsageError("--progress goes with --execute or --verify")
+    if args.progress and not (executes or args.verify):
+        raise UsageError("--progress goes with --execute, --decommission or --verify")
     if args.generate:
         return _generate(admin, args)
     if args.list:
         return _list(admin)
     if args.cancel:
         return _cancel(admin, _plan(args.reassignment_json_file, replicas_required=False))
-    moves = _plan(args.reassignment_json_file)
-    if args.execute:
+    if args.decommission is not None:
+        moves = _drain(admin, args.decommission)
+        if not moves:
+            print(f"Node {args.decommission} holds no replica.")
+            return EXIT_OK
+    else:
+        moves = _plan(args.reassignment_json_file)
+    if executes:
         status = _execute(admin, moves, args.throttle)
         if status != EXIT_OK or not args.progress:
             return status
     if args.progress:
         _show_progress(admin, moves, args.timeout_ms)
     return _verify(admin, moves)
+
+
+def drained_assignment(
+    current: Mapping[tuple[str, int], Sequence[int]], node: int, live: Sequence[int]
+) -> dict[tuple[str, int], list[int]]:
+    """The partitions ``node`` holds a replica of, each with that replica replaced by the
+    ``live`` node holding the fewest replicas (the lowest id on a tie) among those not holding
+    one of the partition yet; the replica's place in the list is kept."""
+    load = {n: 0 for n in live if n != node}
+    for replicas in current.values():
+        for replica in replicas:
+            if replica in load:
+                load[replica] += 1
+    drained = {}
+    for (topic, partition), replicas in sorted(current.items()):
+        if node not in replicas:
+            continue
+        candidates = [n for n in load if n not in replicas]
+        if not candidates:
+            raise UsageError(
+                f"no live storage node can take {topic}-{partition}'s replica: it has "
+                f"{len(replicas)} replicas and the cluster {len(load) + 1} live nodes"
+            )
+        chosen = min(candidates, key=lambda n: (load[n], n))
+        load[chosen] += 1
+        drained[(topic, partition)] = [chosen if r == node else r for r in replicas]
+    return drained
+
+
+def _drain(admin: Admin, node: int) -> list[_Move]:
+    cluster = admin.describe_cluster()
+    storage = [n for n in cluster.nodes if n.role == STORAGE_NODE_ROLE]
+    if node not in {n.node_id for n in storage}:
+        raise UsageError(f"node {node} is not a registered storage node")
+    live = [n.node_id for n in storage if not n.fenced and not n.in_controlled_shutdown]
+    topics = admin.list_topics(include_internal=True)
+    current = _current(admin, topics)
+    return [
+        _Move(topic, partition, tuple(replicas))
+        for (topic, partition), replicas in drained_assignment(current, node, live).items()
+    ]
 
 
 def _generate(admin: Admin, args: argparse.Namespace) -> int:

@@ -434,3 +434,19 @@ class OngoingReassignment(_message.Message):
     adding_replicas: _containers.RepeatedScalarFieldContainer[int]
     removing_replicas: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., adding_replicas: _Optional[_Iterable[int]] = ..., removing_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class UnregisterBrokerRequest(_message.Message):
+    __slots__ = ("node_id", "timeout_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    timeout_ms: int
+    def __init__(self, node_id: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class UnregisterBrokerResponse(_message.Message):
+    __slots__ = ("error_code", "error_message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: _errors_pb2.ErrorCode
+    error_message: str
+    def __init__(self, error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...

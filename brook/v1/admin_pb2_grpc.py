@@ -91,6 +91,11 @@ class AdminServiceStub:
                 request_serializer=brook_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=brook_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
+        self.UnregisterBroker = channel.unary_unary(
+                '/brook.v1.AdminService/UnregisterBroker',
+                request_serializer=brook_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -168,6 +173,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UnregisterBroker(self, request, context):
+        """Removes a storage node's registration (Kafka's UnregisterBroker): the last step of
+        decommissioning, once it holds no replica and has stopped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -220,6 +233,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListPartitionReassignments,
                     request_deserializer=brook_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.FromString,
                     response_serializer=brook_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'UnregisterBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterBroker,
+                    request_deserializer=brook_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -499,6 +517,33 @@ class AdminService:
             '/brook.v1.AdminService/ListPartitionReassignments',
             brook_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.SerializeToString,
             brook_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.AdminService/UnregisterBroker',
+            brook_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
+            brook_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -259,3 +259,68 @@ def test_a_throttled_move_survives_a_controller_kill_and_loses_no_acknowledged_r
         assert numbers == sorted(numbers), f"partition {p} is out of send order"
         missing = set(sender.acked[p]) - set(numbers)
         assert not missing, f"partition {p} lost acknowledged records {sorted(missing)[:10]}"
+
+
+def test_decommission_drains_a_node_to_zero_replicas_then_removes_it(
+    cluster_factory: ClusterFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = replication_cluster(
+        cluster_factory,
+        controllers=1,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=300,
+        lag_time_max_ms=5000,
+        storage_nodes=4,
+    )
+    names = _node_names(cluster)
+    bootstrap = ",".join(cluster.grpc_address(n) for n in cluster.names(Role.STORAGE_NODE))
+    controllers = cluster.controller_bootstrap_servers
+    topic = "drained"
+    with Admin(controllers) as admin:
+        assert admin.create_topics([NewTopic(topic, 4, 2)]) == {topic: None}
+        _wait(
+            lambda: all(len(p.isr) == 2 for p in admin.describe_topics([topic])[topic].partitions),
+            "full ISRs",
+        )
+        with Producer(bootstrap_servers=bootstrap, acks="all") as producer:
+            for future in [
+                producer.send(topic, str(i).encode(), partition=i % 4) for i in range(400)
+            ]:
+                future.result(30)
+
+        def hosted_by_2() -> list[str]:
+            described = admin.describe_topics(
+                admin.list_topics(include_internal=True), include_internal=True
+            )
+            return [
+                f"{name}-{p.partition}"
+                for name, t in described.items()
+                for p in t.partitions
+                if 2 in p.replicas
+            ]
+
+        assert hosted_by_2(), "node 2 holds replicas before"
+        status = _cli(
+            "reassign", "--decommission", "2", "--progress", "--bootstrap-server", controllers
+        )
+        out = capsys.readouterr().out
+        assert status == 0, out
+        assert "Every move is complete." in out
+        assert hosted_by_2() == []
+        _wait(lambda: not _hosted(cluster, names[2]), "node 2 to delete every replica")
+        # Still running: refused, nothing changes.
+        assert _cli("cluster", "unregister", "--node", "2", "--bootstrap-server", controllers) == 1
+        cluster.stop(names[2])
+        _wait(
+            lambda: any(n.node_id == 2 and n.fenced for n in admin.describe_cluster().nodes),
+            "node 2 to be fenced",
+        )
+        assert _cli("cluster", "unregister", "--node", "2", "--bootstrap-server", controllers) == 0
+        assert 2 not in {n.node_id for n in admin.describe_cluster().nodes}
+
+    storage = [names[n] for n in (1, 3, 4)]
+    _, records = read_to_high_watermarks(
+        ",".join(cluster.grpc_address(n) for n in storage), topic, range(4), CONSUME_TIMEOUT_S
+    )
+    for p in range(4):
+        assert [int(r.value or b"") for r in records[p]] == list(range(p, 400, 4))

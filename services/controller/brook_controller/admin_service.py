@@ -412,6 +412,48 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             ]
         )
 
+    async def UnregisterBroker(
+        self, request: admin_pb2.UnregisterBrokerRequest, context: Any
+    ) -> admin_pb2.UnregisterBrokerResponse:
+        def decide(changes: ChangeSet) -> None:
+            broker = changes.broker(request.node_id)
+            if broker is None:
+                raise BrookError(
+                    ErrorCode.BROKER_ID_NOT_REGISTERED, f"node {request.node_id} is not registered"
+                )
+            if changes.is_live(request.node_id):
+                raise BrookError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"node {request.node_id} is running: stop it first (a running node "
+                    "registers again)",
+                )
+            # Every partition read as a precondition: a move onto the node committed
+            # meanwhile makes this decision void.
+            current = [changes.partition(p.topic_id, p.partition) for p in changes.partitions()]
+            hosted = [
+                f"{p.topic}-{p.partition}"
+                for p in current
+                if p is not None and request.node_id in p.replicas
+            ]
+            if hosted:
+                raise BrookError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"node {request.node_id} still holds {len(hosted)} replicas "
+                    f"({', '.join(hosted[:5])}{', ...' if len(hosted) > 5 else ''}): move them "
+                    "away first (brook reassign --decommission)",
+                )
+            changes.remove_broker(broker)
+
+        try:
+            await self._controller.write(decide, self._deadline(request.timeout_ms))
+        except BrookError as error:
+            return admin_pb2.UnregisterBrokerResponse(
+                error_code=error.code,  # type: ignore[arg-type]
+                error_message=error.message,
+            )
+        self._controller.leases.forget(request.node_id)
+        return admin_pb2.UnregisterBrokerResponse()
+
 
 def _refused_auto_creations(
     topics: Iterable[admin_pb2.CreatableTopic],

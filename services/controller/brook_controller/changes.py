@@ -76,6 +76,16 @@ class ChangeSet:
         self._brokers[broker.node_id] = broker
         self._records[broker_key(broker.node_id)] = metadata_pb2.MetadataRecord(broker=broker)
 
+    def remove_broker(self, broker: metadata_pb2.BrokerRecord) -> None:
+        """Unregisters the node (this registration of it: its broker epoch)."""
+        self.require(broker_key(broker.node_id))
+        self._brokers.pop(broker.node_id, None)
+        self._records[broker_key(broker.node_id)] = metadata_pb2.MetadataRecord(
+            remove_broker=metadata_pb2.RemoveBrokerRecord(
+                node_id=broker.node_id, broker_epoch=broker.broker_epoch
+            )
+        )
+
     def put_partition(self, partition: metadata_pb2.PartitionRecord) -> None:
         key = partition_key(partition.topic_id, partition.partition)
         self.require(key)
