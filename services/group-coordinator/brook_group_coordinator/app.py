@@ -350,9 +350,15 @@ class GroupCoordinator:
         await self._membership.close()
 
 
+GRPC_SERVICES: Final = (
+    "brook.v1.GroupCoordinatorService",
+    "brook.v1.TransactionCoordinatorService",
+)
+
 SPEC = ServiceSpec(
     name="group-coordinator",
     config_def=CONFIG_DEF,
-    health_names=("brook.v1.GroupCoordinatorService", "brook.v1.TransactionCoordinatorService"),
+    health_names=GRPC_SERVICES,
+    traced_services=GRPC_SERVICES,
     create=GroupCoordinator,
 )
