@@ -313,6 +313,7 @@ async def _start_metrics_endpoint(
         raise ValueError("a METRICS listener needs the telemetry's Prometheus registry")
     endpoint = MetricsEndpoint(registry, listener)
     await endpoint.start()
+    _logger.info("serving metrics", extra={"listener": str(listener), "path": "/metrics"})
     return endpoint
 
 
