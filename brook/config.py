@@ -311,10 +311,12 @@ class NonEmptyList:
 
 @dataclass(frozen=True)
 class Listeners:
-    """A Kafka listener list restricted to this service's listener names, all of them present."""
+    """A Kafka listener list restricted to this service's listener names: every one of `names`
+    present, any of `optional` allowed."""
 
     names: tuple[str, ...]
     advertised: bool = False
+    optional: tuple[str, ...] = ()
 
     def __call__(self, value: ConfigValue) -> str | None:
         if not isinstance(value, tuple):
@@ -324,9 +326,13 @@ class Listeners:
         except ValueError as e:
             return f"is not a valid listener list: {e}"
         given = {listener.name for listener in listeners}
-        unknown = sorted(given - set(self.names))
+        unknown = sorted(given - {*self.names, *self.optional})
         if unknown:
-            return f"names unknown listener {unknown[0]} (this service has {', '.join(self.names)})"
+            optional = f"; optional {', '.join(self.optional)}" if self.optional else ""
+            return (
+                f"names unknown listener {unknown[0]} "
+                f"(this service has {', '.join(self.names)}{optional})"
+            )
         missing = [name for name in self.names if name not in given]
         if missing:
             return f"lacks the {missing[0]} listener (this service needs {', '.join(self.names)})"
@@ -340,7 +346,8 @@ class Listeners:
         return None
 
     def describe(self) -> str:
-        return "NAME://host:port,... with listeners " + ", ".join(self.names)
+        optional = "".join(f" (optional {name})" for name in self.optional)
+        return "NAME://host:port,... with listeners " + ", ".join(self.names) + optional
 
 
 @dataclass(frozen=True)
@@ -751,6 +758,14 @@ class Config:
                 return listener
         raise KeyError(f"{key} has no {listener_name} listener")
 
+    def optional_listener(self, listener_name: str) -> Listener | None:
+        """The listener called `listener_name` from listeners, None if it is not configured
+        (for a listener a service may run without, such as METRICS)."""
+        for listener in self.get_listeners():
+            if listener.name == listener_name:
+                return listener
+        return None
+
     def get_host_ports(self, name: str) -> tuple[HostPort, ...]:
         return tuple(parse_host_port(entry) for entry in self.get_list(name))
 
@@ -938,6 +953,9 @@ LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS: Final = ("text", "json")
 TELEMETRY_EXPORTERS: Final = ("none", "console", "otlp")
 OTLP_EXPORTER_MODULE: Final = "opentelemetry.exporter.otlp.proto.grpc"
+METRICS_LISTENER: Final = "METRICS"
+"""The optional listener every service may have: Prometheus's /metrics over HTTP. By convention
+(defaults, `brook cluster up`) its port is the process's GRPC port + 1000."""
 
 
 def _advertised_default(values: Mapping[str, ConfigValue]) -> str:
@@ -961,7 +979,8 @@ def common_keys(
     *, listener_names: tuple[str, ...], default_listeners: str
 ) -> tuple[tuple[ConfigKey, ...], tuple[ConfigCheck, ...]]:
     """The settings every Brook service has, and the rules that span them."""
-    listeners_validator = Listeners(listener_names)
+    optional = (METRICS_LISTENER,)
+    listeners_validator = Listeners(listener_names, optional=optional)
     keys = (
         ConfigKey(
             "node.id",
@@ -978,8 +997,10 @@ def common_keys(
             tuple(default_listeners.split(",")),
             "Where this process listens, in Kafka's listener syntax NAME://host:port, "
             "comma-separated. Every service has a GRPC listener (its gRPC services and the "
-            "standard grpc.health.v1.Health service). Use 0.0.0.0 as host to listen on every "
-            "interface. Listener names are fixed per service; see valid values.",
+            "standard grpc.health.v1.Health service). Any service may have a METRICS listener: "
+            "Prometheus's /metrics over HTTP (docs/metrics.md); without one there is no "
+            "endpoint. Use 0.0.0.0 as host to listen on every interface. Listener names are "
+            "fixed per service; see valid values.",
             Importance.HIGH,
             listeners_validator,
         ),
@@ -991,7 +1012,7 @@ def common_keys(
             "listener names as listeners. Set it when the bind address is not the address "
             "others reach (containers, 0.0.0.0); 0.0.0.0 and :: cannot be advertised.",
             Importance.HIGH,
-            Listeners(listener_names, advertised=True),
+            Listeners(listener_names, advertised=True, optional=optional),
         ),
         ConfigKey(
             "logging.level",

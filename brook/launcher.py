@@ -16,13 +16,17 @@ Layout of a cluster directory (``./.brook`` for ``brook cluster up``)::
 
 Well-known ports (``brook cluster up``; process N of a role, N from 1, plus ``--port-offset``):
 
-    storage-node-N       GRPC 9100+N
-    controller-N         GRPC 9200+N    RAFT 9300+N
-    group-coordinator-N  GRPC 9400+N
-    gateway-N            GRPC 9500+N    PLAINTEXT (Kafka) 9091+N, so gateway-1 is on 9092
+    storage-node-N       GRPC 9100+N    METRICS 10100+N
+    controller-N         GRPC 9200+N    METRICS 10200+N    RAFT 9300+N
+    group-coordinator-N  GRPC 9400+N    METRICS 10400+N
+    gateway-N            GRPC 9500+N    METRICS 10500+N    PLAINTEXT (Kafka) 9091+N, so
+                         gateway-1 is on 9092
                          kafka.node.port.base 9600+100*(N-1): the Kafka port of storage
                          node (broker) n it presents is base + n, so gateway-1 shows
                          broker 1 at 9601; room for storage ids 1-99
+
+Every process's METRICS port (Prometheus's /metrics, docs/metrics.md) is its GRPC port + 1000;
+a cluster.json written before METRICS existed gets it that way when the cluster is reused.
 
 Free ports (``port_offset=None``, the tests): every listener a free port, and each gateway a
 block of free consecutive ports for its per-broker Kafka ports, one for every storage id the
@@ -57,7 +61,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
 
-from brook.config import ENV_PREFIX
+from brook.config import ENV_PREFIX, METRICS_LISTENER
 from brook.health import HealthStatus, wait_until_serving
 from brook.ports import allocate_free_port_block, allocate_free_ports, port_is_free
 from brook.rpc.addresses import format_address
@@ -87,6 +91,9 @@ ALL_PROCESSES = "*"
 GRPC = "GRPC"
 RAFT = "RAFT"
 PLAINTEXT = "PLAINTEXT"
+METRICS = METRICS_LISTENER
+# A process's METRICS port is its GRPC port + this (the well-known ports' convention).
+METRICS_PORT_STEP = 1000
 
 
 class Role(enum.StrEnum):
@@ -113,10 +120,10 @@ START_ORDER: tuple[Role, ...] = (
 )
 
 LISTENERS: Mapping[Role, tuple[str, ...]] = {
-    Role.CONTROLLER: (GRPC, RAFT),
-    Role.STORAGE_NODE: (GRPC,),
-    Role.GROUP_COORDINATOR: (GRPC,),
-    Role.GATEWAY: (GRPC, PLAINTEXT),
+    Role.CONTROLLER: (GRPC, RAFT, METRICS),
+    Role.STORAGE_NODE: (GRPC, METRICS),
+    Role.GROUP_COORDINATOR: (GRPC, METRICS),
+    Role.GATEWAY: (GRPC, PLAINTEXT, METRICS),
 }
 
 # Port of process 1 of a role; process N listens on this + N - 1 (+ the port offset).
@@ -130,6 +137,15 @@ WELL_KNOWN_FIRST_PORT: Mapping[tuple[Role, str], int] = {
     (Role.GATEWAY, GRPC): 9501,
     # Kafka's own default port, what every Kafka client tries first.
     (Role.GATEWAY, PLAINTEXT): 9092,
+    **{
+        (role, METRICS): port + METRICS_PORT_STEP
+        for role, port in (
+            (Role.STORAGE_NODE, 9101),
+            (Role.CONTROLLER, 9201),
+            (Role.GROUP_COORDINATOR, 9401),
+            (Role.GATEWAY, 9501),
+        )
+    },
 }
 
 # A gateway's kafka.node.port.base (``brook cluster up``): gateway-N's is this + STEP * (N-1);
@@ -147,14 +163,14 @@ FIRST_NODE_ID: Mapping[Role, int] = {
     Role.GATEWAY: 3001,
 }
 
-# Within these counts no two well-known ports or node ids overlap (gateway-9's Kafka port is
-# 9100, storage-node-1's gRPC port 9101); a Raft quorum of more than 9 voters only slows
-# commits down.
+# Within these counts no two well-known ports or node ids overlap (gateway-5's per-broker
+# ports end at 10099, storage-node-1's METRICS port is 10101); a Raft quorum of more than 9
+# voters only slows commits down.
 COUNT_LIMITS: Mapping[Role, tuple[int, int]] = {
     Role.CONTROLLER: (1, 9),
     Role.STORAGE_NODE: (0, 99),
     Role.GROUP_COORDINATOR: (0, 99),
-    Role.GATEWAY: (0, 9),
+    Role.GATEWAY: (0, 5),
 }
 
 # Runs before the service's interpreter replaces it: asks the kernel to SIGTERM the service
@@ -315,6 +331,12 @@ def _plan_ports(
             )
         ports.setdefault(name, {})[listener] = port
     return ports
+
+
+def _add_missing_metrics_port(ports: dict[str, int]) -> None:
+    """A layout recorded before the METRICS listener existed: its port by the convention."""
+    if METRICS not in ports and GRPC in ports:
+        ports[METRICS] = ports[GRPC] + METRICS_PORT_STEP
 
 
 def _plan_node_port_bases(
@@ -519,6 +541,7 @@ class LocalCluster:
         for role in START_ORDER:
             for index in range(1, self.topology.count(role) + 1):
                 name = _process_name(role, index)
+                _add_missing_metrics_port(ports.get(name, {}))
                 if set(ports.get(name, {})) != set(LISTENERS[role]):
                     raise ClusterLayoutError(f"{layout_path} has no valid ports for {name}")
                 self._specs[name] = ProcessSpec(

@@ -8,6 +8,10 @@ passed with `extra=` and, if any, the exception (`exc`). Two formats:
   are double-quoted with escapes, so a record is always exactly one line.
 - json: one JSON object per line with the same keys.
 
+A record logged while a valid OpenTelemetry span is current (a traced request being handled)
+also carries `trace_id` and `span_id` (lower-case hex, as trace back-ends show them), right after
+msg, so a log line can be found from a trace and the other way round.
+
 Code logs the usual way: `logging.getLogger(__name__).info("segment rolled", extra={"base_offset":
 42})`. An extra field named like a fixed field (say `node_id` for a peer) is written as
 `extra.node_id` so it never hides the fixed one.
@@ -22,6 +26,8 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Final, TextIO
+
+from opentelemetry import trace
 
 __all__ = ["JsonFormatter", "LogfmtFormatter", "RepeatLimiter", "configure_logging"]
 
@@ -53,6 +59,10 @@ class _StructuredFormatter(logging.Formatter):
             "node_id": self._node_id,
             "msg": record.getMessage(),
         }
+        span_context = trace.get_current_span().get_span_context()
+        if span_context.is_valid:
+            fields["trace_id"] = trace.format_trace_id(span_context.trace_id)
+            fields["span_id"] = trace.format_span_id(span_context.span_id)
         for name, value in record.__dict__.items():
             if name in _RECORD_ATTRIBUTES or name.startswith("_"):
                 continue

@@ -6,15 +6,19 @@ A service is a small object (the `Service` protocol) described by a `ServiceSpec
 1. loads and validates the configuration; any problem exits with status 2 and one line on stderr,
    before anything is bound or started;
 2. sets up logging and telemetry;
-3. creates the grpc.aio server with the configured limits, registers grpc.health.v1.Health
-   (every name NOT_SERVING) and server reflection (`_reflection_names`), and binds the GRPC
-   listener (a bind failure exits with status 1);
+3. creates the grpc.aio server with the configured limits (and a span and latency per call of
+   the services in `spec.traced_services`, brook/rpc/server_telemetry.py), registers
+   grpc.health.v1.Health (every name NOT_SERVING) and server reflection
+   (`_reflection_names`) and binds the GRPC listener, then serves /metrics on the METRICS
+   listener if there is one (brook/metrics_endpoint.py) and starts measuring the event loop's
+   idle share (brook/loop_idle.py); a bind failure exits with status 1;
 4. awaits `service.start(context)`: the service registers its servicers on `context.server` and
    starts its background tasks through `context.tasks`;
 5. starts the server and reports SERVING for "" and every name in `spec.health_names`;
 6. on SIGTERM/SIGINT (or a background task failing) shuts down within `shutdown.timeout.ms`:
    health NOT_SERVING at once, no new RPCs, in-flight RPCs get the grace period, then
-   `service.stop()`, then every owned task is cancelled and awaited, then telemetry is flushed.
+   `service.stop()`, then every owned task is cancelled and awaited, then /metrics stops, then
+   telemetry is flushed.
    A second signal exits immediately.
 
 Exit status: 0 after a clean shutdown, 1 if start-up, a background task or the shutdown failed,
@@ -42,10 +46,15 @@ import grpc
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from opentelemetry.metrics import CallbackOptions, Observation
+from prometheus_client import CollectorRegistry
 
-from brook.config import Config, ConfigDef, ConfigError, Listener, load_config
+from brook.config import METRICS_LISTENER, Config, ConfigDef, ConfigError, Listener, load_config
 from brook.logs import configure_logging
-from brook.telemetry import Telemetry, TelemetrySettings
+from brook.loop_idle import LoopIdleMonitor
+from brook.metrics_endpoint import MetricsEndpoint
+from brook.rpc.server_telemetry import ServerTelemetryInterceptor
+from brook.telemetry import Telemetry, TelemetrySettings, meter
 
 __all__ = [
     "EXIT_CONFIG",
@@ -103,6 +112,10 @@ class ServiceSpec:
     """Fully qualified names of the gRPC services the service registers, e.g.
     brook.v1.StorageService: reported in health besides "" and listed by server reflection."""
     create: Callable[[Config], Service]
+    traced_services: tuple[str, ...] = ()
+    """The gRPC services the runtime gives a server span and a latency record per call
+    (brook.rpc.server_telemetry); a service that instruments its calls itself leaves its names
+    out."""
 
     @property
     def prog(self) -> str:
@@ -221,9 +234,10 @@ async def make_directories(paths: Iterable[str]) -> None:
     await asyncio.to_thread(make)
 
 
-def _grpc_server(config: Config) -> Any:
+def _grpc_server(config: Config, traced_services: tuple[str, ...]) -> Any:
     request_bytes_max = config.get_int("socket.request.max.bytes")
     return grpc.aio.server(
+        interceptors=(ServerTelemetryInterceptor(traced_services),) if traced_services else (),
         options=(
             # grpc enables SO_REUSEPORT by default, which lets a second process bind a port
             # that is in use and silently split its traffic; a busy port must be an error.
@@ -264,10 +278,65 @@ def _remaining_s(loop: asyncio.AbstractEventLoop, deadline: float) -> float:
     return max(UNWIND_MIN_S, deadline - loop.time())
 
 
-async def serve(spec: ServiceSpec, config: Config, *, stop: asyncio.Event) -> int:
+class _LoopIdleInstruments:
+    """The event loop's idle gauges, made once per process: they report the loop `serve` runs
+    (nothing while none runs). Kafka's RequestHandlerAvgIdlePercent, for a process whose
+    requests all run on one loop."""
+
+    def __init__(self) -> None:
+        self.monitor: LoopIdleMonitor | None = None
+        instruments = meter(__name__)
+        instruments.create_observable_gauge(
+            "brook.event_loop.idle_ratio",
+            callbacks=[self._observe_ratio],
+            unit="1",
+            description="Share of recent wall time the event loop waited for work (0..1)",
+        )
+        instruments.create_observable_counter(
+            "brook.event_loop.idle",
+            callbacks=[self._observe_seconds],
+            unit="s",
+            description="Time the event loop waited for work",
+        )
+
+    def _observe_ratio(self, options: CallbackOptions) -> list[Observation]:
+        monitor = self.monitor
+        return [] if monitor is None else [Observation(monitor.idle_ratio())]
+
+    def _observe_seconds(self, options: CallbackOptions) -> list[Observation]:
+        monitor = self.monitor
+        return [] if monitor is None else [Observation(monitor.idle_seconds())]
+
+
+_loop_idle = _LoopIdleInstruments()
+
+
+async def _start_metrics_endpoint(
+    config: Config, registry: CollectorRegistry | None
+) -> MetricsEndpoint | None:
+    """Serves /metrics on the METRICS listener (None if there is none); raises OSError if the
+    port cannot be bound."""
+    listener = config.optional_listener(METRICS_LISTENER)
+    if listener is None:
+        return None
+    if registry is None:
+        raise ValueError("a METRICS listener needs the telemetry's Prometheus registry")
+    endpoint = MetricsEndpoint(registry, listener)
+    await endpoint.start()
+    _logger.info("serving metrics", extra={"listener": str(listener), "path": "/metrics"})
+    return endpoint
+
+
+async def serve(
+    spec: ServiceSpec,
+    config: Config,
+    *,
+    stop: asyncio.Event,
+    metrics_registry: CollectorRegistry | None = None,
+) -> int:
     """Runs one service until `stop` is set (or a background task fails); returns the exit
     status. Signal handling is the caller's job (see `run_service`), so tests can drive this
-    in-process."""
+    in-process. `metrics_registry` is what the METRICS listener serves (required with one)."""
     loop = asyncio.get_running_loop()
     failed = False
 
@@ -279,7 +348,7 @@ async def serve(spec: ServiceSpec, config: Config, *, stop: asyncio.Event) -> in
     listener = config.listener(GRPC_LISTENER)
     health = Health(spec.health_names)
     await health.set_all(False)
-    server = _grpc_server(config)
+    server = _grpc_server(config, spec.traced_services)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     reflection.enable_server_reflection(_reflection_names(spec), server)
     try:
@@ -291,6 +360,45 @@ async def serve(spec: ServiceSpec, config: Config, *, stop: asyncio.Event) -> in
         )
         await server.stop(None)
         return EXIT_FAILURE
+    try:
+        metrics_endpoint = await _start_metrics_endpoint(config, metrics_registry)
+    except OSError as e:
+        _logger.error(
+            "cannot listen",
+            extra={
+                "listener": str(config.optional_listener(METRICS_LISTENER)),
+                "reason": str(e.strerror or e).lower(),
+            },
+        )
+        await server.stop(None)
+        return EXIT_FAILURE
+    monitor = LoopIdleMonitor()
+    if monitor.install(loop):
+        _loop_idle.monitor = monitor
+    try:
+        clean = await _serve_started(spec, config, stop, server, health, listener, on_task_failure)
+    finally:
+        if _loop_idle.monitor is monitor:
+            _loop_idle.monitor = None
+        monitor.uninstall()
+        if metrics_endpoint is not None:
+            await metrics_endpoint.stop(UNWIND_MIN_S)
+    return EXIT_FAILURE if failed or not clean else EXIT_OK
+
+
+async def _serve_started(
+    spec: ServiceSpec,
+    config: Config,
+    stop: asyncio.Event,
+    server: Any,
+    health: Health,
+    listener: Listener,
+    on_task_failure: Callable[[BaseException], None],
+) -> bool:
+    """Starts the service on the bound server, waits for `stop`, shuts down; False if the
+    start-up or the shutdown failed."""
+    loop = asyncio.get_running_loop()
+    failed = False
 
     tasks = TaskOwner(on_task_failure)
     context = ServiceContext(config, server, tasks, health, stop, listener)
@@ -323,7 +431,7 @@ async def serve(spec: ServiceSpec, config: Config, *, stop: asyncio.Event) -> in
 
     await stop.wait()
     clean = await _shut_down(loop, config, server, health, service, tasks)
-    return EXIT_FAILURE if failed or not clean else EXIT_OK
+    return clean and not failed
 
 
 async def _shut_down(
@@ -379,10 +487,13 @@ def _telemetry_settings(spec: ServiceSpec, config: Config) -> TelemetrySettings:
         metrics_exporter=config.get_string("telemetry.metrics.exporter"),
         otlp_endpoint=config.get_string("telemetry.otlp.endpoint"),
         metrics_export_interval_ms=config.get_int("telemetry.metrics.export.interval.ms"),
+        prometheus=config.optional_listener(METRICS_LISTENER) is not None,
     )
 
 
-async def _serve_until_signalled(spec: ServiceSpec, config: Config) -> int:
+async def _serve_until_signalled(
+    spec: ServiceSpec, config: Config, metrics_registry: CollectorRegistry | None
+) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals_seen = 0
@@ -403,7 +514,7 @@ async def _serve_until_signalled(spec: ServiceSpec, config: Config) -> int:
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        return await serve(spec, config, stop=stop)
+        return await serve(spec, config, stop=stop, metrics_registry=metrics_registry)
     finally:
         for signum in handled:
             loop.remove_signal_handler(signum)
@@ -439,7 +550,9 @@ def run_service(
     telemetry = Telemetry.create(_telemetry_settings(spec, config))
     telemetry.install()
     try:
-        exit_status, stuck = _run_event_loop(_serve_until_signalled(spec, config))
+        exit_status, stuck = _run_event_loop(
+            _serve_until_signalled(spec, config, telemetry.prometheus_registry)
+        )
     finally:
         budget_ms = config.get_int("shutdown.timeout.ms")
         telemetry.shutdown(

@@ -3,7 +3,9 @@
 Both carry a Resource naming the process (service.name = brook-<service>, service.instance.id =
 its node.id). Exporters are off by default; `console` writes to stdout (stderr is the log), and
 `otlp` sends to a collector over gRPC when the optional `brook[otlp]` extra is installed (config
-validation rejects `otlp` without it, before anything starts).
+validation rejects `otlp` without it, before anything starts). Independently, `prometheus=True`
+(a METRICS listener is configured) adds a pull reader whose registry `prometheus_registry` the
+runtime serves at /metrics (brook/metrics_endpoint.py; names in docs/metrics.md).
 
 With the traces exporter off the sampler is ALWAYS_OFF: spans cost next to nothing and are not
 recorded, yet trace context still propagates, so a traced caller's trace id passes through.
@@ -16,11 +18,11 @@ installed later.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
 from opentelemetry import metrics, trace
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
@@ -36,6 +38,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 __all__ = ["Telemetry", "TelemetrySettings", "meter", "records_root_spans", "tracer"]
 
@@ -58,6 +61,8 @@ class TelemetrySettings:
     metrics_export_interval_ms: int = 60000
     console_stream: TextIO | None = None
     """Where console exporters write; None means stdout."""
+    prometheus: bool = False
+    """Whether metrics are also kept for Prometheus to scrape (`Telemetry.prometheus_registry`)."""
 
 
 class Telemetry:
@@ -66,9 +71,18 @@ class Telemetry:
     _installed_lock: Final = threading.Lock()
     _installed: Telemetry | None = None
 
-    def __init__(self, tracer_provider: TracerProvider, meter_provider: MeterProvider) -> None:
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        meter_provider: MeterProvider,
+        prometheus_registry: CollectorRegistry | None = None,
+    ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
+        self.prometheus_registry = prometheus_registry
+        """What /metrics serves: the meter provider's metrics and the process's (CPU, memory,
+        open files); None unless settings.prometheus. A registry of its own, not
+        prometheus_client's global one, so two providers in one process never collide."""
         self._shut_down = False
 
     @classmethod
@@ -91,20 +105,27 @@ class Telemetry:
                     export_timeout_millis=EXPORT_TIMEOUT_MS,
                 )
             )
-        readers: Sequence[MetricReader] = ()
+        readers: list[MetricReader] = []
         metric_exporter = _metric_exporter(settings)
         if metric_exporter is not None:
-            readers = (
+            readers.append(
                 PeriodicExportingMetricReader(
                     metric_exporter,
                     export_interval_millis=settings.metrics_export_interval_ms,
                     export_timeout_millis=EXPORT_TIMEOUT_MS,
-                ),
+                )
             )
+        registry: CollectorRegistry | None = None
+        if settings.prometheus:
+            registry = CollectorRegistry()
+            ProcessCollector(registry=registry)
+            # Scope labels (the Python module of each instrument) would only add noise to every
+            # series; target_info carries service.name and service.instance.id.
+            readers.append(PrometheusMetricReader(scope_info_enabled=False, registry=registry))
         meter_provider = MeterProvider(
             metric_readers=readers, resource=resource, shutdown_on_exit=False
         )
-        return cls(tracer_provider, meter_provider)
+        return cls(tracer_provider, meter_provider, registry)
 
     def install(self) -> None:
         """Makes these the process-wide providers. A process installs telemetry once."""

@@ -9,6 +9,8 @@ services) reaches another Brook process through these modules rather than a copy
   the blocking Admin); nothing else opens a channel.
 - ``quorum``: the active controller look-up (NOT_CONTROLLER hints, back-off, deadline).
 - ``coordinators``: a group's coordinator look-up (FindCoordinator, NOT_COORDINATOR hints).
+- ``server_telemetry``: the server side's span and latency per call (a grpc.aio interceptor the
+  service runtime installs for the services a ``ServiceSpec`` names).
 
 The services import these, never the client SDK (``tests/static/test_import_graph.py``).
 """

@@ -30,7 +30,7 @@ KAFKA_NODE_PORT_BASE: Final = "kafka.node.port.base"
 
 CONFIG_DEF: Final = service_config_def(
     listener_names=("GRPC", "PLAINTEXT"),
-    default_listeners="GRPC://127.0.0.1:9501,PLAINTEXT://127.0.0.1:9092",
+    default_listeners="GRPC://127.0.0.1:9501,PLAINTEXT://127.0.0.1:9092,METRICS://127.0.0.1:10501",
     keys=(
         CONTROLLER_QUORUM_BOOTSTRAP_SERVERS,
         ConfigKey(

@@ -28,7 +28,9 @@ Each request is traced as one SERVER span, "kafka.<ApiName>" (api key and versio
 correlation id, the response's error code, bytes in and out); the gRPC calls it makes upstream
 are its children (brook_gateway.upstream). When the process does not record spans (the traces
 exporter is off) no span is made at all: Kafka requests carry no trace context to pass on, and
-an unrecorded span would still cost more than a small request's own handling.
+an unrecorded span would still cost more than a small request's own handling. Every request's
+latency is recorded in the `brook.gateway.request.duration` histogram by Kafka API name
+(docs/metrics.md), span or not.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
@@ -43,7 +46,7 @@ from typing import Any, Final
 from opentelemetry import trace
 
 from brook.errors import ErrorCode
-from brook.telemetry import records_root_spans, tracer
+from brook.telemetry import meter, records_root_spans, tracer
 from brook_gateway.api_versions import unsupported_version_response
 from brook_gateway.apis import ApiHandler, Dispatcher, RequestContext
 from brook_gateway.protocol.codec import Message
@@ -70,6 +73,11 @@ _SPAN_NAMES: Final = {
     key: f"kafka.{spec.name.removesuffix('Request')}" for key, spec in REQUESTS.items()
 }
 _UNKNOWN_API_SPAN_NAME: Final = "kafka.Unknown"
+# The request-latency attributes per API key, made once: a dict per request costs on a hot path.
+_API_ATTRIBUTES: Final = {
+    key: {"kafka.api": spec.name.removesuffix("Request")} for key, spec in REQUESTS.items()
+}
+_UNKNOWN_API_ATTRIBUTES: Final = {"kafka.api": "Unknown"}
 # How often request deadlines (request.timeout.ms) are checked: a request is answered
 # REQUEST_TIMED_OUT at most this long after its deadline.
 _DEADLINE_TICK_S: Final = 0.05
@@ -160,6 +168,11 @@ class KafkaServer:
         self._tracer = (
             tracer(__name__) if tracer_provider is None else tracer_provider.get_tracer(__name__)
         )
+        self._duration = meter(__name__).create_histogram(
+            "brook.gateway.request.duration",
+            unit="ms",
+            description="Kafka request latency, from its frame read to its response encoded",
+        )
         self._server: asyncio.Server | None = None
         # broker id -> the listener on its own port (kafka.node.port.base + id).
         self._node_servers: dict[int, asyncio.Server] = {}
@@ -232,26 +245,33 @@ class KafkaServer:
         _CloseConnection when the request cannot be answered. ``broker_id``: the broker whose
         port accepted the connection (None: the bootstrap listener)."""
         api_key, api_version, correlation_id = peek_request(frame)
-        if not records_root_spans(self._tracer_provider):
-            return await self._respond(
-                frame, peer, broker_id, api_key, api_version, correlation_id, None
+        started = time.perf_counter()
+        try:
+            if not records_root_spans(self._tracer_provider):
+                return await self._respond(
+                    frame, peer, broker_id, api_key, api_version, correlation_id, None
+                )
+            with self._tracer.start_as_current_span(
+                _SPAN_NAMES.get(api_key, _UNKNOWN_API_SPAN_NAME),
+                kind=trace.SpanKind.SERVER,
+                attributes={
+                    "kafka.api_key": api_key,
+                    "kafka.api_version": api_version,
+                    "kafka.correlation_id": correlation_id,
+                    "kafka.request_bytes": FRAME_SIZE_BYTES + len(frame),
+                    "client.address": peer,
+                },
+            ) as span:
+                response = await self._respond(
+                    frame, peer, broker_id, api_key, api_version, correlation_id, span
+                )
+                span.set_attribute("kafka.response_bytes", 0 if response is None else len(response))
+                return response
+        finally:
+            self._duration.record(
+                (time.perf_counter() - started) * 1000,
+                _API_ATTRIBUTES.get(api_key, _UNKNOWN_API_ATTRIBUTES),
             )
-        with self._tracer.start_as_current_span(
-            _SPAN_NAMES.get(api_key, _UNKNOWN_API_SPAN_NAME),
-            kind=trace.SpanKind.SERVER,
-            attributes={
-                "kafka.api_key": api_key,
-                "kafka.api_version": api_version,
-                "kafka.correlation_id": correlation_id,
-                "kafka.request_bytes": FRAME_SIZE_BYTES + len(frame),
-                "client.address": peer,
-            },
-        ) as span:
-            response = await self._respond(
-                frame, peer, broker_id, api_key, api_version, correlation_id, span
-            )
-            span.set_attribute("kafka.response_bytes", 0 if response is None else len(response))
-            return response
 
     async def _respond(
         self,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from brook.config import (
+    METRICS_LISTENER,
     REQUIRED,
     Config,
     ConfigDef,
@@ -363,7 +364,10 @@ def test_validators_accept_valid_values(validator: object, value: object) -> Non
         ("GRPC://:9101", "has no host"),
         ("GRPC://127.0.0.1:0", "port 0 is outside 1..65535"),
         ("GRPC://127.0.0.1:1,GRPC://127.0.0.1:2", "listener name GRPC appears more than once"),
-        ("OTHER://127.0.0.1:1", "names unknown listener OTHER (this service has GRPC, RAFT)"),
+        (
+            "OTHER://127.0.0.1:1",
+            "names unknown listener OTHER (this service has GRPC, RAFT; optional METRICS)",
+        ),
         ("GRPC://127.0.0.1:1", "lacks the RAFT listener (this service needs GRPC, RAFT)"),
         (
             "GRPC://127.0.0.1:1,RAFT://127.0.0.1:1",
@@ -545,3 +549,17 @@ def test_non_default_items_hide_passwords() -> None:
     config = _parse(_typed_definition(), i="3", p="hunter2")
     assert config.non_default_items() == (("i", "3", "--override"), ("p", "[hidden]", "--override"))
     assert config.describe("p") == 'p="[hidden]"'
+
+
+def test_the_metrics_listener_is_optional_for_every_service() -> None:
+    definition = service_config_def(
+        listener_names=("GRPC",), default_listeners="GRPC://127.0.0.1:9101", keys=()
+    )
+    without = _parse(definition, node_id="1")
+    assert without.optional_listener(METRICS_LISTENER) is None
+    with_metrics = _parse(
+        definition, node_id="1", listeners="GRPC://127.0.0.1:9101,METRICS://127.0.0.1:10101"
+    )
+    assert with_metrics.optional_listener(METRICS_LISTENER) == Listener(
+        METRICS_LISTENER, "127.0.0.1", 10101
+    )

@@ -52,20 +52,20 @@ def test_default_topology_has_the_documented_well_known_ports(tmp_path: Path) ->
     ports = {name: dict(spec.ports) for name, spec in cluster.processes.items()}
 
     assert ports == {
-        "controller-1": {"GRPC": 9201, "RAFT": 9301},
-        "controller-2": {"GRPC": 9202, "RAFT": 9302},
-        "controller-3": {"GRPC": 9203, "RAFT": 9303},
-        "storage-node-1": {"GRPC": 9101},
-        "storage-node-2": {"GRPC": 9102},
-        "storage-node-3": {"GRPC": 9103},
-        "group-coordinator-1": {"GRPC": 9401},
-        "gateway-1": {"GRPC": 9501, "PLAINTEXT": 9092},
+        "controller-1": {"GRPC": 9201, "RAFT": 9301, "METRICS": 10201},
+        "controller-2": {"GRPC": 9202, "RAFT": 9302, "METRICS": 10202},
+        "controller-3": {"GRPC": 9203, "RAFT": 9303, "METRICS": 10203},
+        "storage-node-1": {"GRPC": 9101, "METRICS": 10101},
+        "storage-node-2": {"GRPC": 9102, "METRICS": 10102},
+        "storage-node-3": {"GRPC": 9103, "METRICS": 10103},
+        "group-coordinator-1": {"GRPC": 9401, "METRICS": 10401},
+        "gateway-1": {"GRPC": 9501, "PLAINTEXT": 9092, "METRICS": 10501},
     }
     assert cluster.kafka_bootstrap_servers == "127.0.0.1:9092"
 
 
 def test_largest_topology_has_no_port_or_node_id_in_common(tmp_path: Path) -> None:
-    cluster = LocalCluster(tmp_path, Topology(9, 99, 99, 9), port_offset=0)
+    cluster = LocalCluster(tmp_path, Topology(9, 99, 99, 5), port_offset=0)
 
     ports = [port for spec in cluster.processes.values() for port in spec.ports.values()]
     ports += [
@@ -75,7 +75,8 @@ def test_largest_topology_has_no_port_or_node_id_in_common(tmp_path: Path) -> No
     ]
     node_ids = [spec.node_id for spec in cluster.processes.values()]
 
-    assert len(ports) == len(set(ports)) == 9 * 2 + 99 + 99 + 9 * 2 + 9 * 99
+    # Every process has a METRICS port besides the ones of its role.
+    assert len(ports) == len(set(ports)) == 9 * 3 + 99 * 2 + 99 * 2 + 5 * 3 + 5 * 99
     assert len(node_ids) == len(set(node_ids))
 
 
@@ -262,7 +263,7 @@ def test_unreadable_layout_file_is_reported_not_overwritten(tmp_path: Path) -> N
         {"storage_nodes": -1},
         {"storage_nodes": 100},
         {"group_coordinators": 100},
-        {"gateways": 10},
+        {"gateways": 6},
     ],
 )
 def test_topology_outside_the_count_limits_is_rejected(topology_args: dict[str, int]) -> None:
@@ -346,7 +347,7 @@ def _cluster_up_args(*argv: str) -> argparse.Namespace:
     "argv",
     [
         ["--controllers", "0"],
-        ["--gateways", "10"],
+        ["--gateways", "6"],
         ["--override", "no-equals-sign"],
         ["--override", "storage-node-9:a=b"],
         ["--port-offset", "70000"],
@@ -375,3 +376,19 @@ def test_cluster_up_refuses_a_directory_of_another_topology(
 
     assert "holds a cluster" in capsys.readouterr().err
     assert json.loads((tmp_path / LAYOUT_FILE).read_text()) == layout_before
+
+
+def test_a_layout_recorded_before_metrics_gets_them_at_grpc_plus_1000(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, port_offset=0)
+    cluster.prepare()
+    layout_path = next(tmp_path.rglob("cluster.json"))
+    layout = json.loads(layout_path.read_text())
+    for entry in layout["processes"].values():
+        del entry["ports"]["METRICS"]
+    layout_path.write_text(json.dumps(layout))
+
+    again = LocalCluster(tmp_path, port_offset=0)
+
+    assert {name: spec.ports["METRICS"] for name, spec in again.processes.items()} == {
+        name: spec.ports["GRPC"] + 1000 for name, spec in cluster.processes.items()
+    }

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 from brook.logs import RepeatLimiter, configure_logging
 
@@ -156,3 +157,27 @@ def test_a_repeating_failure_is_logged_once_per_interval_with_a_count_and_once_w
         "fetch p0 failed (52 times in 60 s, 50 not logged)",
         "fetch p0 works (after 52 failures in 60.0 s)",
     ]
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_record_logged_in_a_span_carries_its_trace_and_span_ids(
+    restore_root_logger: None, log_format: str
+) -> None:
+    stream = _configured(log_format)
+    tracer = TracerProvider().get_tracer(__name__)
+    logger = logging.getLogger("brook.test")
+
+    with tracer.start_as_current_span("request") as span:
+        logger.info("inside")
+    logger.info("outside")
+
+    context = span.get_span_context()
+    inside, outside = stream.getvalue().splitlines()
+    trace_id, span_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+    if log_format == "json":
+        assert json.loads(inside)["trace_id"] == trace_id
+        assert json.loads(inside)["span_id"] == span_id
+        assert "trace_id" not in json.loads(outside)
+    else:
+        assert f"msg=inside trace_id={trace_id} span_id={span_id}" in inside
+        assert "trace_id" not in outside

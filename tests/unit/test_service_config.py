@@ -9,7 +9,7 @@ from brook_group_coordinator.config import CONFIG_DEF as GROUP_COORDINATOR
 from brook_storage_node.config import CONFIG_DEF as STORAGE_NODE
 from brook_storage_node.log.node_config import log_retention_ms, log_roll_jitter_ms, log_roll_ms
 
-from brook.config import Config, ConfigDef, ConfigError, RawSetting
+from brook.config import METRICS_LISTENER, Config, ConfigDef, ConfigError, RawSetting
 
 ALL_SERVICES = {
     "storage-node": STORAGE_NODE,
@@ -42,7 +42,15 @@ def test_default_grpc_ports_are_distinct_per_service() -> None:
         for definition in ALL_SERVICES.values()
         for listener in _load(definition, {"node.id": "1"}).get_listeners()
     ]
-    assert sorted(ports) == [9092, 9101, 9201, 9301, 9401, 9501]
+    assert sorted(ports) == [9092, 9101, 9201, 9301, 9401, 9501, 10101, 10201, 10401, 10501]
+
+
+def test_each_services_default_metrics_port_is_its_grpc_port_plus_1000() -> None:
+    for name, definition in ALL_SERVICES.items():
+        config = _load(definition, {"node.id": "1"})
+        metrics = config.optional_listener(METRICS_LISTENER)
+        assert metrics is not None, name
+        assert metrics.port == config.listener("GRPC").port + 1000, name
 
 
 @pytest.mark.parametrize(

@@ -90,9 +90,12 @@ class Controller:
             await self._engine.close(ENGINE_STOP_TIMEOUT_S)
 
 
+GRPC_SERVICES: Final = ("brook.v1.ControllerService", "brook.v1.AdminService")
+
 SPEC = ServiceSpec(
     name="controller",
     config_def=CONFIG_DEF,
-    health_names=("brook.v1.ControllerService", "brook.v1.AdminService"),
+    health_names=GRPC_SERVICES,
+    traced_services=GRPC_SERVICES,
     create=Controller,
 )

@@ -132,7 +132,7 @@ _GRPC_ENDPOINTS = "controller.quorum.grpc.endpoints"
 
 CONFIG_DEF: Final = service_config_def(
     listener_names=("GRPC", "RAFT"),
-    default_listeners="GRPC://127.0.0.1:9201,RAFT://127.0.0.1:9301",
+    default_listeners="GRPC://127.0.0.1:9201,RAFT://127.0.0.1:9301,METRICS://127.0.0.1:10201",
     keys=(
         ConfigKey(
             "controller.quorum.voters",

@@ -5,7 +5,7 @@ one interpretation of the metadata records) plus what only the controller needs 
   of the object a key names;
 - topic families ('.' and '_' folded names, which Kafka refuses to let collide);
 - the placement ``Load``, kept as partitions change, so placing new ones does not walk every
-  partition.
+  partition, and the count of partitions without a leader (for the offline-partitions gauge).
 
 The image is not thread-safe; the state machine and the controller each own one (see
 state_machine.py and metadata_view.py).
@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 
 from brook.metadata.delta import ConfigKey
 from brook.metadata.image import BROKER, TOPIC, MetadataImage
+from brook.metadata.info import NO_LEADER
 from brook.v1 import metadata_pb2
 from brook_controller.placement import Load
 
@@ -91,6 +92,8 @@ class ControllerImage(MetadataImage):
     families: dict[str, set[str]] = field(default_factory=dict)
     # Replicas per node, kept as partitions change.
     load: Load = field(default_factory=Load)
+    # Partitions without a leader (Kafka's OfflinePartitionsCount), kept as partitions change.
+    offline_partitions: int = 0
 
     def _topic_replaced(
         self, previous: metadata_pb2.TopicRecord | None, current: metadata_pb2.TopicRecord | None
@@ -111,8 +114,10 @@ class ControllerImage(MetadataImage):
     ) -> None:
         if previous is not None:
             self.load.add(previous.replicas, -1)
+            self.offline_partitions -= previous.leader == NO_LEADER
         if current is not None:
             self.load.add(current.replicas)
+            self.offline_partitions += current.leader == NO_LEADER
 
     def topics_colliding_with(self, name: str) -> list[str]:
         """Existing topics whose names equal ``name`` once '.' and '_' are treated alike."""

@@ -29,9 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from opentelemetry.metrics import CallbackOptions, Observation
+
 from brook.config import Config, Voter
 from brook.errors import BrookError, ErrorCode
 from brook.reserved import RESERVED_PRODUCER_ID_BASE
+from brook.telemetry import meter
 from brook.v1 import admin_pb2, common_pb2, controller_pb2, metadata_pb2
 from brook_controller.brokers import (
     LeaseTracker,
@@ -178,6 +181,26 @@ class QuorumController:
         # The term in which this controller last committed a barrier: from then on its view
         # is complete and it may act on its own (fence expired leases, rebalance).
         self._established_term = -1
+        instruments = meter(__name__)
+        instruments.create_observable_gauge(
+            "brook.controller.active",
+            callbacks=[self._observe_active],
+            description="1 on the active controller, 0 on the others",
+        )
+        instruments.create_observable_gauge(
+            "brook.controller.offline_partitions",
+            callbacks=[self._observe_offline],
+            unit="{partition}",
+            description="Partitions without a leader (reported by the active controller only)",
+        )
+
+    def _observe_active(self, options: CallbackOptions) -> list[Observation]:
+        return [Observation(int(self.is_active()))]
+
+    def _observe_offline(self, options: CallbackOptions) -> list[Observation]:
+        # Kafka's convention: only the active controller's view counts, so the sum over the
+        # quorum is the cluster's figure.
+        return [Observation(self.view.image.offline_partitions if self.is_active() else 0)]
 
     # ------------------------------------------------------------------ leadership
 

@@ -56,6 +56,7 @@ from brook_group_coordinator.coordinator_service import GroupCoordinatorServicer
 from brook_group_coordinator.directory import CoordinatorDirectory
 from brook_group_coordinator.fencing import TRANSACTION_STATE_LOG
 from brook_group_coordinator.group import GroupLimits
+from brook_group_coordinator.group_lag import GroupLag
 from brook_group_coordinator.group_manager import GroupManager
 from brook_group_coordinator.local_view import LocalViewOffsetsLog
 from brook_group_coordinator.offsets import OffsetLimits
@@ -108,6 +109,8 @@ class GroupCoordinator:
         self._follower: asyncio.Task[None] | None = None
         self._leaving: asyncio.Task[None] | None = None
         self._stopping = False
+        self._lag: GroupLag | None = None
+        self._lag_refresher: asyncio.Task[None] | None = None
 
     @property
     def manager(self) -> GroupManager | None:
@@ -169,6 +172,12 @@ class GroupCoordinator:
         )
         self._follower = context.tasks.spawn(self._follow(updates), name="metadata-follower")
         context.tasks.spawn(self._expire_offsets(), name="offsets-retention")
+        self._lag = GroupLag(
+            self._manager.committed_offsets,
+            self.metadata,
+            config.get_int("offsets.commit.timeout.ms") / 1000,
+        )
+        self._lag_refresher = context.tasks.spawn(self._lag.run(), name="group-lag")
         context.tasks.spawn(self._abort_timed_out(transactions), name="transaction-timeouts")
         context.tasks.spawn(
             self._expire_transactional_ids(transactions), name="transactional-id-expiry"
@@ -326,10 +335,11 @@ class GroupCoordinator:
             # Bounded by the membership's own timeout.
             with contextlib.suppress(asyncio.CancelledError):
                 await self._leaving
-        if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follower
+        for task in (self._follower, self._lag_refresher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for loader in (self._group_loader, self._txn_loader):
             if loader is not None:
                 loader.cancel_loads()
@@ -340,6 +350,7 @@ class GroupCoordinator:
         if self._log is not None:
             await self._log.close()
         for closing in (
+            self._lag,
             self._storage_log,
             self._txn_storage_log,
             self._producer_ids,
@@ -350,9 +361,15 @@ class GroupCoordinator:
         await self._membership.close()
 
 
+GRPC_SERVICES: Final = (
+    "brook.v1.GroupCoordinatorService",
+    "brook.v1.TransactionCoordinatorService",
+)
+
 SPEC = ServiceSpec(
     name="group-coordinator",
     config_def=CONFIG_DEF,
-    health_names=("brook.v1.GroupCoordinatorService", "brook.v1.TransactionCoordinatorService"),
+    health_names=GRPC_SERVICES,
+    traced_services=GRPC_SERVICES,
     create=GroupCoordinator,
 )

@@ -42,7 +42,7 @@ _INT = ConfigType.INT
 
 CONFIG_DEF: Final = service_config_def(
     listener_names=("GRPC",),
-    default_listeners="GRPC://127.0.0.1:9401",
+    default_listeners="GRPC://127.0.0.1:9401,METRICS://127.0.0.1:10401",
     keys=(
         CONTROLLER_QUORUM_BOOTSTRAP_SERVERS,
         ConfigKey(

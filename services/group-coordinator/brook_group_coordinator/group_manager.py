@@ -893,8 +893,22 @@ class GroupManager:
         return self._groups.get(group_id)
 
     def groups(self) -> list[Group]:
-        loaded = {p for p, o in self.owned.items() if o.load is PartitionLoad.LOADED}
+        loaded = self._loaded_partitions()
         return [g for g in self._groups.values() if self.partition_for(g.group_id) in loaded]
+
+    def committed_offsets(self) -> list[tuple[str, str, int, int]]:
+        """(group, topic, partition, offset) of every committed offset of the groups served
+        here (their __consumer_offsets partition is loaded), members or not."""
+        loaded = self._loaded_partitions()
+        return [
+            (group_id, topic, partition, value.offset)
+            for group_id, offsets in self._offsets.items()
+            if self.partition_for(group_id) in loaded
+            for (topic, partition), value in offsets.by_partition.items()
+        ]
+
+    def _loaded_partitions(self) -> set[int]:
+        return {p for p, o in self.owned.items() if o.load is PartitionLoad.LOADED}
 
     async def delete(self, group_id: str) -> tuple[ErrorCode, str]:
         error, message = self.check_coordinator(group_id)

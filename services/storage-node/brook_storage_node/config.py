@@ -91,7 +91,7 @@ _LONG = ConfigType.LONG
 
 CONFIG_DEF: Final = service_config_def(
     listener_names=("GRPC",),
-    default_listeners="GRPC://127.0.0.1:9101",
+    default_listeners="GRPC://127.0.0.1:9101,METRICS://127.0.0.1:10101",
     keys=(
         ConfigKey(
             "log.dirs",

@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
 
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from brook.telemetry import meter
 from brook_storage_node.log.checkpoints import (
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -387,14 +390,29 @@ class LogManager:
             if tp.topic == topic:
                 log.update_config(config)
 
+    def _observe_sizes(self, options: CallbackOptions) -> list[Observation]:
+        if self._closing:
+            return []
+        return [
+            Observation(log.size_bytes, {"topic": tp.topic, "partition": tp.partition})
+            for tp, log in self.logs.items()
+        ]
+
     # -- background work ------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the periodic tasks (retention, flush, checkpoints) on the running loop, and
-        the log cleaner's threads."""
+        the log cleaner's threads; from now on the ``brook.log.size`` gauge reports every log's
+        size (Kafka's kafka.log:type=Log,name=Size)."""
         self._check_open()
         assert not self._tasks, "already started"
         config = self._config
+        meter(__name__).create_observable_gauge(
+            "brook.log.size",
+            callbacks=[self._observe_sizes],
+            unit="By",
+            description="Bytes of each partition log's segments on this node",
+        )
         self.cleaner.start()
         for name, interval_ms, work in (
             ("retention", config.log_retention_check_interval_ms, self._retention_pass),
