@@ -55,7 +55,7 @@ def test_every_service_of_the_system_is_defined_with_its_rpcs() -> None:
         "AdminService": {
             "CreateTopics", "DeleteTopics", "DescribeTopics", "CreatePartitions",
             "DescribeConfigs", "AlterConfigs", "DescribeCluster", "ElectLeaders",
-            "AlterPartitionReassignments", "ListPartitionReassignments",
+            "AlterPartitionReassignments", "ListPartitionReassignments", "UnregisterBroker",
         },
         "GroupCoordinatorService": {
             "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup",
