@@ -214,17 +214,7 @@ def _running(compose: list[str], compose_file: Path, services: list[str]) -> Ite
         print(f"up and healthy: {time.monotonic() - started:.1f} s")
         yield project
     except BaseException:
-        logs = subprocess.run(
-            [*command, "logs", "--no-color", "--tail", str(LOG_TAIL_LINES)],
-            capture_output=True,
-            text=True,
-            timeout=DOCKER_TIMEOUT_S,
-            env={**os.environ, **env},
-            check=False,
-        )
-        print(
-            f"--- container logs (last {LOG_TAIL_LINES} lines each) ---\n{logs.stdout}{logs.stderr}"
-        )
+        _print_logs([*command, "logs", "--no-color", "--tail", str(LOG_TAIL_LINES)], env)
         raise
     finally:
         started = time.monotonic()
@@ -233,6 +223,23 @@ def _running(compose: list[str], compose_file: Path, services: list[str]) -> Ite
         finally:
             _remove_leftovers(project)
         print(f"down: {time.monotonic() - started:.1f} s")
+
+
+def _print_logs(command: list[str], env: Mapping[str, str]) -> None:
+    """Prints what ``command`` (compose logs) says, within a bound, whatever it says."""
+    try:
+        logs = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=DOCKER_TIMEOUT_S,
+            env={**os.environ, **env},
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        print(f"--- no container logs: `logs` took over {DOCKER_TIMEOUT_S} s ---")
+        return
+    print(f"--- container logs (last {LOG_TAIL_LINES} lines each) ---\n{logs.stdout}{logs.stderr}")
 
 
 def _health(project: str) -> dict[str, str]:
