@@ -14,6 +14,7 @@ process's log is attached to the failure report.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import time
@@ -26,6 +27,7 @@ import grpc
 import pytest
 
 from brook.launcher import DEFAULT_HOST, LocalCluster, ProcessSpec, Role, Topology
+from brook.ports import port_is_free
 from brook.rpc.channels import sync_channel
 from brook.v1 import controller_pb2, controller_pb2_grpc
 
@@ -40,6 +42,7 @@ COORDINATOR_BALANCE_TIMEOUT_S = 30.0
 # (x3 replicas) would make every cluster's storage nodes host 150 more replicas, on 2 shared
 # cores, for the few tests that use transactions.
 TRANSACTION_STATE_PARTITIONS = 2
+PORT_OFFSET_ATTEMPTS_MAX = 100
 
 _FACTORY_KEY = pytest.StashKey["ClusterFactory"]()
 _FAILED_KEY = pytest.StashKey[bool]()
@@ -53,6 +56,27 @@ def require_ipv6_loopback() -> None:
             probe.bind(("::1", 0))
     except OSError as error:
         pytest.fail(f"this test needs the IPv6 loopback (::1), which cannot be bound: {error}")
+
+
+def free_port_offset(scratch_dir: Path) -> int:
+    """A port offset under which every well-known port of the default topology (`brook
+    cluster up`'s table, deploy/README.md) is free on 127.0.0.1, the gateway's per-broker
+    Kafka ports included; ``scratch_dir`` holds the throwaway plan.
+
+    Offsets below 10000 keep every port below the band free ports are drawn from (20000 up).
+    Nothing reserves the ports: whoever uses the offset should bind them soon.
+    """
+    for _ in range(PORT_OFFSET_ATTEMPTS_MAX):
+        offset = random.randrange(1_000, 10_000)
+        plan = LocalCluster(scratch_dir, Topology(), port_offset=offset)
+        ports = [port for spec in plan.processes.values() for port in spec.ports.values()]
+        for name in plan.names(Role.GATEWAY):
+            ports += plan.kafka_node_ports(name).values()
+        if all(port_is_free(DEFAULT_HOST, port) for port in ports):
+            return offset
+    raise AssertionError(
+        f"no port offset with every well-known port free in {PORT_OFFSET_ATTEMPTS_MAX} tries"
+    )
 
 
 def wait_until(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import select
 import signal
 import subprocess
@@ -17,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_fixture import ClusterFactory, pid_alive
+from cluster_fixture import ClusterFactory, free_port_offset, pid_alive
 
 from brook.health import HealthStatus, check_health
-from brook.launcher import ClusterStartError, LocalCluster, Role, Topology
-from brook.ports import port_is_free
+from brook.launcher import ClusterStartError, Role
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +28,6 @@ SIGTERM_EXIT_BOUND_MS = 5_000
 CLUSTER_UP_READY_TIMEOUT_S = 90
 LAUNCHER_EXIT_TIMEOUT_S = 30
 PROCESS_GONE_TIMEOUT_S = 10
-PORT_OFFSET_ATTEMPTS_MAX = 100
 
 
 def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
@@ -199,7 +196,7 @@ def _launcher(command: list[str]) -> Iterator[tuple[subprocess.Popen[str], list[
 
 
 def test_cluster_up_serves_and_exits_zero_on_sigint_leaving_no_process(tmp_path: Path) -> None:
-    port_offset = _free_port_offset(tmp_path / "probe")
+    port_offset = free_port_offset(tmp_path / "probe")
     brook = str(Path(sys.executable).with_name("brook"))
     command = [brook, "cluster", "up", "--dir", str(tmp_path / "brook")]
     command += ["--port-offset", str(port_offset), "--json"]
@@ -244,22 +241,3 @@ def test_children_stop_when_the_launcher_is_killed(tmp_path: Path) -> None:
         launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S)
 
         assert _wait_gone(pids, PROCESS_GONE_TIMEOUT_S) == []
-
-
-def _free_port_offset(scratch_dir: Path) -> int:
-    """A port offset under which every well-known port of the default topology is free.
-
-    Offsets below 10000 keep every port below the band free ports are drawn from (20000 up).
-    """
-    for _ in range(PORT_OFFSET_ATTEMPTS_MAX):
-        offset = random.randrange(1_000, 10_000)
-        plan = LocalCluster(scratch_dir, Topology(), port_offset=offset)
-        if all(
-            port_is_free("127.0.0.1", port)
-            for spec in plan.processes.values()
-            for port in spec.ports.values()
-        ):
-            return offset
-    raise AssertionError(
-        f"no port offset with every well-known port free in {PORT_OFFSET_ATTEMPTS_MAX} tries"
-    )

@@ -1,8 +1,9 @@
-"""deploy/: the compose file, the role configs, the Dockerfile and the image's entrypoint.
+"""deploy/: the compose files, the role configs, the Dockerfile and the image's entrypoint.
 
-No Docker engine runs here, so these check structure and consistency: the compose topology is
-the one `brook cluster up` runs (names, node ids, ports), every reference resolves, and the
-settings are the ones the services read (parsed with brook.config, as the services do).
+These check structure and consistency without a Docker engine: the compose topology is the one
+`brook cluster up` runs (names, node ids, ports), every reference resolves, and the settings
+are the ones the services read (parsed with brook.config, as the services do).
+tests/docker/test_compose.py builds the image and runs the host-network topology for real.
 """
 
 from __future__ import annotations
@@ -36,11 +37,26 @@ DATA_DIR = "/var/lib/brook"
 ENTRYPOINT_TIMEOUT_S = 30
 
 
-@pytest.fixture(scope="module")
-def compose() -> dict[str, Any]:
-    parsed = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+COMPOSE_FILES = ["docker-compose.yml", "docker-compose.host.yml"]
+# What the host-network variant may change of a service of docker-compose.yml: its network and
+# addresses (the environment's other settings are checked against the launcher's plan).
+HOST_NETWORK_KEYS = {"network_mode", "ports", "environment"}
+
+
+def _load_compose(name: str) -> dict[str, Any]:
+    parsed = yaml.safe_load((DEPLOY / name).read_text())
     assert isinstance(parsed, dict)
     return parsed
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return _load_compose("docker-compose.yml")
+
+
+@pytest.fixture(scope="module")
+def host_compose() -> dict[str, Any]:
+    return _load_compose("docker-compose.host.yml")
 
 
 @pytest.fixture(scope="module")
@@ -163,13 +179,59 @@ def test_compose_keeps_each_stateful_process_data_in_its_own_named_volume(
     assert declared == set(used)
 
 
-def test_compose_services_share_one_image_built_from_the_repository(
-    compose: dict[str, Any],
-) -> None:
-    for name, service in compose["services"].items():
+@pytest.mark.parametrize("compose_file", COMPOSE_FILES)
+def test_compose_services_share_one_image_built_from_the_repository(compose_file: str) -> None:
+    for name, service in _load_compose(compose_file)["services"].items():
         assert service["image"] == "brook:dev", name
-        assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}, name
-        assert (DEPLOY / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
+        build = service["build"]
+        assert (build["context"], build["dockerfile"]) == ("..", "deploy/Dockerfile"), name
+        assert (DEPLOY / build["context"] / build["dockerfile"]).is_file()
+        # The Dockerfile's build arguments, each with the Dockerfile's own default.
+        assert build["args"] == {
+            "BASE_IMAGE": "${BROOK_BASE_IMAGE:-python:3.11-slim}",
+            "INSTALL_FROM": "${BROOK_INSTALL_FROM:-source}",
+        }, name
+
+
+@pytest.mark.parametrize("compose_file", COMPOSE_FILES)
+def test_compose_files_leave_the_project_name_to_the_command_line(compose_file: str) -> None:
+    # Compose 1.29 (Debian's docker-compose) rejects a top-level `name`: it is given with -p.
+    assert "name" not in _load_compose(compose_file)
+
+
+def test_host_compose_is_the_default_topology_on_the_hosts_network(
+    compose: dict[str, Any], host_compose: dict[str, Any]
+) -> None:
+    assert list(host_compose["services"]) == list(compose["services"])
+    assert host_compose["volumes"] == compose["volumes"]
+    for name, service in host_compose["services"].items():
+        default = compose["services"][name]
+        assert service["network_mode"] == "host", name
+        assert "ports" not in service and "networks" not in service, name
+        # The image's build runs its RUN steps on the host's network too.
+        assert service["build"] == {**default["build"], "network": "host"}, name
+        other_keys = set(service) | set(default)
+        same = {key for key in other_keys - HOST_NETWORK_KEYS if key != "build"}
+        assert {k: service.get(k) for k in same} == {k: default.get(k) for k in same}, name
+
+
+def test_host_compose_gives_each_process_the_addresses_of_brook_cluster_up(
+    host_compose: dict[str, Any], local_plan: LocalCluster
+) -> None:
+    addresses = {
+        "listeners",
+        "advertised.listeners",
+        "controller.quorum.voters",
+        "controller.quorum.grpc.endpoints",
+        "controller.quorum.bootstrap.servers",
+    }
+    for name in local_plan.names():
+        settings = _settings(host_compose["services"][name])
+        # A secret of the deployment, not an address: the plan's is random.
+        settings.pop("controller.quorum.password", None)
+        planned = local_plan.config(name)
+        assert settings == {key: planned[key] for key in settings}, name
+        assert addresses & set(planned) <= set(settings), name
 
 
 def test_role_configs_point_at_the_compose_controllers(
@@ -185,10 +247,11 @@ def test_role_configs_point_at_the_compose_controllers(
         assert _role_config(role)["controller.quorum.bootstrap.servers"] == bootstrap, role
 
 
+@pytest.mark.parametrize("compose_file", COMPOSE_FILES)
 def test_every_compose_service_config_passes_its_services_own_validation(
-    compose: dict[str, Any],
+    compose_file: str,
 ) -> None:
-    for name, service in compose["services"].items():
+    for name, service in _load_compose(compose_file)["services"].items():
         role = service["command"][0]
         environ = {key: str(value) for key, value in service["environment"].items()}
 
@@ -226,7 +289,8 @@ def _dockerignore_patterns() -> list[str]:
 
 def test_dockerfile_builds_on_python_311_slim_and_runs_as_a_non_root_user() -> None:
     instructions = _dockerfile_instructions()
-    assert instructions[0] == ("FROM", "python:3.11-slim")
+    # The base image is a build argument (tools/docker-base-image builds one offline).
+    assert instructions[:2] == [("ARG", "BASE_IMAGE=python:3.11-slim"), ("FROM", "${BASE_IMAGE}")]
     users = [rest for keyword, rest in instructions if keyword == "USER"]
     assert users and users[-1] not in ("root", "0")
     assert ("ENTRYPOINT", '["brook-entrypoint"]') in instructions
@@ -246,6 +310,17 @@ def test_everything_the_dockerfile_copies_exists_and_is_in_the_build_context() -
         prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
         excluded = [p for p in patterns for prefix in prefixes if fnmatch.fnmatch(prefix, p)]
         assert excluded == [], f"{source} is excluded from the build context by {excluded}"
+
+
+def test_dockerfile_builds_with_the_legacy_builder() -> None:
+    # Docker's legacy builder (the only one without the buildx plugin) knows no COPY --chmod:
+    # the entrypoint is executable in the repository, and COPY keeps the mode.
+    for keyword, rest in _dockerfile_instructions():
+        if keyword == "COPY":
+            flags = [word.split("=")[0] for word in rest.split() if word.startswith("--")]
+            assert set(flags) <= {"--chown", "--from"}, rest
+    assert os.access(DEPLOY / "entrypoint.sh", os.X_OK)
+    assert os.access(ROOT / "tools" / "docker-base-image", os.X_OK)
 
 
 def test_dockerignore_keeps_local_state_out_of_the_image() -> None:
