@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,13 @@ import yaml
 
 from brook.cli import load_service_spec
 from brook.config import (
-    METRICS_LISTENER,
     config_key_for_env,
     load_config,
     load_properties,
     parse_listeners,
     parse_voters,
 )
-from brook.launcher import START_ORDER, LocalCluster, ProcessSpec, Role
+from brook.launcher import START_ORDER, LocalCluster, Role
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -80,15 +78,6 @@ def _role_config(role: Role) -> dict[str, str]:
     return {key: raw.value for key, raw in load_properties(path).items()}
 
 
-def _launcher_ports(spec: ProcessSpec, compose_settings: Mapping[str, str]) -> dict[str, int]:
-    """The launcher's listeners of a process, less METRICS while the compose file has none
-    (deploy/docker-compose.yml gains its METRICS listeners separately)."""
-    ports = dict(spec.ports)
-    if f"{METRICS_LISTENER}://" not in compose_settings["listeners"]:
-        ports.pop(METRICS_LISTENER, None)
-    return ports
-
-
 def test_compose_runs_the_processes_of_brook_cluster_up(
     compose: dict[str, Any], local_plan: LocalCluster
 ) -> None:
@@ -100,8 +89,7 @@ def test_compose_runs_the_processes_of_brook_cluster_up(
         assert settings["node.id"] == str(spec.node_id), name
         bound = parse_listeners(settings["listeners"].split(","))
         assert {(lst.name, lst.host, lst.port) for lst in bound} == {
-            (listener, "0.0.0.0", port)
-            for listener, port in _launcher_ports(spec, settings).items()
+            (listener, "0.0.0.0", port) for listener, port in spec.ports.items()
         }, name
         # A gateway's per-broker Kafka ports: the same base as the launcher's.
         base = local_plan.config(name).get("kafka.node.port.base")
@@ -130,9 +118,7 @@ def test_compose_publishes_every_client_port_on_host_loopback_only(
         published = set(compose["services"][name]["ports"])
         expected = {
             f"127.0.0.1:{port}:{port}"
-            for listener, port in _launcher_ports(
-                spec, _settings(compose["services"][name])
-            ).items()
+            for listener, port in spec.ports.items()
             if listener != "RAFT"
         }
         # Kafka clients on the host reach each broker id at its own port of the gateway.
