@@ -107,6 +107,19 @@ def test_incremental_alter_configs_sets_deletes_appends_and_subtracts(bootstrap:
         _alter(admin, broker_type, broker, op("log.retention.ms", None, AlterConfigOpType.DELETE))
     assert _configs(admin, broker, broker_type)["log.retention.ms"].is_default
 
+    # A node-only dynamic config (kafka-configs --entity-type brokers --alter
+    # --add-config follower.replication.throttled.rate=...), validated like any other.
+    rate = "follower.replication.throttled.rate"
+    _alter(admin, broker_type, broker, op(rate, "1048576", AlterConfigOpType.SET))
+    try:
+        assert _configs(admin, broker, broker_type)[rate].value == "1048576"
+        with pytest.raises(KafkaException) as refused:
+            _alter(admin, broker_type, broker, op(rate, "-1", AlterConfigOpType.SET))
+        assert refused.value.args[0].name() == "INVALID_CONFIG"
+    finally:
+        _alter(admin, broker_type, broker, op(rate, None, AlterConfigOpType.DELETE))
+    assert _configs(admin, broker, broker_type)[rate].is_default
+
 
 def test_deprecated_topic_configs_are_accepted_and_ignored(bootstrap: str) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
