@@ -232,3 +232,15 @@ def test_a_new_target_dropping_every_in_sync_replica_is_refused() -> None:
         cancel_reassignment(changes, partition)
     assert raised.value.code is ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert not changes
+
+
+def test_raising_and_lowering_the_replication_factor_are_moves_too() -> None:
+    image = _image([1, 2], [1, 2], leader=1)
+    growing = _start(image, [1, 2, 3])
+    assert (list(growing.adding_replicas), list(growing.removing_replicas)) == ([3], [])
+    grown = _isr(image, [1, 2, 3])
+    assert list(grown.replicas) == [1, 2, 3] and not grown.adding_replicas
+
+    shrunk = _start(image, [2])
+    assert list(shrunk.replicas) == [2] and list(shrunk.isr) == [2]
+    assert shrunk.leader == 2 and shrunk.leader_epoch == grown.leader_epoch + 1
