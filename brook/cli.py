@@ -6,6 +6,7 @@
     brook health HOST:PORT         a gRPC health check (brook.health)
     brook transactions ...         transactions and hanging ones (brook.tools.transactions)
     brook log-dirs describe        partition logs, cleaned and dirty sizes (brook.tools.log_dirs)
+    brook delete-records ...       delete records below offsets (brook.tools.delete_records)
 
 Each subcommand is one function taking the argparse subparsers object: it adds its parser and
 sets `func`, the handler that receives the parsed arguments and returns the exit status. To add
@@ -25,6 +26,7 @@ from brook.health import add_health_command
 from brook.launcher import add_cluster_command
 from brook.server import ServiceSpec, add_service_arguments, run_service
 from brook.tools import add_tool_commands
+from brook.tools.delete_records import add_delete_records_command
 from brook.tools.groups import add_groups_command
 from brook.tools.log_dirs import add_log_dirs_command
 from brook.tools.transactions import add_transactions_command
@@ -98,6 +100,7 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
     add_groups_command,
     add_transactions_command,
     add_log_dirs_command,
+    add_delete_records_command,
 )
 
 

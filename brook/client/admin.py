@@ -92,6 +92,7 @@ from brook.v1 import (
 )
 
 __all__ = [
+    "DELETE_TO_HIGH_WATERMARK",
     "Admin",
     "AlterConfigOp",
     "ClusterDescription",
@@ -118,6 +119,8 @@ DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 30_000
 DEFAULT_API_TIMEOUT_MS_DEFAULT: Final = 60_000
 RETRY_BACKOFF_MS_DEFAULT: Final = 100
+# delete_records' offset meaning "every record below the high watermark", as Kafka's.
+DELETE_TO_HIGH_WATERMARK: Final = -1
 
 _T = TypeVar("_T")
 # The transaction timeout a fencing InitProducerId registers (Kafka's default
@@ -1181,6 +1184,59 @@ class Admin(Closing):
             else:
                 by_leader.setdefault(nodes[leader], []).append(tp)
         return by_leader, missing, problem
+
+    def delete_records(
+        self,
+        before: Mapping[TopicPartition, int],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, int | ApiError]:
+        """Deletes every record of each partition below its offset (DELETE_TO_HIGH_WATERMARK:
+        its high watermark),
+        at the partition's leader, as Kafka's Admin.deleteRecords (kafka-delete-records.sh).
+        Returns per partition its new log start offset (the low watermark), or the ApiError
+        the leader answered: OFFSET_OUT_OF_RANGE for an offset above the high watermark,
+        UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist. Leader moves and
+        retriable errors are retried until ``timeout_ms`` (ClientTimeoutError)."""
+        for tp, offset in before.items():
+            if offset < DELETE_TO_HIGH_WATERMARK:
+                raise ValueError(f"{tp.topic}-{tp.partition}: offset {offset} is below -1")
+        deadline = self._deadline(timeout_ms)
+
+        def ask(
+            stub: storage_pb2_grpc.StorageServiceStub, tps: list[TopicPartition], timeout_s: float
+        ) -> list[tuple[TopicPartition, int, str, int | ApiError]]:
+            request = storage_pb2.DeleteRecordsRequest(
+                partitions=[
+                    storage_pb2.DeleteRecordsPartition(
+                        topic=tp.topic, partition=tp.partition, offset=before[tp]
+                    )
+                    for tp in tps
+                ],
+                timeout_ms=int(timeout_s * 1000),
+            )
+            answer = stub.DeleteRecords(request, timeout=timeout_s)
+            results: list[tuple[TopicPartition, int, str, int | ApiError]] = []
+            for p in answer.partitions:
+                tp = TopicPartition(p.topic, p.partition)
+                code = error_code(p.error_code)
+                if code is ErrorCode.NONE or code.retriable:
+                    results.append((tp, p.error_code, p.error_message, p.low_watermark))
+                else:
+                    # This partition's answer, not a reason to fail the others.
+                    error = api_error(code, f"{tp.topic}-{tp.partition}: {p.error_message}")
+                    results.append((tp, ErrorCode.NONE, "", error))
+            return results
+
+        found = self._at_leaders(before, ask, "deleting records", deadline)
+        return {
+            tp: api_error(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition} does not exist"
+            )
+            if result is None
+            else result
+            for tp, result in found.items()
+        }
 
     def describe_consumer_group_lag(
         self, group_id: str, *, timeout_ms: int | None = None
