@@ -11,8 +11,8 @@ the spirit of Kafka's kafka-topics.sh, kafka-configs.sh and kafka-leader-electio
     brook topics delete --topic events
     brook cluster describe
 
-Every command takes ``--bootstrap-server`` (controllers' GRPC addresses, default
-127.0.0.1:9201, the first controller of ``brook cluster up``) and ``--timeout-ms``. Exit status:
+Every command takes ``--bootstrap-server`` (controllers' or storage nodes' GRPC addresses; see
+brook.tools.options) and ``--timeout-ms``. Exit status:
 0 on success, 1 when the cluster refused or did not answer (the error is printed with its
 Kafka error code), 2 for bad usage.
 """
@@ -22,7 +22,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, cast
+
+from brook.tools.options import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    TIMEOUT_MS_DEFAULT,
+    ToolError,
+    UsageError,
+    add_bootstrap_argument,
+    checked_cluster_options,
+    find_cluster,
+)
 
 if TYPE_CHECKING:
     # Imported when a command runs, not when `brook` starts: the SDK pulls in gRPC.
@@ -30,6 +42,7 @@ if TYPE_CHECKING:
     from brook.client.errors import ApiError
 
 __all__ = [
+    "EXIT_FAILED",
     "EXIT_OK",
     "UsageError",
     "add_admin_commands",
@@ -39,20 +52,9 @@ __all__ = [
     "report",
 ]
 
-DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-TIMEOUT_MS_DEFAULT: Final = 30_000
-
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-server",
-        default=DEFAULT_BOOTSTRAP_SERVERS,
-        metavar="HOST:PORT[,...]",
-        help=f"controllers' GRPC addresses ({DEFAULT_BOOTSTRAP_SERVERS})",
-    )
+    add_bootstrap_argument(parser)
     parser.add_argument(
         "--timeout-ms",
         type=int,
@@ -141,28 +143,54 @@ def handler(
     parser.set_defaults(func=lambda args: _run(run, args))
 
 
+class _AdminOnFirstUse:
+    """Stands for a command's Admin client until the command uses it: finding out what the
+    bootstrap servers are (find_cluster) talks to the cluster, and a command's own checks of
+    its arguments must not wait for that."""
+
+    def __init__(self, servers: Sequence[str], timeout_ms: int) -> None:
+        self._servers = servers
+        self._timeout_ms = timeout_ms
+        self._admin: Admin | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._admin is None:
+            from brook.client.admin import Admin
+
+            addresses, role = find_cluster(self._servers, self._timeout_ms).admin_bootstrap()
+            self._admin = Admin(
+                addresses, default_api_timeout_ms=self._timeout_ms, bootstrap_role=role
+            )
+        return getattr(self._admin, name)
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+
+
 def _run(run: Callable[[Admin, argparse.Namespace], int], args: argparse.Namespace) -> int:
-    from brook.client.admin import Admin
     from brook.client.errors import ApiError, BrookClientError
     from brook.config import ConfigError
 
     try:
-        admin = Admin(args.bootstrap_server, default_api_timeout_ms=args.timeout_ms)
-    except ConfigError as error:
+        servers = checked_cluster_options(args)
+    except UsageError as error:
         print(f"brook: {error}", file=sys.stderr)
         return EXIT_USAGE
+    admin = _AdminOnFirstUse(servers, args.timeout_ms)
     try:
-        with admin:
-            return run(admin, args)
-    except UsageError as error:
+        return run(cast("Admin", admin), args)
+    except (UsageError, ConfigError) as error:
         print(f"brook: {error}", file=sys.stderr)
         return EXIT_USAGE
     except ApiError as error:
         print(f"Error: {error.code.name}: {error.message}", file=sys.stderr)
         return EXIT_FAILED
-    except BrookClientError as error:
+    except (BrookClientError, ToolError) as error:
         print(f"Error: {error}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        admin.close()
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
@@ -176,10 +204,6 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None
 def dash(value: object | None) -> object:
     """A cell for a value that may be missing: "-" for None or empty."""
     return "-" if value is None or value == "" else value
-
-
-class UsageError(Exception):
-    pass
 
 
 def _key_values(items: Sequence[str]) -> dict[str, str]:

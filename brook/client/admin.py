@@ -113,6 +113,7 @@ __all__ = [
     "TransactionDescription",
     "TransactionListing",
     "TransactionState",
+    "check_topic_names",
 ]
 
 DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
@@ -1291,8 +1292,8 @@ class Admin(Closing):
             raise ValueError(f'to must be "earliest" or "latest", not {to!r}')
         if timestamp_ms is not None and timestamp_ms < 0:
             raise ValueError(f"timestamp_ms={timestamp_ms} must not be negative")
-        if topics is not None and (not topics or not all(topics)):
-            raise ValueError("topics must name at least one topic, with no empty name")
+        if topics is not None:
+            check_topic_names(topics)
         deadline = self._deadline(timeout_ms)
         group = self.describe_consumer_groups([group_id], timeout_ms=self._remaining_ms(deadline))
         state = group[group_id].state
@@ -1625,6 +1626,12 @@ class Admin(Closing):
             [partition], ask, "writing the abort marker", self._deadline(timeout_ms)
         )
         _existing(partition, found[partition])
+
+
+def check_topic_names(topics: Sequence[str]) -> None:
+    """ValueError unless ``topics`` names at least one topic, with no empty name."""
+    if not topics or not all(topics):
+        raise ValueError("topics must name at least one topic, with no empty name")
 
 
 def _existing(tp: TopicPartition, result: _T | None) -> _T:

@@ -33,6 +33,7 @@ from brook.client.errors import BrookClientError
 from brook.tools.options import (
     EXIT_FAILED,
     EXIT_OK,
+    TIMEOUT_MS_DEFAULT,
     LineFormat,
     PrintFormat,
     ToolError,
@@ -179,11 +180,15 @@ def run_console_producer(args: argparse.Namespace, stdin: BinaryIO | None = None
     try:
         fmt = LineFormat.from_properties(args.property)
         settings = client_settings(
-            args.bootstrap_server, parse_key_values(args.producer_property, "--producer-property")
+            args.bootstrap_server,
+            parse_key_values(args.producer_property, "--producer-property"),
+            TIMEOUT_MS_DEFAULT,
         )
         producer = Producer(settings)
     except (UsageError, ConfigError) as error:
         return report_error(command, UsageError(str(error)))
+    except ToolError as error:
+        return report_error(command, error)
     outcomes = _Outcomes()
     status = EXIT_OK
     sent = 0
@@ -297,11 +302,14 @@ def run_console_consumer(args: argparse.Namespace, stdout: BinaryIO | None = Non
         settings = client_settings(
             args.bootstrap_server,
             parse_key_values(args.consumer_property, "--consumer-property"),
+            args.metadata_timeout_ms,
         )
         # Validates every setting before the topic look-up talks to the cluster.
         consumer = Consumer(settings)
     except (UsageError, ConfigError) as error:
         return report_error(command, UsageError(str(error)))
+    except ToolError as error:
+        return report_error(command, error)
     consumed = 0
     status = EXIT_OK
     try:

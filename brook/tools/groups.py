@@ -8,8 +8,9 @@ kafka-consumer-groups.sh.
         (--to-earliest | --to-latest | --to-datetime 2026-11-22T13:00:00+00:00) \
         [--dry-run | --execute]
 
-Like ``brook topics``, every action takes ``--bootstrap-server`` (controllers' GRPC addresses)
-and ``--timeout-ms``; the coordinators are found through the nodes the controllers list.
+Like ``brook topics``, every action takes ``--bootstrap-server`` (controllers' or storage
+nodes' GRPC addresses) and ``--timeout-ms``; the coordinators are found through the nodes the
+cluster lists.
 ``reset-offsets`` only prints the new offsets unless ``--execute`` is given (as Kafka's tool),
 and is refused while the group has members. Exit status: 0 on success, 1 when the cluster
 refused or did not answer, 2 for bad usage.
@@ -186,6 +187,13 @@ def _delete(admin: Admin, args: argparse.Namespace) -> int:
 
 
 def _reset(admin: Admin, args: argparse.Namespace) -> int:
+    from brook.client.admin import check_topic_names
+
+    try:
+        # Before the cluster is asked anything (finding it would come first).
+        check_topic_names(args.topic)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     timestamp_ms = None if args.to_datetime is None else _parse_datetime_ms(args.to_datetime)
     to: Literal["earliest", "latest"] | None = (
         "earliest" if args.to_earliest else "latest" if args.to_latest else None

@@ -23,9 +23,9 @@ what a new producer instance with the id would: the coordinator aborts the id's 
 transaction — a two-phase one too, which no timeout ever ends (e.g. of a Spark task whose
 executor died after preparing it) — and bumps its epoch, so the old holder is fenced.
 
-Like ``brook topics``, every action takes ``--bootstrap-server`` (controllers' GRPC
-addresses) and ``--timeout-ms``. Exit status: 0 on success, 1 when the cluster refused or did
-not answer, 2 for bad usage.
+Like ``brook topics``, every action takes ``--bootstrap-server`` (controllers' or storage
+nodes' GRPC addresses) and ``--timeout-ms``. Exit status: 0 on success, 1 when the cluster
+refused or did not answer, 2 for bad usage.
 """
 
 from __future__ import annotations
