@@ -1,5 +1,6 @@
 """The `brook` command.
 
+    brook --version                print Brook's version (the installed package's metadata)
     brook storage-node|controller|group-coordinator|gateway [--config PATH] [--override K=V]...
     brook config docs SERVICE      print the Markdown table of SERVICE's settings
     brook cluster ...              the local cluster launcher (brook.launcher)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -31,7 +33,7 @@ from brook.tools.groups import add_groups_command
 from brook.tools.log_dirs import add_log_dirs_command
 from brook.tools.transactions import add_transactions_command
 
-__all__ = ["COMMANDS", "SERVICE_PACKAGES", "load_service_spec", "main"]
+__all__ = ["COMMANDS", "SERVICE_PACKAGES", "installed_version", "load_service_spec", "main"]
 
 SERVICE_PACKAGES: Final[Mapping[str, str]] = {
     "storage-node": "brook_storage_node",
@@ -104,10 +106,20 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
 )
 
 
+def installed_version() -> str:
+    """Brook's version as the installed package's metadata states it ("unknown" when Brook
+    runs from a source tree that was never installed)."""
+    try:
+        return importlib.metadata.version("brook")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="brook", description="Brook: a partitioned, replicated commit log."
     )
+    parser.add_argument("--version", action="version", version=f"brook {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in COMMANDS:
         add_command(subparsers)
