@@ -23,11 +23,20 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 # The `brook topics` plumbing: the same options, error reporting and exit statuses.
-from brook.admin_cli import EXIT_OK, UsageError, dash, handler, print_table, report
+from brook.admin_cli import (
+    EXIT_OK,
+    UsageError,
+    add_json_option,
+    dash,
+    handler,
+    print_json,
+    print_table,
+    report,
+)
 
 if TYPE_CHECKING:
     # Imported when a command runs, not when `brook` starts: the SDK pulls in gRPC.
-    from brook.client.admin import Admin
+    from brook.client.admin import Admin, ConsumerGroupDescription
 
 __all__ = ["add_groups_command"]
 
@@ -55,6 +64,7 @@ def add_groups_command(subparsers: Any) -> None:
         choices=STATE_NAMES,
         help="only groups in this state (repeatable)",
     )
+    add_json_option(listing)
     handler(listing, _list)
 
     describe = actions.add_parser(
@@ -66,6 +76,7 @@ def add_groups_command(subparsers: Any) -> None:
         action="store_true",
         help="per partition: committed offset, log end offset, lag and the member assigned it",
     )
+    add_json_option(describe, "the group, its members and its offsets with their lag")
     handler(describe, _describe)
 
     delete = actions.add_parser("delete", help="delete groups that have no members")
@@ -99,6 +110,20 @@ def _list(admin: Admin, args: argparse.Namespace) -> int:
     from brook.client.admin import ConsumerGroupState
 
     listed = admin.list_consumer_groups(states=[ConsumerGroupState(s) for s in args.state])
+    if args.json:
+        print_json(
+            {
+                "groups": [
+                    {
+                        "groupId": g.group_id,
+                        "state": str(g.state),
+                        "protocolType": g.protocol_type or None,
+                    }
+                    for g in listed
+                ]
+            }
+        )
+        return EXIT_OK
     print_table(
         ("GROUP", "STATE", "PROTOCOL-TYPE"),
         [(g.group_id, g.state, dash(g.protocol_type)) for g in listed],
@@ -116,6 +141,9 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
         raise ApiError(
             ErrorCode.GROUP_ID_NOT_FOUND, f"consumer group {args.group!r} does not exist"
         )
+    if args.json:
+        print_json(_group_document(admin, group))
+        return EXIT_OK
     if args.lag:
         owners = {tp: m for m in group.members for tp in m.assignment}
         lags = admin.describe_consumer_group_lag(args.group)
@@ -180,6 +208,43 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
             ],
         )
     return EXIT_OK
+
+
+def _group_document(admin: Admin, group: ConsumerGroupDescription) -> dict[str, object]:
+    """``groups describe --json``: the group, its members, and per partition its committed
+    offset, log end offset, lag and the member assigned it."""
+    owners = {tp: m.member_id for m in group.members for tp in m.assignment}
+    lags = admin.describe_consumer_group_lag(group.group_id)
+    return {
+        "groupId": group.group_id,
+        "coordinator": group.coordinator,
+        "state": str(group.state),
+        "protocolType": group.protocol_type or None,
+        "assignmentStrategy": group.protocol_name or None,
+        "members": [
+            {
+                "memberId": m.member_id,
+                "groupInstanceId": m.group_instance_id,
+                "clientId": m.client_id or None,
+                "host": m.host or None,
+                "assignment": [
+                    {"topic": tp.topic, "partition": tp.partition} for tp in m.assignment
+                ],
+            }
+            for m in group.members
+        ],
+        "offsets": [
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "currentOffset": lag.committed_offset,
+                "logEndOffset": lag.log_end_offset,
+                "lag": lag.lag,
+                "memberId": owners.get(tp),
+            }
+            for tp, lag in lags.items()
+        ],
+    }
 
 
 def _delete(admin: Admin, args: argparse.Namespace) -> int:

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
-from brook.admin_cli import dash, print_table
+from brook.admin_cli import add_json_option, dash, print_json, print_table
 from brook.tools.options import (
     EXIT_FAILED,
     EXIT_OK,
@@ -69,7 +68,7 @@ def add_log_dirs_command(subparsers: Any) -> None:
     describe.add_argument(
         "--topic", action="append", default=[], help="only this topic's logs (repeatable)"
     )
-    describe.add_argument("--json", action="store_true", help="print one JSON document")
+    add_json_option(describe)
     describe.add_argument(
         "--timeout-ms",
         type=int,
@@ -113,7 +112,7 @@ def _describe(args: argparse.Namespace) -> int:
             continue
         nodes.append((address, answer))
     if args.json:
-        print(json.dumps({"nodes": [_as_json(a, answer, topics) for a, answer in nodes]}))
+        print_json({"nodes": [_as_json(a, answer, topics) for a, answer in nodes]})
     else:
         print_table(
             COLUMNS,

@@ -9,6 +9,7 @@ serves the whole module (each test has its own groups) to keep the file fast.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -404,6 +405,38 @@ def test_cli_lists_and_describes_groups_with_members_and_lag(cluster: LocalClust
         assert _rows(lag.stdout)[1:] == [
             ["cli-watch", TOPIC, "0", "6", "10", "4", member.member_id, "/127.0.0.1", "admin-test"],
             ["cli-watch", TOPIC, "1", "6", "6", "0", member.member_id, "/127.0.0.1", "admin-test"],
+        ]
+
+        listed_json = json.loads(_brook(cluster, "list", "--json").stdout)["groups"]
+        assert {"groupId": "cli-watch", "state": "Stable", "protocolType": "consumer"} in (
+            listed_json
+        )
+        described_json = json.loads(_brook(cluster, "describe", "cli-watch", "--json").stdout)
+        assert described_json["state"] == "Stable"
+        assert described_json["assignmentStrategy"] == "range"
+        [member_json] = described_json["members"]
+        assert member_json["memberId"] == member.member_id
+        assert member_json["assignment"] == [
+            {"topic": TOPIC, "partition": 0},
+            {"topic": TOPIC, "partition": 1},
+        ]
+        assert described_json["offsets"] == [
+            {
+                "topic": TOPIC,
+                "partition": 0,
+                "currentOffset": 6,
+                "logEndOffset": 10,
+                "lag": 4,
+                "memberId": member.member_id,
+            },
+            {
+                "topic": TOPIC,
+                "partition": 1,
+                "currentOffset": 6,
+                "logEndOffset": 6,
+                "lag": 0,
+                "memberId": member.member_id,
+            },
         ]
 
         refused = _brook(cluster, "delete", "cli-watch")
