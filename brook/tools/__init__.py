@@ -1,7 +1,7 @@
 """Command-line tools on top of the SDK, in the spirit of Kafka's bin/ scripts.
 
     brook console-producer [--bootstrap-server HOST:PORT] --topic T [--property K=V]...
-    brook console-consumer [--bootstrap-server HOST:PORT] --topic T [--partition N]
+    brook console-consumer [--bootstrap-server HOST:PORT] --topic T [--group G | --partition N]
                            [--from-beginning | --offset N] [--max-messages N] [--timeout-ms N]
     brook producer-perf-test --topic T --num-records N --record-size B --throughput R [--json]
     brook consumer-perf-test [--bootstrap-server HOST:PORT] --topic T --messages N [--json]
@@ -101,6 +101,12 @@ def _add_console_consumer(subparsers: Any) -> None:
         "one per line, from the end unless --from-beginning or --offset says otherwise. Runs "
         "until --max-messages records were printed, --timeout-ms passed without a record, or "
         "SIGINT/SIGTERM.",
+    )
+    parser.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="consume as a member of this consumer group, committing the offsets of the "
+        "records printed: the next run of the group continues after them",
     )
     parser.add_argument("--partition", type=non_negative_int, metavar="N")
     start = parser.add_mutually_exclusive_group()

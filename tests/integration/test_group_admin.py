@@ -534,6 +534,45 @@ def test_cli_refuses_to_reset_or_delete_the_offsets_a_member_consumes(
     assert _committed(admin, group) == {1: 2}
 
 
+def test_console_consumer_with_a_group_commits_and_the_next_run_continues(
+    cluster: LocalCluster, admin: Admin
+) -> None:
+    group = "cli-console"
+
+    def consume(*args: str) -> list[tuple[int, int]]:
+        done = subprocess.run(
+            [
+                BROOK, "console-consumer", "--topic", TOPIC, "--group", group,
+                "--property", "print.partition=true", "--property", "print.offset=true",
+                "--bootstrap-server", cluster.controller_bootstrap_servers, *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        printed = []
+        for line in done.stdout.splitlines():
+            partition, offset, _ = line.split("\t")
+            printed.append((int(partition.removeprefix("Partition:")), int(offset[7:])))
+        return printed
+
+    first = consume("--from-beginning", "--max-messages", "7", "--timeout-ms", "30000")
+    assert len(first) == 7
+    # What was printed is committed; nothing beyond it.
+    committed = _committed(admin, group)
+    assert committed == {p: max(o for q, o in first if q == p) + 1 for p, _ in first}
+
+    # --from-beginning only where the group has committed nothing (as Kafka's): a partition
+    # the first run did not reach starts at its beginning, the others where it stopped.
+    rest = consume("--from-beginning", "--timeout-ms", "5000")
+    every = {(p, o) for p, count in RECORDS.items() for o in range(count)}
+    assert sorted(first + rest) == sorted(every), "each record once over the two runs"
+    assert _committed(admin, group) == RECORDS
+    assert admin.describe_consumer_groups([group])[group].state is ConsumerGroupState.EMPTY
+
+
 def test_cli_bad_arguments_exit_2_with_a_clear_message_and_change_nothing(
     cluster: LocalCluster, admin: Admin
 ) -> None:
