@@ -12,8 +12,8 @@ the spirit of Kafka's kafka-topics.sh, kafka-configs.sh and kafka-leader-electio
     brook cluster describe
     brook cluster unregister --node 4
 
-Every command takes ``--bootstrap-server`` (controllers' GRPC addresses, default
-127.0.0.1:9201, the first controller of ``brook cluster up``) and ``--timeout-ms``. Exit status:
+Every command takes ``--bootstrap-server`` (controllers' or storage nodes' GRPC addresses; see
+brook.tools.options) and ``--timeout-ms``. Exit status:
 0 on success, 1 when the cluster refused or did not answer (the error is printed with its
 Kafka error code), 2 for bad usage.
 """
@@ -21,9 +21,22 @@ Kafka error code), 2 for bad usage.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from brook.tools.options import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    TIMEOUT_MS_DEFAULT,
+    ToolError,
+    UsageError,
+    add_bootstrap_argument,
+    checked_cluster_options,
+    find_cluster,
+)
 
 if TYPE_CHECKING:
     # Imported when a command runs, not when `brook` starts: the SDK pulls in gRPC.
@@ -31,29 +44,21 @@ if TYPE_CHECKING:
     from brook.client.errors import ApiError
 
 __all__ = [
+    "EXIT_FAILED",
     "EXIT_OK",
     "UsageError",
     "add_admin_commands",
+    "add_json_option",
     "dash",
     "handler",
+    "print_json",
     "print_table",
     "report",
 ]
 
-DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-TIMEOUT_MS_DEFAULT: Final = 30_000
-
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-server",
-        default=DEFAULT_BOOTSTRAP_SERVERS,
-        metavar="HOST:PORT[,...]",
-        help=f"controllers' GRPC addresses ({DEFAULT_BOOTSTRAP_SERVERS})",
-    )
+    add_bootstrap_argument(parser)
     parser.add_argument(
         "--timeout-ms",
         type=int,
@@ -71,6 +76,7 @@ def add_admin_commands(subparsers: Any) -> None:
 
     listing = actions.add_parser("list", help="the names of the topics")
     listing.add_argument("--include-internal", action="store_true")
+    add_json_option(listing)
     handler(listing, _list)
 
     create = actions.add_parser("create", help="create a topic")
@@ -92,6 +98,7 @@ def add_admin_commands(subparsers: Any) -> None:
     describe = actions.add_parser("describe", help="partitions, leaders, replicas and ISRs")
     describe.add_argument("--topic", action="append", default=[], help="(all topics)")
     describe.add_argument("--include-internal", action="store_true")
+    add_json_option(describe)
     handler(describe, _describe)
 
     alter = actions.add_parser("alter", help="raise a topic's partition count")
@@ -103,6 +110,7 @@ def add_admin_commands(subparsers: Any) -> None:
     configs.add_argument("--topic", required=True)
     configs.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
     configs.add_argument("--delete-config", action="append", default=[], metavar="K[,K]")
+    add_json_option(configs, "the configs (when describing: no --add-config/--delete-config)")
     handler(configs, _configs)
 
     elect = actions.add_parser("elect-leaders", help="preferred (or unclean) leader election")
@@ -125,6 +133,7 @@ def add_admin_commands(subparsers: Any) -> None:
         help="also ask each controller for its metadata offset and a digest of its metadata "
         "(equal offsets with different digests would mean the replicas diverged)",
     )
+    add_json_option(cluster_describe)
     handler(cluster_describe, _describe_cluster)
     unregister = cluster_actions.add_parser(
         "unregister",
@@ -148,28 +157,67 @@ def handler(
     parser.set_defaults(func=lambda args: _run(run, args))
 
 
+class _AdminOnFirstUse:
+    """Stands for a command's Admin client until the command uses it: finding out what the
+    bootstrap servers are (find_cluster) talks to the cluster, and a command's own checks of
+    its arguments must not wait for that."""
+
+    def __init__(self, servers: Sequence[str], timeout_ms: int) -> None:
+        self._servers = servers
+        self._timeout_ms = timeout_ms
+        self._admin: Admin | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._admin is None:
+            from brook.client.admin import Admin
+
+            addresses, role = find_cluster(self._servers, self._timeout_ms).admin_bootstrap()
+            self._admin = Admin(
+                addresses, default_api_timeout_ms=self._timeout_ms, bootstrap_role=role
+            )
+        return getattr(self._admin, name)
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+
+
 def _run(run: Callable[[Admin, argparse.Namespace], int], args: argparse.Namespace) -> int:
-    from brook.client.admin import Admin
     from brook.client.errors import ApiError, BrookClientError
     from brook.config import ConfigError
 
     try:
-        admin = Admin(args.bootstrap_server, default_api_timeout_ms=args.timeout_ms)
-    except ConfigError as error:
+        servers = checked_cluster_options(args)
+    except UsageError as error:
         print(f"brook: {error}", file=sys.stderr)
         return EXIT_USAGE
+    admin = _AdminOnFirstUse(servers, args.timeout_ms)
     try:
-        with admin:
-            return run(admin, args)
-    except UsageError as error:
+        return run(cast("Admin", admin), args)
+    except (UsageError, ConfigError) as error:
         print(f"brook: {error}", file=sys.stderr)
         return EXIT_USAGE
     except ApiError as error:
         print(f"Error: {error.code.name}: {error.message}", file=sys.stderr)
         return EXIT_FAILED
-    except BrookClientError as error:
+    except (BrookClientError, ToolError) as error:
         print(f"Error: {error}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        admin.close()
+
+
+def add_json_option(parser: argparse.ArgumentParser, what: str = "the same as the table") -> None:
+    """``--json``: a command prints one JSON document instead of its table (``print_json``)."""
+    parser.add_argument(
+        "--json", action="store_true", help=f"print {what} as one JSON document on stdout"
+    )
+
+
+def print_json(document: Mapping[str, Any]) -> None:
+    """One JSON document on one line of stdout. Its keys are part of the command's interface:
+    camelCase, present whether or not they have a value (null then)."""
+    print(json.dumps(document))
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
@@ -183,10 +231,6 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None
 def dash(value: object | None) -> object:
     """A cell for a value that may be missing: "-" for None or empty."""
     return "-" if value is None or value == "" else value
-
-
-class UsageError(Exception):
-    pass
 
 
 def _key_values(items: Sequence[str]) -> dict[str, str]:
@@ -211,7 +255,11 @@ def report(results: dict[Any, ApiError | None], done: str) -> int:
 
 
 def _list(admin: Admin, args: argparse.Namespace) -> int:
-    for name in admin.list_topics(include_internal=args.include_internal):
+    names = admin.list_topics(include_internal=args.include_internal)
+    if args.json:
+        print_json({"topics": names})
+        return EXIT_OK
+    for name in names:
         print(name)
     return EXIT_OK
 
@@ -244,16 +292,48 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
 
     topics = admin.describe_topics(args.topic or None, include_internal=args.include_internal)
     configs = admin.describe_configs([ConfigResource.topic(name) for name in topics])
+    described = []
     for name, topic in topics.items():
-        overrides = ",".join(
-            f"{entry.name}={entry.value}"
+        overrides = {
+            entry.name: entry.value
             for entry in configs[ConfigResource.topic(name)].values()
             if entry.source == "DYNAMIC_TOPIC_CONFIG"
-        )
+        }
         factor = len(topic.partitions[0].replicas) if topic.partitions else 0
+        described.append((name, topic, overrides, factor))
+    if args.json:
+        print_json(
+            {
+                "topics": [
+                    {
+                        "name": name,
+                        "topicId": str(topic.topic_id),
+                        "internal": topic.internal,
+                        "partitionCount": len(topic.partitions),
+                        "replicationFactor": factor,
+                        "configs": overrides,
+                        "partitions": [
+                            {
+                                "partition": p.partition,
+                                "leader": p.leader,
+                                "leaderEpoch": p.leader_epoch,
+                                "replicas": list(p.replicas),
+                                "isr": list(p.isr),
+                                "offlineReplicas": list(p.offline_replicas),
+                            }
+                            for p in topic.partitions
+                        ],
+                    }
+                    for name, topic, overrides, factor in described
+                ]
+            }
+        )
+        return EXIT_OK
+    for name, topic, overrides, factor in described:
+        listed = ",".join(f"{key}={value}" for key, value in overrides.items())
         print(
             f"Topic: {name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(topic.partitions)}"
-            f"\tReplicationFactor: {factor}\tConfigs: {overrides}"
+            f"\tReplicationFactor: {factor}\tConfigs: {listed}"
         )
         for p in topic.partitions:
             leader = "none" if p.leader is None else p.leader
@@ -287,8 +367,21 @@ def _configs(admin: Admin, args: argparse.Namespace) -> int:
         if name.strip()
     ]
     if changes:
+        if args.json:
+            raise UsageError("--json describes the configs: not with --add-config/--delete-config")
         return report(admin.alter_configs({resource: changes}), "Altered configs of")
-    for entry in admin.describe_configs([resource])[resource].values():
+    entries = admin.describe_configs([resource])[resource].values()
+    if args.json:
+        print_json(
+            {
+                "topic": args.topic,
+                "configs": [
+                    {"name": e.name, "value": e.value, "source": e.source} for e in entries
+                ],
+            }
+        )
+        return EXIT_OK
+    for entry in entries:
         print(f"{entry.name}={entry.value if entry.value is not None else ''}\t({entry.source})")
     return EXIT_OK
 
@@ -324,12 +417,42 @@ def _delete(admin: Admin, args: argparse.Namespace) -> int:
 
 def _describe_cluster(admin: Admin, args: argparse.Namespace) -> int:
     cluster = admin.describe_cluster()
+    states = {node.node_id: _controller_state(args, node) for node in cluster.controllers}
+    if args.json:
+        print_json(
+            {
+                "clusterId": cluster.cluster_id,
+                "controllerId": cluster.controller_id,
+                "controllerEpoch": cluster.controller_epoch,
+                "metadataOffset": cluster.metadata_offset,
+                "controllers": [
+                    {"nodeId": node.node_id, "endpoints": node.endpoints, **states[node.node_id]}
+                    for node in cluster.controllers
+                ],
+                "nodes": [
+                    {
+                        "nodeId": node.node_id,
+                        "role": node.role,
+                        "fenced": node.fenced,
+                        "inControlledShutdown": node.in_controlled_shutdown,
+                        "brokerEpoch": node.broker_epoch,
+                        "endpoints": node.endpoints,
+                        "rack": node.rack or None,
+                    }
+                    for node in cluster.nodes
+                ],
+            }
+        )
+        return EXIT_OK
     controller = "none" if cluster.controller_id is None else cluster.controller_id
     print(f"Cluster: {cluster.cluster_id}")
     print(f"Active controller: {controller} (epoch {cluster.controller_epoch})")
     print(f"Metadata offset: {cluster.metadata_offset}")
     for node in cluster.controllers:
-        print(f"Controller: {node.node_id}\t{_endpoints(node.endpoints)}{_digest(args, node)}")
+        print(
+            f"Controller: {node.node_id}\t{_endpoints(node.endpoints)}"
+            f"{_digest_cells(states[node.node_id])}"
+        )
     for node in cluster.nodes:
         state = "fenced" if node.fenced else "active"
         if node.in_controlled_shutdown:
@@ -348,9 +471,11 @@ def _unregister(admin: Admin, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _digest(args: argparse.Namespace, node: NodeDescription) -> str:
+def _controller_state(args: argparse.Namespace, node: NodeDescription) -> dict[str, object]:
+    """With --digests, the controller's metadata offset and digest, or why it could not say
+    (``unreachable``: its gRPC status); nothing without."""
     if not args.digests or "GRPC" not in node.endpoints:
-        return ""
+        return {}
     import grpc
 
     from brook.controller_probe import describe_controller
@@ -358,8 +483,16 @@ def _digest(args: argparse.Namespace, node: NodeDescription) -> str:
     try:
         state = describe_controller(node.endpoints["GRPC"], args.timeout_ms / 1000)
     except grpc.RpcError as error:
-        return f"\tunreachable ({error.code().name})"
-    return f"\tOffset: {state.offset}\tDigest: {state.digest}"
+        return {"offset": None, "digest": None, "unreachable": error.code().name}
+    return {"offset": state.offset, "digest": state.digest, "unreachable": None}
+
+
+def _digest_cells(state: Mapping[str, object]) -> str:
+    if not state:
+        return ""
+    if state["unreachable"] is not None:
+        return f"\tunreachable ({state['unreachable']})"
+    return f"\tOffset: {state['offset']}\tDigest: {state['digest']}"
 
 
 def _endpoints(endpoints: dict[str, str]) -> str:

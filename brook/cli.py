@@ -1,11 +1,14 @@
 """The `brook` command.
 
+    brook --version                print Brook's version (the installed package's metadata)
     brook storage-node|controller|group-coordinator|gateway [--config PATH] [--override K=V]...
     brook config docs SERVICE      print the Markdown table of SERVICE's settings
     brook cluster ...              the local cluster launcher (brook.launcher)
     brook health HOST:PORT         a gRPC health check (brook.health)
     brook transactions ...         transactions and hanging ones (brook.tools.transactions)
     brook log-dirs describe        partition logs, cleaned and dirty sizes (brook.tools.log_dirs)
+    brook delete-records ...       delete records below offsets (brook.tools.delete_records)
+    brook dump-log FILE...         segment, index and snapshot files decoded (brook.tools.dump_log)
 
 Each subcommand is one function taking the argparse subparsers object: it adds its parser and
 sets `func`, the handler that receives the parsed arguments and returns the exit status. To add
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -25,12 +29,14 @@ from brook.health import add_health_command
 from brook.launcher import add_cluster_command
 from brook.server import ServiceSpec, add_service_arguments, run_service
 from brook.tools import add_tool_commands
+from brook.tools.delete_records import add_delete_records_command
+from brook.tools.dump_log import add_dump_log_command
 from brook.tools.groups import add_groups_command
 from brook.tools.log_dirs import add_log_dirs_command
 from brook.tools.reassign import add_reassign_command
 from brook.tools.transactions import add_transactions_command
 
-__all__ = ["COMMANDS", "SERVICE_PACKAGES", "load_service_spec", "main"]
+__all__ = ["COMMANDS", "SERVICE_PACKAGES", "installed_version", "load_service_spec", "main"]
 
 SERVICE_PACKAGES: Final[Mapping[str, str]] = {
     "storage-node": "brook_storage_node",
@@ -100,13 +106,25 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
     add_transactions_command,
     add_log_dirs_command,
     add_reassign_command,
+    add_delete_records_command,
+    add_dump_log_command,
 )
+
+
+def installed_version() -> str:
+    """Brook's version as the installed package's metadata states it ("unknown" when Brook
+    runs from a source tree that was never installed)."""
+    try:
+        return importlib.metadata.version("brook")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="brook", description="Brook: a partitioned, replicated commit log."
     )
+    parser.add_argument("--version", action="version", version=f"brook {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in COMMANDS:
         add_command(subparsers)

@@ -501,7 +501,10 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
         interrupted: Callable[[], bool] | None = None,
         spawn_prefix: Callable[[ProcessSpec], Sequence[str]] | None = None,
+        on_serving: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_serving``: told the name of each process as soon as it reports SERVING while
+        starting (``brook cluster up`` prints a line for it)."""
         if startup_timeout_ms <= 0 or stop_timeout_ms <= 0:
             raise ValueError("startup_timeout_ms and stop_timeout_ms must be > 0")
         self.base_dir = base_dir.resolve()
@@ -516,6 +519,7 @@ class LocalCluster:
         self._env = dict(env or {})
         self._interrupted = interrupted or (lambda: False)
         self._spawn_prefix = spawn_prefix
+        self._on_serving = on_serving or (lambda name: None)
         self._running: dict[str, _Running] = {}
         self._exits: dict[str, ProcessExit] = {}
         self._atexit_registered = False
@@ -643,19 +647,21 @@ class LocalCluster:
             "port_offset": self.port_offset,
             "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
             "controller_bootstrap_servers": self.controller_bootstrap_servers,
-            "processes": [
-                {
-                    "name": spec.name,
-                    "role": spec.role.value,
-                    "node_id": spec.node_id,
-                    "pid": self.pid(spec.name),
-                    "listeners": {listener: spec.address(listener) for listener in spec.ports},
-                    "kafka_node_ports": self.kafka_node_ports(spec.name),
-                    "config": str(spec.config_path),
-                    "log": str(spec.log_path),
-                }
-                for spec in self._specs.values()
-            ],
+            "processes": [self.describe_process(name) for name in self._specs],
+        }
+
+    def describe_process(self, name: str) -> dict[str, Any]:
+        """One process of the plan and its pid (None when not running), as JSON-ready data."""
+        spec = self.spec(name)
+        return {
+            "name": spec.name,
+            "role": spec.role.value,
+            "node_id": spec.node_id,
+            "pid": self.pid(spec.name),
+            "listeners": {listener: spec.address(listener) for listener in spec.ports},
+            "kafka_node_ports": self.kafka_node_ports(spec.name),
+            "config": str(spec.config_path),
+            "log": str(spec.log_path),
         }
 
     # ----------------------------------------------------------------- state
@@ -728,6 +734,7 @@ class LocalCluster:
                 started.append(spec.name)
             for spec in specs:
                 self._wait_serving(spec, deadline)
+                self._on_serving(spec.name)
         except BaseException:
             if started:
                 self._terminate(started)
@@ -1046,7 +1053,8 @@ def add_cluster_command(subparsers: Any) -> None:
         "up",
         help="start a whole local cluster in the foreground; Ctrl-C stops it",
         description="Start controllers, storage nodes, group coordinators and gateways as "
-        "local processes, print where they listen, and run until SIGINT or SIGTERM. Data "
+        "local processes, print a line for each as it reports SERVING (its node id, pid "
+        "and addresses), and run until SIGINT or SIGTERM. Data "
         "and logs stay in --dir across runs. Well-known ports (process N of a role, plus "
         "--port-offset): storage node GRPC 9100+N, controller GRPC 9200+N and RAFT 9300+N, "
         "group coordinator GRPC 9400+N, gateway GRPC 9500+N and Kafka 9091+N (9092 first), "
@@ -1086,7 +1094,12 @@ def add_cluster_command(subparsers: Any) -> None:
         help="a setting for every process, or only for TARGET, a role (storage-node) or a "
         "process (storage-node-2); repeatable",
     )
-    up.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    up.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON lines instead of text: a serving event per process as it becomes "
+        "healthy, then up, exited, stopped",
+    )
     up.set_defaults(func=run_cluster_command)
 
 
@@ -1107,15 +1120,30 @@ def _print_json(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
+def _process_line(cluster: LocalCluster, name: str) -> str:
+    """A process's name, node id, pid and addresses on one line."""
+    spec = cluster.spec(name)
+    listeners = "  ".join(f"{listener} {spec.address(listener)}" for listener in spec.ports)
+    node_ports = sorted(cluster.kafka_node_ports(spec.name).items())
+    if node_ports:
+        listeners += "  brokers " + ",".join(f"{n}:{port}" for n, port in node_ports)
+    pid = str(cluster.pid(spec.name))
+    return f"{spec.name:<22} node {spec.node_id:<5} pid {pid:<8} {listeners}"
+
+
+def _print_serving(cluster_ref: list[LocalCluster], name: str, *, as_json: bool) -> None:
+    """A line for a process that just reported SERVING while the cluster starts."""
+    cluster = cluster_ref[0]
+    if as_json:
+        _print_json("serving", **cluster.describe_process(name))
+    else:
+        print(f"  serving  {_process_line(cluster, name)}", flush=True)
+
+
 def _print_up(cluster: LocalCluster) -> None:
     print(f"Brook local cluster is up; data and logs under {cluster.base_dir}")
-    for spec in cluster.processes.values():
-        listeners = "  ".join(f"{name} {spec.address(name)}" for name in spec.ports)
-        node_ports = sorted(cluster.kafka_node_ports(spec.name).items())
-        if node_ports:
-            listeners += "  brokers " + ",".join(f"{n}:{port}" for n, port in node_ports)
-        pid = str(cluster.pid(spec.name))
-        print(f"  {spec.name:<22} node {spec.node_id:<5} pid {pid:<8} {listeners}")
+    for name in cluster.processes:
+        print(f"  {_process_line(cluster, name)}")
     if cluster.topology.gateways:
         first = cluster.processes["gateway-1"].address(PLAINTEXT)
         print(f"Kafka clients:  bootstrap.servers={cluster.kafka_bootstrap_servers}")
@@ -1155,6 +1183,7 @@ def run_cluster_command(args: argparse.Namespace) -> int:
                 startup_timeout_ms=args.startup_timeout_ms,
                 stop_timeout_ms=args.stop_timeout_ms,
                 interrupted=lambda: requests.count > 0,
+                on_serving=lambda name: _print_serving(cluster_ref, name, as_json=args.json),
             )
         except (ClusterLayoutError, ValueError) as error:
             print(f"brook cluster up: {error}", file=sys.stderr)

@@ -50,6 +50,7 @@ APIS: Final = (
     "ApiVersions",
     "CreateTopics",
     "DeleteTopics",
+    "DeleteRecords",
     "InitProducerId",
     "OffsetForLeaderEpoch",
     "AddPartitionsToTxn",

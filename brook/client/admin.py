@@ -92,6 +92,7 @@ from brook.v1 import (
 )
 
 __all__ = [
+    "DELETE_TO_HIGH_WATERMARK",
     "Admin",
     "AlterConfigOp",
     "ClusterDescription",
@@ -113,12 +114,15 @@ __all__ = [
     "TransactionDescription",
     "TransactionListing",
     "TransactionState",
+    "check_topic_names",
 ]
 
 DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 30_000
 DEFAULT_API_TIMEOUT_MS_DEFAULT: Final = 60_000
 RETRY_BACKOFF_MS_DEFAULT: Final = 100
+# delete_records' offset meaning "every record below the high watermark", as Kafka's.
+DELETE_TO_HIGH_WATERMARK: Final = -1
 
 _T = TypeVar("_T")
 # The transaction timeout a fencing InitProducerId registers (Kafka's default
@@ -1092,6 +1096,38 @@ class Admin(Closing):
             results[group_id] = _error(result.error_code, result.error_message)
         return results
 
+    def delete_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Sequence[TopicPartition],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, ApiError | None]:
+        """Deletes the group's committed offsets of ``partitions`` (Kafka's
+        Admin.deleteConsumerGroupOffsets): per partition None, or GROUP_SUBSCRIBED_TO_TOPIC
+        when a member of the group subscribes to its topic (that offset stays). Raises
+        ApiError GROUP_ID_NOT_FOUND for a group that does not exist."""
+        request = group_pb2.DeleteOffsetsRequest(
+            group_id=group_id,
+            partitions=[
+                common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                for tp in partitions
+            ],
+        )
+        _, answer = self._group_call(
+            group_id,
+            lambda stub, t: stub.DeleteOffsets(request, timeout=t),
+            lambda r: [r.error_code],
+            self._deadline(timeout_ms),
+        )
+        group_error = _error(answer.error_code, answer.error_message)
+        if group_error is not None:
+            raise group_error
+        return {
+            TopicPartition(p.topic, p.partition): _error(p.error_code, p.error_message)
+            for p in answer.partitions
+        }
+
     def list_consumer_group_offsets(
         self,
         group_id: str,
@@ -1264,6 +1300,59 @@ class Admin(Closing):
                 by_leader.setdefault(nodes[leader], []).append(tp)
         return by_leader, missing, problem
 
+    def delete_records(
+        self,
+        before: Mapping[TopicPartition, int],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, int | ApiError]:
+        """Deletes every record of each partition below its offset (DELETE_TO_HIGH_WATERMARK:
+        its high watermark),
+        at the partition's leader, as Kafka's Admin.deleteRecords (kafka-delete-records.sh).
+        Returns per partition its new log start offset (the low watermark), or the ApiError
+        the leader answered: OFFSET_OUT_OF_RANGE for an offset above the high watermark,
+        UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist. Leader moves and
+        retriable errors are retried until ``timeout_ms`` (ClientTimeoutError)."""
+        for tp, offset in before.items():
+            if offset < DELETE_TO_HIGH_WATERMARK:
+                raise ValueError(f"{tp.topic}-{tp.partition}: offset {offset} is below -1")
+        deadline = self._deadline(timeout_ms)
+
+        def ask(
+            stub: storage_pb2_grpc.StorageServiceStub, tps: list[TopicPartition], timeout_s: float
+        ) -> list[tuple[TopicPartition, int, str, int | ApiError]]:
+            request = storage_pb2.DeleteRecordsRequest(
+                partitions=[
+                    storage_pb2.DeleteRecordsPartition(
+                        topic=tp.topic, partition=tp.partition, offset=before[tp]
+                    )
+                    for tp in tps
+                ],
+                timeout_ms=int(timeout_s * 1000),
+            )
+            answer = stub.DeleteRecords(request, timeout=timeout_s)
+            results: list[tuple[TopicPartition, int, str, int | ApiError]] = []
+            for p in answer.partitions:
+                tp = TopicPartition(p.topic, p.partition)
+                code = error_code(p.error_code)
+                if code is ErrorCode.NONE or code.retriable:
+                    results.append((tp, p.error_code, p.error_message, p.low_watermark))
+                else:
+                    # This partition's answer, not a reason to fail the others.
+                    error = api_error(code, f"{tp.topic}-{tp.partition}: {p.error_message}")
+                    results.append((tp, ErrorCode.NONE, "", error))
+            return results
+
+        found = self._at_leaders(before, ask, "deleting records", deadline)
+        return {
+            tp: api_error(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition} does not exist"
+            )
+            if result is None
+            else result
+            for tp, result in found.items()
+        }
+
     def describe_consumer_group_lag(
         self, group_id: str, *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, PartitionLag]:
@@ -1291,34 +1380,39 @@ class Admin(Closing):
     def reset_consumer_group_offsets(
         self,
         group_id: str,
-        topics: Sequence[str] | None = None,
+        topics: Sequence[str | TopicPartition] | None = None,
         *,
         to: Literal["earliest", "latest"] | None = None,
         timestamp_ms: int | None = None,
+        offset: int | None = None,
+        shift_by: int | None = None,
         dry_run: bool = False,
         timeout_ms: int | None = None,
     ) -> dict[TopicPartition, int]:
-        """Moves the group's committed offsets on every partition of ``topics`` (None: the
-        topics it has committed offsets for) to the log start (``to="earliest"``), the log
-        end (``to="latest"``) or the first record at or after ``timestamp_ms`` (the log end
-        when there is none), as kafka-consumer-groups.sh --reset-offsets does. Returns the new
-        offsets; ``dry_run`` only computes them.
+        """Moves the group's committed offsets, as kafka-consumer-groups.sh --reset-offsets
+        does, on every partition of each topic named in ``topics`` or on each partition named
+        (None: the topics it has committed offsets for), to exactly one of: the log start
+        (``to="earliest"``), the log end (``to="latest"``), the first record at or after
+        ``timestamp_ms`` (the log end when there is none), ``offset``, or the committed offset
+        moved by ``shift_by`` (ValueError naming the partitions without one). As in Kafka, a
+        target outside [log start, log end] is clamped into it. Returns the new offsets;
+        ``dry_run`` only computes them.
 
         Refused (ApiError NON_EMPTY_GROUP) unless the group has no members, dry run or not,
         as Kafka's tool refuses; the coordinator also rejects the commit itself if a member
         joins in between."""
-        if (to is None) == (timestamp_ms is None):
-            raise ValueError('give exactly one of to="earliest"|"latest" and timestamp_ms=')
-        specs = {
-            "earliest": storage_pb2.OFFSET_SPEC_EARLIEST,
-            "latest": storage_pb2.OFFSET_SPEC_LATEST,
-        }
-        if to is not None and to not in specs:
+        targets_given = [to, timestamp_ms, offset, shift_by]
+        if sum(target is not None for target in targets_given) != 1:
+            raise ValueError(
+                'give exactly one of to="earliest"|"latest", timestamp_ms=, offset= and shift_by='
+            )
+        if to is not None and to not in ("earliest", "latest"):
             raise ValueError(f'to must be "earliest" or "latest", not {to!r}')
-        if timestamp_ms is not None and timestamp_ms < 0:
-            raise ValueError(f"timestamp_ms={timestamp_ms} must not be negative")
-        if topics is not None and (not topics or not all(topics)):
-            raise ValueError("topics must name at least one topic, with no empty name")
+        for name, value in (("timestamp_ms", timestamp_ms), ("offset", offset)):
+            if value is not None and value < 0:
+                raise ValueError(f"{name}={value} must not be negative")
+        if topics is not None:
+            check_topic_names([t if isinstance(t, str) else t.topic for t in topics])
         deadline = self._deadline(timeout_ms)
         group = self.describe_consumer_groups([group_id], timeout_ms=self._remaining_ms(deadline))
         state = group[group_id].state
@@ -1328,39 +1422,39 @@ class Admin(Closing):
                 f"offsets of group {group_id!r} can only be reset while it has no members; "
                 f"it is {state}",
             )
-        if topics is None:
-            committed = self.list_consumer_group_offsets(
-                group_id, timeout_ms=self._remaining_ms(deadline)
-            )
-            topics = sorted({tp.topic for tp in committed})
-        partitions = [
-            TopicPartition(name, p.partition)
-            for name, topic in self.describe_topics(
-                topics, include_internal=True, timeout_ms=self._remaining_ms(deadline)
-            ).items()
-            for p in topic.partitions
-        ]
-        spec = storage_pb2.OFFSET_SPEC_TIMESTAMP if to is None else specs[to]
-        found = self._list_offsets(
-            {tp: (spec, -1 if timestamp_ms is None else timestamp_ms) for tp in partitions},
-            deadline,
+        committed = self.list_consumer_group_offsets(
+            group_id, timeout_ms=self._remaining_ms(deadline)
         )
-        # A timestamp after every record: Kafka's tool moves to the end.
-        past_end = [tp for tp, offset in found.items() if offset is None or offset < 0]
-        if past_end:
-            found.update(
-                self._list_offsets(
-                    {tp: (storage_pb2.OFFSET_SPEC_LATEST, -1) for tp in past_end}, deadline
+        partitions = self._reset_partitions(
+            sorted({tp.topic for tp in committed}) if topics is None else topics, deadline
+        )
+        if shift_by is not None:
+            uncommitted = [f"{tp.topic}-{tp.partition}" for tp in partitions if tp not in committed]
+            if uncommitted:
+                raise ValueError(
+                    f"--shift-by moves committed offsets; group {group_id!r} has none on "
+                    + ", ".join(uncommitted)
                 )
+        starts = self._existing_offsets(partitions, storage_pb2.OFFSET_SPEC_EARLIEST, deadline)
+        ends = self._existing_offsets(partitions, storage_pb2.OFFSET_SPEC_LATEST, deadline)
+        if to is not None:
+            wanted = starts if to == "earliest" else ends
+        elif timestamp_ms is not None:
+            found = self._list_offsets(
+                {tp: (storage_pb2.OFFSET_SPEC_TIMESTAMP, timestamp_ms) for tp in partitions},
+                deadline,
             )
-        targets = {}
-        for tp in sorted(found):
-            offset = found[tp]
-            if offset is None:
-                raise api_error(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition} is gone"
-                )
-            targets[tp] = offset
+            wanted = {}
+            for tp in partitions:
+                at = found[tp]
+                # A timestamp after every record: Kafka's tool moves to the end.
+                wanted[tp] = ends[tp] if at is None or at < 0 else at
+        elif offset is not None:
+            wanted = dict.fromkeys(partitions, offset)
+        else:
+            assert shift_by is not None
+            wanted = {tp: committed[tp].offset + shift_by for tp in partitions}
+        targets = {tp: min(max(wanted[tp], starts[tp]), ends[tp]) for tp in sorted(partitions)}
         if not dry_run:
             errors = self.alter_consumer_group_offsets(
                 group_id, targets, timeout_ms=self._remaining_ms(deadline)
@@ -1369,6 +1463,45 @@ class Admin(Closing):
                 if error is not None:
                     raise error
         return targets
+
+    def _reset_partitions(
+        self, topics: Sequence[str | TopicPartition], deadline: float
+    ) -> list[TopicPartition]:
+        """Every partition of each topic named, and each partition named; ApiError
+        UNKNOWN_TOPIC_OR_PARTITION for a topic or partition that does not exist."""
+        names = sorted({t if isinstance(t, str) else t.topic for t in topics})
+        described = self.describe_topics(
+            names, include_internal=True, timeout_ms=self._remaining_ms(deadline)
+        )
+        partitions: list[TopicPartition] = []
+        for entry in topics:
+            name = entry if isinstance(entry, str) else entry.topic
+            existing = [TopicPartition(name, p.partition) for p in described[name].partitions]
+            if isinstance(entry, str):
+                partitions += existing
+            elif entry in existing:
+                partitions.append(entry)
+            else:
+                raise api_error(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{entry.topic}-{entry.partition} does not exist",
+                )
+        return list(dict.fromkeys(partitions))
+
+    def _existing_offsets(
+        self, partitions: Sequence[TopicPartition], spec: int, deadline: float
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets ``spec`` of each partition; ApiError UNKNOWN_TOPIC_OR_PARTITION when one
+        is gone."""
+        found = self._list_offsets({tp: (spec, -1) for tp in partitions}, deadline)
+        offsets = {}
+        for tp, result in found.items():
+            if result is None:
+                raise api_error(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition} is gone"
+                )
+            offsets[tp] = result
+        return offsets
 
     # ------------------------------------------------------------------ transactions
 
@@ -1651,6 +1784,12 @@ class Admin(Closing):
             [partition], ask, "writing the abort marker", self._deadline(timeout_ms)
         )
         _existing(partition, found[partition])
+
+
+def check_topic_names(topics: Sequence[str]) -> None:
+    """ValueError unless ``topics`` names at least one topic, with no empty name."""
+    if not topics or not all(topics):
+        raise ValueError("topics must name at least one topic, with no empty name")
 
 
 def _existing(tp: TopicPartition, result: _T | None) -> _T:

@@ -1,10 +1,13 @@
 """Command-line tools on top of the SDK, in the spirit of Kafka's bin/ scripts.
 
-    brook console-producer --bootstrap-server HOST:PORT --topic T [--property K=V]...
-    brook console-consumer --bootstrap-server HOST:PORT --topic T [--partition N]
+    brook console-producer [--bootstrap-server HOST:PORT] --topic T [--property K=V]...
+    brook console-consumer [--bootstrap-server HOST:PORT] --topic T [--group G | --partition N]
                            [--from-beginning | --offset N] [--max-messages N] [--timeout-ms N]
     brook producer-perf-test --topic T --num-records N --record-size B --throughput R [--json]
-    brook consumer-perf-test --bootstrap-server HOST:PORT --topic T --messages N [--json]
+    brook consumer-perf-test [--bootstrap-server HOST:PORT] --topic T --messages N [--json]
+
+``--bootstrap-server`` names controllers or storage nodes (brook.tools.options); the records
+go to and come from the storage nodes.
 
 ``add_tool_commands`` registers them with the ``brook`` command (brook.cli). Exit status: 0 on
 success, 1 when the cluster refused or did not answer in time (or a record failed), 2 for bad
@@ -23,6 +26,7 @@ from brook.tools.options import (
     CONSUMER_PRINT_PROPERTIES,
     LINE_READER_PROPERTIES,
     TIMEOUT_MS_DEFAULT,
+    add_bootstrap_argument,
     non_negative_int,
     positive_int,
 )
@@ -43,18 +47,13 @@ def add_tool_commands(subparsers: Any) -> None:
 
 
 def _tool_parser(
-    subparsers: Any, name: str, summary: str, description: str, *, bootstrap_required: bool
+    subparsers: Any, name: str, summary: str, description: str
 ) -> argparse.ArgumentParser:
     """The parser of one tool, with the options every tool has."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         name, help=summary, description=description
     )
-    parser.add_argument(
-        "--bootstrap-server",
-        required=bootstrap_required,
-        metavar="HOST:PORT[,...]",
-        help="storage nodes' GRPC addresses (bootstrap.servers)",
-    )
+    add_bootstrap_argument(parser)
     parser.add_argument("--topic", required=True)
     return parser
 
@@ -81,7 +80,6 @@ def _add_console_producer(subparsers: Any) -> None:
         "Read lines from stdin and produce each as one record (the value, or "
         "key and value with parse.key=true). Exits when stdin ends, after every record was "
         "acknowledged; exit status 1 if any record failed.",
-        bootstrap_required=True,
     )
     _key_values(
         parser, "--property", "line reader setting: " + ", ".join(sorted(LINE_READER_PROPERTIES))
@@ -103,7 +101,12 @@ def _add_console_consumer(subparsers: Any) -> None:
         "one per line, from the end unless --from-beginning or --offset says otherwise. Runs "
         "until --max-messages records were printed, --timeout-ms passed without a record, or "
         "SIGINT/SIGTERM.",
-        bootstrap_required=True,
+    )
+    parser.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="consume as a member of this consumer group, committing the offsets of the "
+        "records printed: the next run of the group continues after them",
     )
     parser.add_argument("--partition", type=non_negative_int, metavar="N")
     start = parser.add_mutually_exclusive_group()
@@ -142,7 +145,6 @@ def _add_producer_perf_test(subparsers: Any) -> None:
         "records/s, MB/s (2^20 bytes, as Kafka's tool), latency avg/p50/p95/p99/p99.9/max "
         "in ms. Latency is measured from send() to acknowledgement on a sample of the "
         "records (every --latency-sample-every-th).",
-        bootstrap_required=False,
     )
     parser.add_argument("--num-records", type=positive_int, required=True, metavar="N")
     parser.add_argument("--record-size", type=positive_int, required=True, metavar="BYTES")
@@ -158,7 +160,8 @@ def _add_producer_perf_test(subparsers: Any) -> None:
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="producer settings (bootstrap.servers among them if --bootstrap-server is not given)",
+        help="producer settings (a bootstrap.servers among them is used when --bootstrap-server "
+        "is not given)",
     )
     parser.add_argument(
         "--reporting-interval-ms",
@@ -186,7 +189,6 @@ def _add_consumer_perf_test(subparsers: Any) -> None:
         "Consume --messages records from the beginning of every partition of a "
         "topic and print records/s and MB/s (key and value bytes, 2^20 per MB, as Kafka's "
         "tool).",
-        bootstrap_required=True,
     )
     parser.add_argument("--messages", type=positive_int, required=True, metavar="N")
     parser.add_argument(

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import BinaryIO
 
@@ -33,6 +33,7 @@ from brook.client.errors import BrookClientError
 from brook.tools.options import (
     EXIT_FAILED,
     EXIT_OK,
+    TIMEOUT_MS_DEFAULT,
     LineFormat,
     PrintFormat,
     ToolError,
@@ -179,11 +180,15 @@ def run_console_producer(args: argparse.Namespace, stdin: BinaryIO | None = None
     try:
         fmt = LineFormat.from_properties(args.property)
         settings = client_settings(
-            args.bootstrap_server, parse_key_values(args.producer_property, "--producer-property")
+            args.bootstrap_server,
+            parse_key_values(args.producer_property, "--producer-property"),
+            TIMEOUT_MS_DEFAULT,
         )
         producer = Producer(settings)
     except (UsageError, ConfigError) as error:
         return report_error(command, UsageError(str(error)))
+    except ToolError as error:
+        return report_error(command, error)
     outcomes = _Outcomes()
     status = EXIT_OK
     sent = 0
@@ -294,20 +299,39 @@ def run_console_consumer(args: argparse.Namespace, stdout: BinaryIO | None = Non
     try:
         fmt = PrintFormat.from_properties(args.property)
         _check_offset_option(args)
+        properties = parse_key_values(args.consumer_property, "--consumer-property")
+        group = _group_option(args, properties)
         settings = client_settings(
             args.bootstrap_server,
-            parse_key_values(args.consumer_property, "--consumer-property"),
+            properties,
+            args.metadata_timeout_ms,
+            # As a group member: the printed records' offsets are committed (below), and a
+            # group without committed offsets starts where --from-beginning says.
+            **(
+                {}
+                if group is None
+                else {
+                    "group.id": group,
+                    "enable.auto.commit": "false",
+                    "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+                }
+            ),
         )
         # Validates every setting before the topic look-up talks to the cluster.
         consumer = Consumer(settings)
     except (UsageError, ConfigError) as error:
         return report_error(command, UsageError(str(error)))
+    except ToolError as error:
+        return report_error(command, error)
     consumed = 0
     status = EXIT_OK
     try:
         partitions = _assigned(args, consumer)
-        consumer.assign(partitions)
-        _start_positions(consumer, partitions, args)
+        if group is None:
+            consumer.assign(partitions)
+            _start_positions(consumer, partitions, args)
+        else:
+            consumer.subscribe([args.topic])
         idle_limit_s = None if args.timeout_ms is None else args.timeout_ms / 1000
         last_record = time.monotonic()
         with _stop_on_signals() as stopping:
@@ -329,6 +353,8 @@ def run_console_consumer(args: argparse.Namespace, stdout: BinaryIO | None = Non
                 out.write(b"".join(format_record(record, fmt) for record in records))
                 out.flush()
                 consumed += len(records)
+                if group is not None:
+                    _commit_printed(consumer, records)
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as a Unix filter does.
         pass
@@ -340,6 +366,28 @@ def run_console_consumer(args: argparse.Namespace, stdout: BinaryIO | None = Non
         consumer.close()
     sys.stderr.write(f"Processed a total of {consumed} messages\n")
     return status
+
+
+def _group_option(args: argparse.Namespace, properties: Mapping[str, str]) -> str | None:
+    """The group to consume as a member of: --group, else a group.id consumer property; None
+    to read the partitions directly. UsageError for a combination Kafka's tool refuses."""
+    given = properties.get("group.id")
+    if args.group is not None and given is not None and given != args.group:
+        raise UsageError(f"--group {args.group!r} and group.id={given!r} name different groups")
+    group: str | None = args.group if args.group is not None else given
+    if group is not None and (args.partition is not None or args.offset is not None):
+        raise UsageError(
+            "--group consumes as a member of the group, which assigns the partitions and "
+            "keeps the offsets: not with --partition or --offset"
+        )
+    return group
+
+
+def _commit_printed(consumer: Consumer, records: Sequence[ConsumerRecord]) -> None:
+    """Commits, for each partition, the offset after the last record printed, so that the
+    next run of the group starts there (Kafka's console consumer commits what it consumed)."""
+    after = {TopicPartition(r.topic, r.partition): r.offset + 1 for r in records}
+    consumer.commit(after)
 
 
 def _assigned(args: argparse.Namespace, consumer: Consumer) -> list[TopicPartition]:

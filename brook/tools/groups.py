@@ -4,29 +4,48 @@ kafka-consumer-groups.sh.
     brook groups list [--state Stable]...
     brook groups describe GROUP [--lag]
     brook groups delete GROUP...
-    brook groups reset-offsets GROUP --topic T [--topic T2]... \
-        (--to-earliest | --to-latest | --to-datetime 2026-11-22T13:00:00+00:00) \
-        [--dry-run | --execute]
+    brook groups reset-offsets GROUP (--topic T[:P,P...]... | --all-topics) \
+        (--to-earliest | --to-latest | --to-offset N | --shift-by N | --by-duration PnDTnHnMnS \
+         | --to-datetime 2026-11-22T13:00:00+00:00) [--dry-run | --execute]
+    brook groups delete-offsets GROUP --topic T[:P,P...]...
 
-Like ``brook topics``, every action takes ``--bootstrap-server`` (controllers' GRPC addresses)
-and ``--timeout-ms``; the coordinators are found through the nodes the controllers list.
-``reset-offsets`` only prints the new offsets unless ``--execute`` is given (as Kafka's tool),
-and is refused while the group has members. Exit status: 0 on success, 1 when the cluster
-refused or did not answer, 2 for bad usage.
+GROUP may also be given as ``--group GROUP``, as Kafka's tool takes it. ``describe`` shows the
+group, per partition its committed offset, log end offset and lag, and its members (``--lag``:
+the offsets alone). ``reset-offsets`` clamps every new offset into the partition's [log start,
+log end], as Kafka's tool does.
+
+Like ``brook topics``, every action takes ``--bootstrap-server`` (controllers' or storage
+nodes' GRPC addresses) and ``--timeout-ms``; the coordinators are found through the nodes the
+cluster lists. ``reset-offsets`` only prints the new offsets unless ``--execute`` is given (as
+Kafka's tool), and is refused while the group has members. Exit status: 0 on success, 1 when
+the cluster refused or did not answer, 2 for bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 # The `brook topics` plumbing: the same options, error reporting and exit statuses.
-from brook.admin_cli import EXIT_OK, UsageError, dash, handler, print_table, report
+from brook.admin_cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    add_json_option,
+    dash,
+    handler,
+    print_json,
+    print_table,
+    report,
+)
 
 if TYPE_CHECKING:
     # Imported when a command runs, not when `brook` starts: the SDK pulls in gRPC.
-    from brook.client.admin import Admin
+    from brook.client.admin import Admin, ConsumerGroupDescription
+    from brook.client.types import TopicPartition
 
 __all__ = ["add_groups_command"]
 
@@ -54,6 +73,7 @@ def add_groups_command(subparsers: Any) -> None:
         choices=STATE_NAMES,
         help="only groups in this state (repeatable)",
     )
+    add_json_option(listing)
     handler(listing, _list)
 
     describe = actions.add_parser(
@@ -65,6 +85,7 @@ def add_groups_command(subparsers: Any) -> None:
         action="store_true",
         help="per partition: committed offset, log end offset, lag and the member assigned it",
     )
+    add_json_option(describe, "the group, its members and its offsets with their lag")
     handler(describe, _describe)
 
     delete = actions.add_parser("delete", help="delete groups that have no members")
@@ -74,14 +95,25 @@ def add_groups_command(subparsers: Any) -> None:
     reset = actions.add_parser(
         "reset-offsets",
         help="move a group's committed offsets (only while it has no members)",
-        description="Move the committed offsets of GROUP on every partition of each --topic. "
-        "Without --execute only the new offsets are printed.",
+        description="Move the committed offsets of GROUP on the partitions named by --topic "
+        "(or of every topic it has offsets for, --all-topics), clamped into each partition's "
+        "[log start, log end] as Kafka's tool does. Without --execute only the new offsets "
+        "are printed.",
     )
-    reset.add_argument("group", metavar="GROUP")
-    reset.add_argument("--topic", action="append", required=True)
+    _group_argument(reset)
+    _partitions_arguments(reset, all_topics=True)
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true", help="the log start offsets")
     target.add_argument("--to-latest", action="store_true", help="the log end offsets")
+    target.add_argument("--to-offset", type=int, metavar="N", help="offset N")
+    target.add_argument(
+        "--shift-by", type=int, metavar="N", help="the committed offsets moved by N (may be < 0)"
+    )
+    target.add_argument(
+        "--by-duration",
+        metavar="PnDTnHnMnS",
+        help="the first record at or after this long ago (ISO 8601 duration, e.g. PT1H30M)",
+    )
     target.add_argument(
         "--to-datetime",
         metavar="ISO8601",
@@ -93,11 +125,85 @@ def add_groups_command(subparsers: Any) -> None:
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     handler(reset, _reset)
 
+    delete_offsets = actions.add_parser(
+        "delete-offsets",
+        help="delete a group's committed offsets of topics it does not consume",
+        description="Delete the committed offsets of GROUP on the partitions named by --topic; "
+        "a partition of a topic a member subscribes to is refused (GROUP_SUBSCRIBED_TO_TOPIC).",
+    )
+    _group_argument(delete_offsets)
+    _partitions_arguments(delete_offsets, all_topics=False)
+    handler(delete_offsets, _delete_offsets)
+
+
+def _group_argument(parser: argparse.ArgumentParser) -> None:
+    """GROUP, positional or as Kafka's tool takes it (--group)."""
+    parser.add_argument("group", metavar="GROUP", nargs="?")
+    parser.add_argument("--group", dest="group_option", metavar="GROUP", help="(or positional)")
+
+
+def _group_of(args: argparse.Namespace) -> str:
+    if (args.group is None) == (args.group_option is None):
+        raise UsageError("name the group once: GROUP or --group GROUP")
+    group: str = args.group if args.group is not None else args.group_option
+    return group
+
+
+def _partitions_arguments(parser: argparse.ArgumentParser, *, all_topics: bool) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC[:P,P...]",
+        help="a topic's partitions, every one or those listed (repeatable)",
+    )
+    if all_topics:
+        which.add_argument(
+            "--all-topics",
+            action="store_true",
+            help="every topic the group has committed offsets for",
+        )
+
+
+def _partitions_of(args: argparse.Namespace) -> list[str | TopicPartition]:
+    """The --topic values: a topic's name, or its partitions when listed (TOPIC:0,2)."""
+    from brook.client.admin import check_topic_names
+    from brook.client.types import TopicPartition
+
+    named: list[str | TopicPartition] = []
+    for value in args.topic:
+        topic, sep, listed = value.partition(":")
+        try:
+            check_topic_names([topic])
+            partitions = [int(p) for p in listed.split(",")] if sep else []
+        except ValueError as error:
+            raise UsageError(
+                f"--topic {value!r}: expected TOPIC or TOPIC:P,P... ({error})"
+            ) from None
+        if sep and (not partitions or min(partitions) < 0):
+            raise UsageError(f"--topic {value!r}: partitions must be integers >= 0")
+        named += [TopicPartition(topic, p) for p in partitions] if sep else [topic]
+    return named
+
 
 def _list(admin: Admin, args: argparse.Namespace) -> int:
     from brook.client.admin import ConsumerGroupState
 
     listed = admin.list_consumer_groups(states=[ConsumerGroupState(s) for s in args.state])
+    if args.json:
+        print_json(
+            {
+                "groups": [
+                    {
+                        "groupId": g.group_id,
+                        "state": str(g.state),
+                        "protocolType": g.protocol_type or None,
+                    }
+                    for g in listed
+                ]
+            }
+        )
+        return EXIT_OK
     print_table(
         ("GROUP", "STATE", "PROTOCOL-TYPE"),
         [(g.group_id, g.state, dash(g.protocol_type)) for g in listed],
@@ -115,39 +221,12 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
         raise ApiError(
             ErrorCode.GROUP_ID_NOT_FOUND, f"consumer group {args.group!r} does not exist"
         )
+    if args.json:
+        print_json(_group_document(admin, group))
+        return EXIT_OK
+    offsets_header, offsets = _offset_rows(admin, group)
     if args.lag:
-        owners = {tp: m for m in group.members for tp in m.assignment}
-        lags = admin.describe_consumer_group_lag(args.group)
-        rows = []
-        for tp, lag in lags.items():
-            member = owners.get(tp)
-            rows.append(
-                (
-                    group.group_id,
-                    tp.topic,
-                    tp.partition,
-                    dash(lag.committed_offset),
-                    dash(lag.log_end_offset),
-                    dash(lag.lag),
-                    dash(member and member.member_id),
-                    dash(member and member.host),
-                    dash(member and member.client_id),
-                )
-            )
-        print_table(
-            (
-                "GROUP",
-                "TOPIC",
-                "PARTITION",
-                "CURRENT-OFFSET",
-                "LOG-END-OFFSET",
-                "LAG",
-                "CONSUMER-ID",
-                "HOST",
-                "CLIENT-ID",
-            ),
-            rows,
-        )
+        print_table(offsets_header, offsets)
         return EXIT_OK
     print_table(
         ("GROUP", "COORDINATOR", "STATE", "PROTOCOL-TYPE", "ASSIGNMENT-STRATEGY", "#MEMBERS"),
@@ -162,6 +241,9 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
             )
         ],
     )
+    if offsets:
+        print()
+        print_table(offsets_header, offsets)
     if group.members:
         print()
         print_table(
@@ -181,28 +263,153 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _offset_rows(
+    admin: Admin, group: ConsumerGroupDescription
+) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:
+    """Kafka's offsets table: per partition the group committed to or is assigned, its
+    committed offset, log end offset, lag and the member assigned it."""
+    owners = {tp: m for m in group.members for tp in m.assignment}
+    rows: list[tuple[object, ...]] = []
+    for tp, lag in admin.describe_consumer_group_lag(group.group_id).items():
+        member = owners.get(tp)
+        rows.append(
+            (
+                group.group_id,
+                tp.topic,
+                tp.partition,
+                dash(lag.committed_offset),
+                dash(lag.log_end_offset),
+                dash(lag.lag),
+                dash(member and member.member_id),
+                dash(member and member.host),
+                dash(member and member.client_id),
+            )
+        )
+    header = (
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+    )
+    return header, rows
+
+
+def _group_document(admin: Admin, group: ConsumerGroupDescription) -> dict[str, object]:
+    """``groups describe --json``: the group, its members, and per partition its committed
+    offset, log end offset, lag and the member assigned it."""
+    owners = {tp: m.member_id for m in group.members for tp in m.assignment}
+    lags = admin.describe_consumer_group_lag(group.group_id)
+    return {
+        "groupId": group.group_id,
+        "coordinator": group.coordinator,
+        "state": str(group.state),
+        "protocolType": group.protocol_type or None,
+        "assignmentStrategy": group.protocol_name or None,
+        "members": [
+            {
+                "memberId": m.member_id,
+                "groupInstanceId": m.group_instance_id,
+                "clientId": m.client_id or None,
+                "host": m.host or None,
+                "assignment": [
+                    {"topic": tp.topic, "partition": tp.partition} for tp in m.assignment
+                ],
+            }
+            for m in group.members
+        ],
+        "offsets": [
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "currentOffset": lag.committed_offset,
+                "logEndOffset": lag.log_end_offset,
+                "lag": lag.lag,
+                "memberId": owners.get(tp),
+            }
+            for tp, lag in lags.items()
+        ],
+    }
+
+
 def _delete(admin: Admin, args: argparse.Namespace) -> int:
     return report(admin.delete_consumer_groups(args.group), "Deleted group")
 
 
 def _reset(admin: Admin, args: argparse.Namespace) -> int:
-    timestamp_ms = None if args.to_datetime is None else _parse_datetime_ms(args.to_datetime)
+    group = _group_of(args)
+    # Every argument checked before the cluster is asked anything (finding it comes first).
+    topics = None if args.all_topics else _partitions_of(args)
+    timestamp_ms = None
+    if args.to_datetime is not None:
+        timestamp_ms = _parse_datetime_ms(args.to_datetime)
+    elif args.by_duration is not None:
+        timestamp_ms = int(time.time() * 1000) - _parse_duration_ms(args.by_duration)
     to: Literal["earliest", "latest"] | None = (
         "earliest" if args.to_earliest else "latest" if args.to_latest else None
     )
     try:
         targets = admin.reset_consumer_group_offsets(
-            args.group, args.topic, to=to, timestamp_ms=timestamp_ms, dry_run=not args.execute
+            group,
+            topics,
+            to=to,
+            timestamp_ms=timestamp_ms,
+            offset=args.to_offset,
+            shift_by=args.shift_by,
+            dry_run=not args.execute,
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
     print_table(
         ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
-        [(args.group, tp.topic, tp.partition, offset) for tp, offset in targets.items()],
+        [(group, tp.topic, tp.partition, offset) for tp, offset in targets.items()],
     )
     if not args.execute:
         print("(dry run: nothing was committed; add --execute to commit these offsets)")
     return EXIT_OK
+
+
+def _delete_offsets(admin: Admin, args: argparse.Namespace) -> int:
+    from brook.client.types import TopicPartition
+
+    group = _group_of(args)
+    named = _partitions_of(args)
+    whole = [t for t in named if isinstance(t, str)]
+    partitions = [t for t in named if isinstance(t, TopicPartition)]
+    if whole:
+        partitions += [
+            TopicPartition(name, p.partition)
+            for name, topic in admin.describe_topics(whole, include_internal=True).items()
+            for p in topic.partitions
+        ]
+    results = admin.delete_consumer_group_offsets(group, partitions)
+    print_table(
+        ("TOPIC", "PARTITION", "STATUS"),
+        [
+            (tp.topic, tp.partition, "Successful" if error is None else f"Error: {error.code.name}")
+            for tp, error in sorted(results.items())
+        ],
+    )
+    return EXIT_OK if all(error is None for error in results.values()) else EXIT_FAILED
+
+
+# ISO 8601 durations as Kafka's --by-duration takes them: PnDTnHnMnS, each part optional.
+_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def _parse_duration_ms(text: str) -> int:
+    found = _DURATION.fullmatch(text.strip().upper())
+    if found is None or not any(found.groupdict().values()) or text.strip().upper().endswith("T"):
+        raise UsageError(f"--by-duration {text!r} is not an ISO 8601 duration (e.g. P1DT2H30M)")
+    parts = {key: float(value or 0) for key, value in found.groupdict().items()}
+    seconds = parts["d"] * 86_400 + parts["h"] * 3600 + parts["m"] * 60 + parts["s"]
+    return int(seconds * 1000)
 
 
 def _parse_datetime_ms(text: str) -> int:

@@ -3,33 +3,40 @@ in the spirit of Kafka's kafka-log-dirs.sh.
 
     brook log-dirs describe [--bootstrap-server HOST:PORT[,...]] [--topic T]... [--json]
 
-Asks each named storage node (its GRPC address; default 127.0.0.1:9101, the first storage node
-of ``brook cluster up``) for DescribeLogDirs and prints one row per partition log: the data
-directory, the size, and for a compacted log its clean and dirty bytes, dirty ratio, first
-dirty offset, whether it is uncleanable (and why) and when it was last cleaned. ``--json``
-prints the same as one JSON document (kafka-log-dirs prints JSON). Unlike Kafka's tool it names
-storage nodes rather than asking the controllers for them, so it works on a node started with
-static.topics too. Exit status: 0 on success, 1 when a node did not answer, 2 for bad usage.
+Asks each named storage node, or when controllers are named every storage node they list
+(``--bootstrap-server``: brook.tools.options), for DescribeLogDirs and prints one row per
+partition log: the data directory, the size, and for a compacted log its clean and dirty bytes,
+dirty ratio, first dirty offset, whether it is uncleanable (and why) and when it was last
+cleaned. ``--json`` prints the same as one JSON document (kafka-log-dirs prints JSON). Naming
+storage nodes rather than the controllers works on a node started with static.topics too. Exit
+status: 0 on success, 1 when a node did not answer, 2 for bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
-from brook.admin_cli import EXIT_OK, dash, print_table
+from brook.admin_cli import add_json_option, dash, print_json, print_table
+from brook.tools.options import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    TIMEOUT_MS_DEFAULT,
+    ToolError,
+    UsageError,
+    add_bootstrap_argument,
+    checked_cluster_options,
+    find_cluster,
+)
 
 if TYPE_CHECKING:
     from brook.v1 import storage_pb2
 
 __all__ = ["COLUMNS", "add_log_dirs_command"]
 
-DEFAULT_STORAGE_NODE: Final = "127.0.0.1:9101"
-TIMEOUT_MS_DEFAULT: Final = 30_000
-EXIT_FAILED: Final = 1
 # The columns of the table (one row per partition log).
 COLUMNS: Final = (
     "NODE",
@@ -57,16 +64,11 @@ def add_log_dirs_command(subparsers: Any) -> None:
         "size and, for a compacted log, its clean and dirty bytes, dirty ratio, first dirty "
         "offset, whether it is uncleanable and when it was last cleaned.",
     )
-    describe.add_argument(
-        "--bootstrap-server",
-        default=DEFAULT_STORAGE_NODE,
-        metavar="HOST:PORT[,...]",
-        help=f"storage nodes' GRPC addresses, each one asked ({DEFAULT_STORAGE_NODE})",
-    )
+    add_bootstrap_argument(describe)
     describe.add_argument(
         "--topic", action="append", default=[], help="only this topic's logs (repeatable)"
     )
-    describe.add_argument("--json", action="store_true", help="print one JSON document")
+    add_json_option(describe)
     describe.add_argument(
         "--timeout-ms",
         type=int,
@@ -83,10 +85,17 @@ def _describe(args: argparse.Namespace) -> int:
     from brook.rpc.channels import sync_channel
     from brook.v1 import storage_pb2, storage_pb2_grpc
 
-    addresses = [a.strip() for a in args.bootstrap_server.split(",") if a.strip()]
-    if not addresses or args.timeout_ms < 0:
-        print("brook: --bootstrap-server needs an address and --timeout-ms >= 0", file=sys.stderr)
-        return 2
+    try:
+        servers = checked_cluster_options(args)
+    except UsageError as error:
+        print(f"brook: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        cluster = find_cluster(servers, args.timeout_ms)
+        addresses = cluster.storage_node_addresses(args.timeout_ms)
+    except ToolError as error:
+        print(f"Error: {error}", file=sys.stderr)
+        return EXIT_FAILED
     topics = set(args.topic)
     nodes: list[tuple[str, storage_pb2.DescribeLogDirsResponse]] = []
     status = EXIT_OK
@@ -103,7 +112,7 @@ def _describe(args: argparse.Namespace) -> int:
             continue
         nodes.append((address, answer))
     if args.json:
-        print(json.dumps({"nodes": [_as_json(a, answer, topics) for a, answer in nodes]}))
+        print_json({"nodes": [_as_json(a, answer, topics) for a, answer in nodes]})
     else:
         print_table(
             COLUMNS,

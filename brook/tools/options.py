@@ -1,5 +1,12 @@
 """What the tools share: exit statuses, ``KEY=VALUE`` options, the console formats' settings,
-and the look-up of a topic's partitions.
+the look-up of a topic's partitions, and where the cluster is.
+
+Every tool takes one ``--bootstrap-server`` (``add_bootstrap_argument``): GRPC addresses of
+controllers or of storage nodes, whichever the operator has at hand; without the option,
+``$BROOK_BOOTSTRAP_SERVERS``, else 127.0.0.1:9201 (the first controller of ``brook cluster
+up``). ``find_cluster`` asks what each address is and where the rest of the cluster is: a
+storage node names the controllers it knows (GetMetadata), a controller lists the storage nodes
+(DescribeCluster).
 
 Kept free of gRPC imports at module level (``brook`` imports this file when it starts).
 """
@@ -7,24 +14,32 @@ Kept free of gRPC imports at module level (``brook`` imports this file when it s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 __all__ = [
+    "BOOTSTRAP_SERVERS_ENV",
     "CONSUMER_PRINT_PROPERTIES",
+    "DEFAULT_BOOTSTRAP_SERVERS",
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
     "LINE_READER_PROPERTIES",
     "TIMEOUT_MS_DEFAULT",
+    "ClusterAddresses",
     "LineFormat",
     "PrintFormat",
     "ToolError",
     "UsageError",
+    "add_bootstrap_argument",
+    "bootstrap_servers",
+    "checked_cluster_options",
     "client_settings",
+    "find_cluster",
     "non_negative_int",
     "parse_key_values",
     "positive_int",
@@ -36,6 +51,8 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 TIMEOUT_MS_DEFAULT: Final = 30_000
+BOOTSTRAP_SERVERS_ENV: Final = "BROOK_BOOTSTRAP_SERVERS"
+DEFAULT_BOOTSTRAP_SERVERS: Final = "127.0.0.1:9201"
 # Between GetMetadata attempts while a topic is not known yet (a node still starting).
 _METADATA_RETRY_S: Final = 0.2
 
@@ -205,14 +222,157 @@ class PrintFormat:
         )
 
 
+def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--bootstrap-server`` option every tool has (read it with ``bootstrap_servers``)."""
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,...]",
+        help="GRPC addresses of controllers or storage nodes (default: "
+        f"${BOOTSTRAP_SERVERS_ENV}, else {DEFAULT_BOOTSTRAP_SERVERS})",
+    )
+
+
+def bootstrap_servers(option: str | None) -> list[str]:
+    """The addresses ``--bootstrap-server`` gave, else ``$BROOK_BOOTSTRAP_SERVERS``, else
+    DEFAULT_BOOTSTRAP_SERVERS; UsageError when one is not HOST:PORT."""
+    from brook.config import parse_host_port
+
+    text = option
+    if text is None:
+        text = os.environ.get(BOOTSTRAP_SERVERS_ENV) or DEFAULT_BOOTSTRAP_SERVERS
+    addresses = [a.strip() for a in text.split(",") if a.strip()]
+    if not addresses:
+        raise UsageError("--bootstrap-server names no address")
+    for address in addresses:
+        try:
+            parse_host_port(address)
+        except ValueError as error:
+            raise UsageError(f"--bootstrap-server: {error}") from None
+    return addresses
+
+
+def checked_cluster_options(args: argparse.Namespace) -> list[str]:
+    """The bootstrap servers of a command with ``--bootstrap-server`` and ``--timeout-ms``;
+    UsageError when either is bad (before anything is sent)."""
+    if args.timeout_ms <= 0:
+        raise UsageError(f"--timeout-ms must be positive, got {args.timeout_ms}")
+    return bootstrap_servers(args.bootstrap_server)
+
+
+@dataclass(frozen=True)
+class ClusterAddresses:
+    """Where a tool's cluster is, as its bootstrap servers told (``find_cluster``)."""
+
+    controllers: tuple[str, ...]
+    """The controllers' GRPC addresses: those named, or those the named storage nodes know.
+    Empty when only storage nodes running without controllers (static.topics) were named."""
+    storage_nodes: tuple[str, ...]
+    """The storage nodes named; empty when controllers were named."""
+
+    def admin_bootstrap(self) -> tuple[tuple[str, ...], Literal["controller", "storage_node"]]:
+        """The bootstrap servers and role for an Admin client: the controllers, or the
+        storage nodes when no controller is known (operations on groups and transactions
+        still work)."""
+        if self.controllers:
+            return self.controllers, "controller"
+        return self.storage_nodes, "storage_node"
+
+    def storage_node_addresses(self, timeout_ms: int) -> tuple[str, ...]:
+        """The storage nodes named, else every unfenced one the controllers list; ToolError
+        when the controllers do not answer in time or list none."""
+        if self.storage_nodes:
+            return self.storage_nodes
+        from brook.client.admin import Admin
+        from brook.client.errors import BrookClientError
+
+        try:
+            with Admin(self.controllers, default_api_timeout_ms=timeout_ms) as admin:
+                nodes = admin.describe_cluster().nodes
+        except BrookClientError as error:
+            raise ToolError(f"the controllers did not list the storage nodes: {error}") from None
+        found = tuple(
+            node.endpoints["GRPC"]
+            for node in nodes
+            if node.role == "storage_node" and not node.fenced and "GRPC" in node.endpoints
+        )
+        if not found:
+            raise ToolError(
+                f"the controllers at {','.join(self.controllers)} list no live storage node"
+            )
+        return found
+
+
+def find_cluster(addresses: Sequence[str], timeout_ms: int) -> ClusterAddresses:
+    """What each bootstrap address is: a storage node answers GetMetadata, naming the
+    controllers it knows; a controller answers that it has no StorageService (UNIMPLEMENTED).
+    Asks again after a pause while none answers, until ``timeout_ms`` (then ToolError). An
+    address that does not answer while another did is taken for the same kind as the first
+    that did (a list of controllers with one down still names the others)."""
+    import grpc
+
+    from brook.reserved import OFFSETS_TOPIC
+    from brook.rpc.channels import sync_channel
+    from brook.v1 import storage_pb2, storage_pb2_grpc
+
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        controllers: list[str] = []
+        storage_nodes: list[str] = []
+        silent: list[str] = []
+        problems: list[str] = []
+        for address in addresses:
+            remaining_s = max(0.001, deadline - time.monotonic())
+            with sync_channel(address) as channel:
+                stub = storage_pb2_grpc.StorageServiceStub(channel)  # type: ignore[no-untyped-call]
+                try:
+                    answer = stub.GetMetadata(
+                        # Naming one small topic keeps the answer small.
+                        storage_pb2.GetMetadataRequest(topics=[OFFSETS_TOPIC]),
+                        timeout=remaining_s,
+                    )
+                except grpc.RpcError as error:
+                    assert isinstance(error, grpc.Call)
+                    if error.code() is grpc.StatusCode.UNIMPLEMENTED:
+                        controllers.append(address)
+                    else:
+                        silent.append(address)
+                        problems.append(f"{address}: {error.code().name}")
+                    continue
+            storage_nodes.append(address)
+            controllers.extend(answer.controller_addresses)
+        if controllers or storage_nodes:
+            named_controllers = len(controllers) > 0 and not storage_nodes
+            if named_controllers:
+                controllers.extend(silent)
+            else:
+                storage_nodes.extend(silent)
+            return ClusterAddresses(
+                tuple(dict.fromkeys(controllers)), tuple(dict.fromkeys(storage_nodes))
+            )
+        if time.monotonic() + _METADATA_RETRY_S >= deadline:
+            raise ToolError(
+                f"no answer from the bootstrap servers within {timeout_ms} ms "
+                f"({'; '.join(problems)})"
+            )
+        time.sleep(_METADATA_RETRY_S)
+
+
 def client_settings(
-    bootstrap_server: str | None, properties: Mapping[str, str], **defaults: str
+    bootstrap_server: str | None,
+    properties: Mapping[str, str],
+    timeout_ms: int,
+    **defaults: str,
 ) -> dict[str, object]:
     """Client settings: ``defaults`` < ``properties`` < ``--bootstrap-server`` (as in Kafka's
-    tools, the dedicated option wins)."""
+    tools, the dedicated option wins). ``bootstrap.servers`` then names storage nodes: the
+    addresses given (by the option, else the property, else as ``bootstrap_servers`` says)
+    may be controllers, whose storage nodes are found (``find_cluster``, within
+    ``timeout_ms``; ToolError when the cluster does not answer)."""
     settings: dict[str, object] = {**defaults, **properties}
-    if bootstrap_server is not None:
-        settings["bootstrap.servers"] = bootstrap_server
+    if bootstrap_server is None and "bootstrap.servers" in properties:
+        bootstrap_server = properties["bootstrap.servers"]
+    cluster = find_cluster(bootstrap_servers(bootstrap_server), timeout_ms)
+    settings["bootstrap.servers"] = ",".join(cluster.storage_node_addresses(timeout_ms))
     return settings
 
 

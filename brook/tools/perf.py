@@ -39,6 +39,7 @@ from brook.client.errors import BrookClientError
 from brook.tools.options import (
     EXIT_FAILED,
     EXIT_OK,
+    TIMEOUT_MS_DEFAULT,
     ToolError,
     UsageError,
     client_settings,
@@ -385,11 +386,15 @@ def run_producer_perf_command(args: argparse.Namespace) -> int:
         if args.throughput == 0:
             raise UsageError("--throughput must be > 0 records/s, or -1 for no cap")
         settings = client_settings(
-            args.bootstrap_server, parse_key_values(args.producer_props, "--producer-props")
+            args.bootstrap_server,
+            parse_key_values(args.producer_props, "--producer-props"),
+            TIMEOUT_MS_DEFAULT,
         )
         producer = Producer(settings)
     except (UsageError, ConfigError) as error:
         return report_error(command, UsageError(str(error)))
+    except ToolError as error:
+        return report_error(command, error)
     try:
         result = producer_perf(
             producer,
@@ -423,10 +428,13 @@ def run_consumer_perf_command(args: argparse.Namespace) -> int:
         settings = client_settings(
             args.bootstrap_server,
             parse_key_values(args.consumer_property, "--consumer-property"),
+            args.metadata_timeout_ms,
         )
         consumer = Consumer(settings)
     except (UsageError, ConfigError) as error:
         return report_error(command, UsageError(str(error)))
+    except ToolError as error:
+        return report_error(command, error)
     try:
         count = topic_partition_count(
             consumer.config.bootstrap_servers, args.topic, args.metadata_timeout_ms

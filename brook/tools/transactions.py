@@ -23,9 +23,9 @@ what a new producer instance with the id would: the coordinator aborts the id's 
 transaction — a two-phase one too, which no timeout ever ends (e.g. of a Spark task whose
 executor died after preparing it) — and bumps its epoch, so the old holder is fenced.
 
-Like ``brook topics``, every action takes ``--bootstrap-server`` (controllers' GRPC
-addresses) and ``--timeout-ms``. Exit status: 0 on success, 1 when the cluster refused or did
-not answer, 2 for bad usage.
+Like ``brook topics``, every action takes ``--bootstrap-server`` (controllers' or storage
+nodes' GRPC addresses) and ``--timeout-ms``. Exit status: 0 on success, 1 when the cluster
+refused or did not answer, 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -34,7 +34,15 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from brook.admin_cli import EXIT_OK, UsageError, dash, handler, print_table
+from brook.admin_cli import (
+    EXIT_OK,
+    UsageError,
+    add_json_option,
+    dash,
+    handler,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
     # Imported when a command runs, not when `brook` starts: the SDK pulls in gRPC.
@@ -58,10 +66,13 @@ def add_transactions_command(subparsers: Any) -> None:
         dest="transactions_command", required=True, metavar="ACTION"
     )
 
-    handler(actions.add_parser("list", help="every transactional id of every coordinator"), _list)
+    listing = actions.add_parser("list", help="every transactional id of every coordinator")
+    add_json_option(listing)
+    handler(listing, _list)
 
     describe = actions.add_parser("describe", help="the state of a transactional id")
     describe.add_argument("--transactional-id", required=True)
+    add_json_option(describe)
     handler(describe, _describe)
 
     producers = actions.add_parser(
@@ -118,12 +129,25 @@ def _topic_partition(topic: str, partition: int) -> TopicPartition:
 
 
 def _list(admin: Admin, args: argparse.Namespace) -> int:
+    listed = admin.list_transactions()
+    if args.json:
+        print_json(
+            {
+                "transactions": [
+                    {
+                        "transactionalId": t.transactional_id,
+                        "coordinator": t.coordinator,
+                        "producerId": t.producer_id,
+                        "state": str(t.state),
+                    }
+                    for t in listed
+                ]
+            }
+        )
+        return EXIT_OK
     print_table(
         ("TRANSACTIONAL-ID", "COORDINATOR", "PRODUCER-ID", "STATE"),
-        [
-            (t.transactional_id, t.coordinator, t.producer_id, t.state)
-            for t in admin.list_transactions()
-        ],
+        [(t.transactional_id, t.coordinator, t.producer_id, t.state) for t in listed],
     )
     return EXIT_OK
 
@@ -131,6 +155,23 @@ def _list(admin: Admin, args: argparse.Namespace) -> int:
 def _describe(admin: Admin, args: argparse.Namespace) -> int:
     found = admin.describe_transactions([args.transactional_id])[args.transactional_id]
     start = found.transaction_start_time_ms
+    if args.json:
+        print_json(
+            {
+                "transactionalId": found.transactional_id,
+                "coordinator": found.coordinator,
+                "producerId": found.producer_id,
+                "producerEpoch": found.producer_epoch,
+                "state": str(found.state),
+                "transactionTimeoutMs": found.transaction_timeout_ms,
+                "transactionStartTimeMs": start,
+                "topicPartitions": [
+                    {"topic": tp.topic, "partition": tp.partition} for tp in found.topic_partitions
+                ],
+                "groups": list(found.groups),
+            }
+        )
+        return EXIT_OK
     print_table(
         (
             "COORDINATOR",

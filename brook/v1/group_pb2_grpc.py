@@ -92,6 +92,11 @@ class GroupCoordinatorServiceStub:
                 request_serializer=brook_dot_v1_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=brook_dot_v1_dot_group__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.DeleteOffsets = channel.unary_unary(
+                '/brook.v1.GroupCoordinatorService/DeleteOffsets',
+                request_serializer=brook_dot_v1_dot_group__pb2.DeleteOffsetsRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_group__pb2.DeleteOffsetsResponse.FromString,
+                _registered_method=True)
         self.TxnCommitOffsets = channel.unary_unary(
                 '/brook.v1.GroupCoordinatorService/TxnCommitOffsets',
                 request_serializer=brook_dot_v1_dot_group__pb2.TxnCommitOffsetsRequest.SerializeToString,
@@ -175,6 +180,14 @@ class GroupCoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteOffsets(self, request, context):
+        """Kafka's OffsetDelete: removes a group's committed offsets of partitions of topics it is
+        not consuming (a member's subscription naming the topic refuses its partitions).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def TxnCommitOffsets(self, request, context):
         """Kafka's TxnOffsetCommit: offsets committed inside a transaction (after AddOffsetsToTxn).
         They are pending, invisible to FetchOffsets (which answers UNSTABLE_OFFSET_COMMIT for
@@ -245,6 +258,11 @@ def add_GroupCoordinatorServiceServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=brook_dot_v1_dot_group__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=brook_dot_v1_dot_group__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'DeleteOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteOffsets,
+                    request_deserializer=brook_dot_v1_dot_group__pb2.DeleteOffsetsRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_group__pb2.DeleteOffsetsResponse.SerializeToString,
             ),
             'TxnCommitOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.TxnCommitOffsets,
@@ -535,6 +553,33 @@ class GroupCoordinatorService:
             '/brook.v1.GroupCoordinatorService/DeleteGroups',
             brook_dot_v1_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
             brook_dot_v1_dot_group__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.GroupCoordinatorService/DeleteOffsets',
+            brook_dot_v1_dot_group__pb2.DeleteOffsetsRequest.SerializeToString,
+            brook_dot_v1_dot_group__pb2.DeleteOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

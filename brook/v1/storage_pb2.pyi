@@ -295,18 +295,20 @@ class GetMetadataRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ..., include_internal: _Optional[bool] = ...) -> None: ...
 
 class GetMetadataResponse(_message.Message):
-    __slots__ = ("cluster_id", "controller_id", "brokers", "topics", "metadata_offset")
+    __slots__ = ("cluster_id", "controller_id", "brokers", "topics", "metadata_offset", "controller_addresses")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     controller_id: int
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerMetadata]
     topics: _containers.RepeatedCompositeFieldContainer[TopicMetadata]
     metadata_offset: int
-    def __init__(self, cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerMetadata, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
+    controller_addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerMetadata, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., metadata_offset: _Optional[int] = ..., controller_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BrokerMetadata(_message.Message):
     __slots__ = ("node_id", "role", "endpoints", "rack", "fenced")

@@ -1,6 +1,8 @@
 """CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
 IncrementalAlterConfigs, AlterPartitionReassignments and ListPartitionReassignments: forwarded
 to the active controller's AdminService, whose answers already carry Kafka's error codes.
+DeleteRecords: each partition at its leader storage node (StorageService.DeleteRecords),
+answered per partition.
 
 After a successful topic change the gateway waits (within the request's timeout) until its
 own metadata cache shows it, so a client that sends Metadata right after CreateTopics sees
@@ -12,9 +14,10 @@ from __future__ import annotations
 from typing import Any, Final
 
 from brook.errors import ErrorCode
-from brook.v1 import admin_pb2, common_pb2, metadata_pb2
+from brook.v1 import admin_pb2, common_pb2, metadata_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
 from brook_gateway.backend import Backend
+from brook_gateway.fan_out import Part, fan_out
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.protocol.primitives import UUID_ZERO
@@ -629,10 +632,81 @@ def _list_partition_reassignments(backend: Backend) -> ApiHandler:
     )
 
 
+# DeleteRecords' low watermark of a partition whose deletion failed, as Kafka answers.
+_NO_LOW_WATERMARK: Final = -1
+
+
+def _delete_records(backend: Backend) -> ApiHandler:
+    """Each partition's records below its offset (-1: the high watermark) deleted at its
+    leader: one StorageService.DeleteRecords call per leader node. A partition the gateway's
+    metadata lacks is UNKNOWN_TOPIC_OR_PARTITION, one whose leader moved or does not answer
+    NOT_LEADER_OR_FOLLOWER (the client refreshes its metadata and retries), an offset above the
+    high watermark or negative (but -1) OFFSET_OUT_OF_RANGE, as the leader answers."""
+
+    def answer(
+        request: Message, results: dict[tuple[str, int], tuple[int, int]], default: int
+    ) -> Message:
+        """``results``: (topic, partition) -> (low watermark, error code); a partition
+        without one failed with ``default``."""
+        topics = []
+        for t in request["topics"]:
+            partitions = []
+            for p in t["partitions"]:
+                index = p["partition_index"]
+                low_watermark, code = results.get((t["name"], index), (_NO_LOW_WATERMARK, default))
+                partitions.append(
+                    {"partition_index": index, "low_watermark": low_watermark, "error_code": code}
+                )
+            topics.append({"name": t["name"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        del context
+        results: dict[tuple[str, int], tuple[int, int]] = {}
+
+        def fail(part: Part, code: ErrorCode, message: str) -> None:
+            del message
+            results[(part[0], part[1])] = (_NO_LOW_WATERMARK, int(code))
+
+        async def call(address: str, items: list[Part]) -> None:
+            response = await backend.upstreams.call(
+                backend.upstreams.storage(address).DeleteRecords,
+                storage_pb2.DeleteRecordsRequest(
+                    partitions=[
+                        storage_pb2.DeleteRecordsPartition(topic=t, partition=p, offset=offset)
+                        for t, p, offset in items
+                    ],
+                    timeout_ms=request["timeout_ms"],
+                ),
+            )
+            for r in response.partitions:
+                failed = r.error_code != ErrorCode.NONE
+                results[(r.topic, r.partition)] = (
+                    _NO_LOW_WATERMARK if failed else r.low_watermark,
+                    int(r.error_code),
+                )
+
+        parts = [
+            (t["name"], p["partition_index"], p["offset"])
+            for t in request["topics"]
+            for p in t["partitions"]
+        ]
+        await fan_out(backend, parts, call, fail)
+        return answer(request, results, int(ErrorCode.UNKNOWN_SERVER_ERROR))
+
+    def error(request: Message, context: RequestContext, code: int) -> Message:
+        del context
+        return answer(request, {}, code)
+
+    # v2 is v1 in the flexible encoding; v1 adds nothing (Kafka's quota semantics).
+    return ApiHandler(ApiKey.DELETE_RECORDS, handle, versions=(0, 2), error_response=error)
+
+
 def admin_handlers(backend: Backend) -> list[ApiHandler]:
     return [
         _create_topics(backend),
         _delete_topics(backend),
+        _delete_records(backend),
         _create_partitions(backend),
         _describe_configs(backend),
         _alter_configs(backend),

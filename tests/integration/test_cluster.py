@@ -19,7 +19,7 @@ import pytest
 from cluster_fixture import ClusterFactory, free_port_offset, pid_alive
 
 from brook.health import HealthStatus, check_health
-from brook.launcher import ClusterStartError, Role
+from brook.launcher import START_ORDER, ClusterStartError, Role
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
     return alive
 
 
-def _read_json_line(process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
+def _read_json_line(process: subprocess.Popen[bytes], timeout_s: float) -> dict[str, Any]:
     """The next line of ``process``'s stdout as JSON, waiting at most ``timeout_s``."""
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], timeout_s)
@@ -177,10 +177,11 @@ def test_failing_test_report_carries_every_process_log_tail(
 
 
 @contextlib.contextmanager
-def _launcher(command: list[str]) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+def _launcher(command: list[str]) -> Iterator[tuple[subprocess.Popen[bytes], list[int]]]:
     """A launcher process and a list for the pids of its cluster; whatever happens in the
-    test, both the launcher and every pid recorded are gone afterwards."""
-    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    test, both the launcher and every pid recorded are gone afterwards. Its stdout is
+    unbuffered: a line read never takes the next ones along, so select() sees them."""
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, bufsize=0)
     pids: list[int] = []
     try:
         yield launcher, pids
@@ -201,9 +202,16 @@ def test_cluster_up_serves_and_exits_zero_on_sigint_leaving_no_process(tmp_path:
     command = [brook, "cluster", "up", "--dir", str(tmp_path / "brook")]
     command += ["--port-offset", str(port_offset), "--json"]
     with _launcher(command) as (launcher, pids):
-        up = _read_json_line(launcher, CLUSTER_UP_READY_TIMEOUT_S)
-        assert up["event"] == "up"
+        # A serving event per process as it becomes healthy, role by role, then "up".
+        serving = []
+        while (event := _read_json_line(launcher, CLUSTER_UP_READY_TIMEOUT_S))["event"] != "up":
+            assert event.pop("event") == "serving", event
+            serving.append(event)
+        up = event
         assert len(up["processes"]) == 8
+        assert serving == up["processes"], "each process announced once, with its addresses"
+        roles = [event["role"] for event in serving]
+        assert roles == sorted(roles, key=[role.value for role in START_ORDER].index)
         for process in up["processes"]:
             pids.append(process["pid"])
             result = check_health(process["listeners"]["GRPC"], timeout_ms=5_000)
@@ -219,6 +227,29 @@ def test_cluster_up_serves_and_exits_zero_on_sigint_leaving_no_process(tmp_path:
         assert stopped["unclean"] == []
         assert sorted(stopped["exit_codes"]) == sorted(p["name"] for p in up["processes"])
         assert _wait_gone(pids, PROCESS_GONE_TIMEOUT_S) == []
+
+
+def test_cluster_up_prints_a_line_per_process_as_it_becomes_healthy(tmp_path: Path) -> None:
+    brook = str(Path(sys.executable).with_name("brook"))
+    command = [brook, "cluster", "up", "--dir", str(tmp_path / "brook"), "--port-offset"]
+    command += [str(free_port_offset(tmp_path / "probe")), "--controllers", "1"]
+    command += ["--storage-nodes", "1", "--coordinators", "0", "--gateways", "0"]
+    with _launcher(command) as (launcher, pids):
+        assert launcher.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + CLUSTER_UP_READY_TIMEOUT_S
+        while not lines or not lines[-1].startswith("Press Ctrl-C"):
+            ready, _, _ = select.select([launcher.stdout], [], [], deadline - time.monotonic())
+            assert ready, f"not up within {CLUSTER_UP_READY_TIMEOUT_S} s: {lines}"
+            lines.append(launcher.stdout.readline().decode().rstrip("\n"))
+        serving = [line.split() for line in lines if line.startswith("  serving  ")]
+        assert [words[1] for words in serving] == ["controller-1", "storage-node-1"]
+        for words in serving:
+            pids.append(int(words[words.index("pid") + 1]))
+            grpc = words[words.index("GRPC") + 1]
+            assert check_health(grpc, timeout_ms=5_000).status is HealthStatus.SERVING
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S) == 0
 
 
 def test_children_stop_when_the_launcher_is_killed(tmp_path: Path) -> None:

@@ -396,6 +396,22 @@ def test_a_line_without_the_key_separator_fails_naming_the_line(bootstrap: str) 
             "acks",
         ),
         (["consumer-perf-test", "--topic", "untouched"], "--messages"),
+        (
+            ["console-consumer", "--topic", "untouched", "--group", "g", "--partition", "0"],
+            "not with --partition or --offset",
+        ),
+        (
+            [
+                "console-consumer",
+                "--topic",
+                "untouched",
+                "--group",
+                "g",
+                "--consumer-property",
+                "group.id=other",
+            ],
+            "name different groups",
+        ),
     ],
 )
 def test_bad_usage_exits_2_with_a_clear_error_and_sends_nothing(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -114,12 +115,32 @@ def test_topics_are_created_described_altered_and_deleted_from_the_command_line(
     )
     described = _brook(cluster, "topics", "describe", "--topic", "clicks")
     listed = _brook(cluster, "topics", "list")
+    described_json = _brook(cluster, "topics", "describe", "--topic", "clicks", "--json")
+    listed_json = _brook(cluster, "topics", "list", "--json")
+    configs_json = _brook(cluster, "topics", "configs", "--topic", "clicks", "--json")
     elected = _brook(cluster, "topics", "elect-leaders", "--topic", "clicks", "--partition", "0")
     deleted = _brook(cluster, "topics", "delete", "--topic", "clicks")
     after = _brook(cluster, "topics", "list")
 
     for result in (created, altered, configured, described, listed, elected, deleted, after):
         assert result.returncode == 0, result.stderr
+    # --json: the same, one document with stable keys.
+    assert "clicks" in json.loads(listed_json.stdout)["topics"]
+    [topic] = json.loads(described_json.stdout)["topics"]
+    assert topic["name"] == "clicks" and topic["internal"] is False
+    assert (topic["partitionCount"], topic["replicationFactor"]) == (4, 2)
+    assert topic["configs"] == {"retention.ms": "60000", "cleanup.policy": "compact"}
+    assert [p["partition"] for p in topic["partitions"]] == [0, 1, 2, 3]
+    assert all(
+        len(p["replicas"]) == 2 and p["leader"] in p["isr"] and p["offlineReplicas"] == []
+        for p in topic["partitions"]
+    )
+    configs = {c["name"]: c for c in json.loads(configs_json.stdout)["configs"]}
+    assert configs["retention.ms"] == {
+        "name": "retention.ms",
+        "value": "60000",
+        "source": "DYNAMIC_TOPIC_CONFIG",
+    }
     assert created.stdout == "Created topic clicks.\n"
     header, *partitions = described.stdout.splitlines()
     assert header.startswith("Topic: clicks\tTopicId: ")
@@ -170,6 +191,16 @@ def test_cluster_describe_shows_the_nodes_and_equal_digests_on_every_controller(
     nodes = [line for line in lines if line.startswith("Node: ")]
     assert [line.split("\t")[0] for line in nodes] == ["Node: 1", "Node: 2"]
     assert all("storage_node\tactive" in line for line in nodes)
+
+    described = json.loads(_brook(cluster, "cluster", "describe", "--digests", "--json").stdout)
+    assert described["controllerId"] in {c["nodeId"] for c in described["controllers"]}
+    assert len({c["digest"] for c in described["controllers"]}) == 1
+    assert all(c["unreachable"] is None and c["offset"] > 0 for c in described["controllers"])
+    assert [(n["nodeId"], n["role"], n["fenced"]) for n in described["nodes"]] == [
+        (1, "storage_node", False),
+        (2, "storage_node", False),
+    ]
+    assert all("GRPC" in n["endpoints"] for n in described["nodes"])
 
 
 def test_bad_arguments_exit_2_and_an_unreachable_cluster_exits_1() -> None:

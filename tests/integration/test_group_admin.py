@@ -9,6 +9,7 @@ serves the whole module (each test has its own groups) to keep the file fast.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -406,6 +407,38 @@ def test_cli_lists_and_describes_groups_with_members_and_lag(cluster: LocalClust
             ["cli-watch", TOPIC, "1", "6", "6", "0", member.member_id, "/127.0.0.1", "admin-test"],
         ]
 
+        listed_json = json.loads(_brook(cluster, "list", "--json").stdout)["groups"]
+        assert {"groupId": "cli-watch", "state": "Stable", "protocolType": "consumer"} in (
+            listed_json
+        )
+        described_json = json.loads(_brook(cluster, "describe", "cli-watch", "--json").stdout)
+        assert described_json["state"] == "Stable"
+        assert described_json["assignmentStrategy"] == "range"
+        [member_json] = described_json["members"]
+        assert member_json["memberId"] == member.member_id
+        assert member_json["assignment"] == [
+            {"topic": TOPIC, "partition": 0},
+            {"topic": TOPIC, "partition": 1},
+        ]
+        assert described_json["offsets"] == [
+            {
+                "topic": TOPIC,
+                "partition": 0,
+                "currentOffset": 6,
+                "logEndOffset": 10,
+                "lag": 4,
+                "memberId": member.member_id,
+            },
+            {
+                "topic": TOPIC,
+                "partition": 1,
+                "currentOffset": 6,
+                "logEndOffset": 6,
+                "lag": 0,
+                "memberId": member.member_id,
+            },
+        ]
+
         refused = _brook(cluster, "delete", "cli-watch")
         assert refused.returncode == 1
         assert "NON_EMPTY_GROUP" in refused.stderr
@@ -448,6 +481,98 @@ def test_cli_resets_offsets_only_with_execute_and_deletes_an_empty_group(
     assert admin.list_consumer_group_offsets("cli-replay") == {}
 
 
+def test_cli_reset_offsets_takes_kafkas_targets_and_clamps_them_into_the_log(
+    cluster: LocalCluster, admin: Admin
+) -> None:
+    group = "cli-targets"
+    admin.alter_consumer_group_offsets(group, {_tp(0): 5, _tp(1): 2})
+
+    def reset(*args: str) -> subprocess.CompletedProcess[str]:
+        done = _brook(cluster, "reset-offsets", "--group", group, *args)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    # Past the log end (10 and 6 records): the log end.
+    reset("--topic", TOPIC, "--to-offset", "8", "--execute")
+    assert _committed(admin, group) == {0: 8, 1: 6}
+    # One partition named; below the log start: the log start.
+    reset("--topic", f"{TOPIC}:1", "--shift-by", "-100", "--execute")
+    assert _committed(admin, group) == {0: 8, 1: 0}
+    # Every topic of the group, a dry run: printed, nothing committed.
+    dry = reset("--all-topics", "--shift-by", "3")
+    assert _rows(dry.stdout)[1:3] == [[group, TOPIC, "0", "10"], [group, TOPIC, "1", "3"]]
+    assert _committed(admin, group) == {0: 8, 1: 0}
+    # A day ago is before every record (the first is an hour old): the first offsets.
+    reset("--topic", TOPIC, "--to-latest", "--execute")
+    reset("--topic", TOPIC, "--by-duration", "P1D", "--execute")
+    assert _committed(admin, group) == {0: 0, 1: 0}
+    # 30 minutes ago is after every record: the log end.
+    reset("--topic", TOPIC, "--by-duration", "PT30M", "--execute")
+    assert _committed(admin, group) == RECORDS
+
+
+def test_cli_refuses_to_reset_or_delete_the_offsets_a_member_consumes(
+    cluster: LocalCluster, admin: Admin
+) -> None:
+    group = "cli-busy"
+    with active_member(cluster, group, [0, 1]) as member:
+        _member_commit(member, {0: 4, 1: 2})
+        refused = _brook(cluster, "reset-offsets", group, "--topic", TOPIC, "--to-earliest")
+        assert refused.returncode == 1
+        assert "NON_EMPTY_GROUP" in refused.stderr and "has no members" in refused.stderr
+        subscribed = _brook(cluster, "delete-offsets", group, "--topic", TOPIC)
+        assert subscribed.returncode == 1
+        assert _rows(subscribed.stdout)[1:] == [
+            [TOPIC, "0", "Error:", "GROUP_SUBSCRIBED_TO_TOPIC"],
+            [TOPIC, "1", "Error:", "GROUP_SUBSCRIBED_TO_TOPIC"],
+        ]
+        assert _committed(admin, group) == {0: 4, 1: 2}
+    # The member left: the group no longer consumes the topic.
+    deleted = _brook(cluster, "delete-offsets", "--group", group, "--topic", f"{TOPIC}:0")
+    assert deleted.returncode == 0, deleted.stderr
+    assert _rows(deleted.stdout)[1:] == [[TOPIC, "0", "Successful"]]
+    assert _committed(admin, group) == {1: 2}
+
+
+def test_console_consumer_with_a_group_commits_and_the_next_run_continues(
+    cluster: LocalCluster, admin: Admin
+) -> None:
+    group = "cli-console"
+
+    def consume(*args: str) -> list[tuple[int, int]]:
+        done = subprocess.run(
+            [
+                BROOK, "console-consumer", "--topic", TOPIC, "--group", group,
+                "--property", "print.partition=true", "--property", "print.offset=true",
+                "--bootstrap-server", cluster.controller_bootstrap_servers, *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        printed = []
+        for line in done.stdout.splitlines():
+            partition, offset, _ = line.split("\t")
+            printed.append((int(partition.removeprefix("Partition:")), int(offset[7:])))
+        return printed
+
+    first = consume("--from-beginning", "--max-messages", "7", "--timeout-ms", "30000")
+    assert len(first) == 7
+    # What was printed is committed; nothing beyond it.
+    committed = _committed(admin, group)
+    assert committed == {p: max(o for q, o in first if q == p) + 1 for p, _ in first}
+
+    # --from-beginning only where the group has committed nothing (as Kafka's): a partition
+    # the first run did not reach starts at its beginning, the others where it stopped.
+    rest = consume("--from-beginning", "--timeout-ms", "5000")
+    every = {(p, o) for p, count in RECORDS.items() for o in range(count)}
+    assert sorted(first + rest) == sorted(every), "each record once over the two runs"
+    assert _committed(admin, group) == RECORDS
+    assert admin.describe_consumer_groups([group])[group].state is ConsumerGroupState.EMPTY
+
+
 def test_cli_bad_arguments_exit_2_with_a_clear_message_and_change_nothing(
     cluster: LocalCluster, admin: Admin
 ) -> None:
@@ -466,9 +591,24 @@ def test_cli_bad_arguments_exit_2_with_a_clear_message_and_change_nothing(
     assert "--to-datetime 'yesterday' is not an ISO 8601 date and time" in bad_date.stderr
     no_target = _brook(cluster, "reset-offsets", "cli-guarded", "--topic", TOPIC, "--execute")
     assert no_target.returncode == 2
-    assert "one of the arguments --to-earliest --to-latest --to-datetime is required" in (
-        no_target.stderr
+    assert (
+        "one of the arguments --to-earliest --to-latest --to-offset --shift-by --by-duration "
+        "--to-datetime is required"
+    ) in no_target.stderr
+    for args, problem in (
+        (("--by-duration", "1h"), "--by-duration '1h' is not an ISO 8601 duration"),
+        (("--to-offset", "-1"), "offset=-1 must not be negative"),
+    ):
+        refused = _brook(cluster, "reset-offsets", "cli-guarded", "--topic", TOPIC, *args)
+        assert refused.returncode == 2 and problem in refused.stderr, refused.stderr
+    bad_partition = _brook(
+        cluster, "reset-offsets", "cli-guarded", "--topic", f"{TOPIC}:x", "--to-earliest"
     )
+    assert bad_partition.returncode == 2 and "TOPIC:P,P" in bad_partition.stderr
+    twice = _brook(
+        cluster, "delete-offsets", "cli-guarded", "--group", "cli-guarded", "--topic", TOPIC
+    )
+    assert twice.returncode == 2 and "name the group once" in twice.stderr
     assert _committed(admin, "cli-guarded") == {0: 4}
 
 

@@ -17,6 +17,7 @@ storage node runs with transaction.partition.verification.enable=false.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -61,8 +62,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield started
 
 
-def _brook(cluster: LocalCluster, *args: str) -> list[list[str]]:
-    """The rows (whitespace-split lines) ``brook transactions ARGS`` prints; it must exit 0."""
+def _output(cluster: LocalCluster, *args: str) -> str:
+    """What ``brook transactions ARGS`` prints; it must exit 0."""
     done = subprocess.run(
         [BROOK, "transactions", *args, "--bootstrap-server", cluster.controller_bootstrap_servers],
         capture_output=True,
@@ -71,7 +72,12 @@ def _brook(cluster: LocalCluster, *args: str) -> list[list[str]]:
         check=False,
     )
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
-    return [line.split() for line in done.stdout.splitlines()]
+    return done.stdout
+
+
+def _brook(cluster: LocalCluster, *args: str) -> list[list[str]]:
+    """The rows (whitespace-split lines) ``brook transactions ARGS`` prints; it must exit 0."""
+    return [line.split() for line in _output(cluster, *args).splitlines()]
 
 
 def _table(cluster: LocalCluster, *args: str) -> list[dict[str, str]]:
@@ -124,6 +130,36 @@ def test_list_and_describe_show_an_sdk_transaction_open_then_committed(
         row for row in _table(cluster, "list") if row["TRANSACTIONAL-ID"] == transactional_id
     ]
     assert listed_after["STATE"] == "CompleteCommit"
+
+    # --json: the same, one document with stable keys.
+    (listed_json,) = [
+        t
+        for t in json.loads(_output(cluster, "list", "--json"))["transactions"]
+        if t["transactionalId"] == transactional_id
+    ]
+    assert listed_json == {
+        "transactionalId": transactional_id,
+        "coordinator": int(listed["COORDINATOR"]),
+        "producerId": int(listed["PRODUCER-ID"]),
+        "state": "CompleteCommit",
+    }
+    described = json.loads(
+        _output(cluster, "describe", "--transactional-id", transactional_id, "--json")
+    )
+    assert described["state"] == "CompleteCommit"
+    assert described["producerId"] == int(listed["PRODUCER-ID"])
+    assert described["topicPartitions"] == [] and described["transactionStartTimeMs"] is None
+    assert set(described) == {
+        "transactionalId",
+        "coordinator",
+        "producerId",
+        "producerEpoch",
+        "state",
+        "transactionTimeoutMs",
+        "transactionStartTimeMs",
+        "topicPartitions",
+        "groups",
+    }
 
 
 def test_a_hanging_transaction_is_found_and_aborted(cluster: LocalCluster) -> None:

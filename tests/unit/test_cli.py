@@ -113,3 +113,14 @@ def test_groups_usage_errors_exit_2(arguments: list[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["groups", *arguments])
     assert exited.value.code == 2
+
+
+def test_version_prints_the_installed_packages_version(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"brook {importlib.metadata.version('brook')}\n"

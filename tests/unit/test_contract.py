@@ -60,6 +60,7 @@ def test_every_service_of_the_system_is_defined_with_its_rpcs() -> None:
         "GroupCoordinatorService": {
             "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup",
             "CommitOffsets", "FetchOffsets", "DescribeGroups", "ListGroups", "DeleteGroups",
+            "DeleteOffsets",
             "TxnCommitOffsets", "CompleteTransaction",
         },
         "TransactionCoordinatorService": {

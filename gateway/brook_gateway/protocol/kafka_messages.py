@@ -34,6 +34,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
@@ -1180,6 +1181,64 @@ DELETE_TOPICS_RESPONSE: Final = MessageSpec(
 )
 
 
+DELETE_RECORDS_REQUEST: Final = MessageSpec(
+    "DeleteRecordsRequest",
+    21,
+    (0, 2),
+    (2, HI),
+    (
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(F("partition_index", "int32", (0, HI)), F("offset", "int64", (0, HI))),
+                ),
+            ),
+        ),
+        F("timeout_ms", "int32", (0, HI)),
+    ),
+)
+
+
+DELETE_RECORDS_RESPONSE: Final = MessageSpec(
+    "DeleteRecordsResponse",
+    21,
+    (0, 2),
+    (2, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "topics",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F(
+                    "partitions",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("partition_index", "int32", (0, HI)),
+                        F("low_watermark", "int64", (0, HI)),
+                        F("error_code", "int16", (0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
 INIT_PRODUCER_ID_REQUEST: Final = MessageSpec(
     "InitProducerIdRequest",
     22,
@@ -2137,6 +2196,7 @@ REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.API_VERSIONS: API_VERSIONS_REQUEST,
     ApiKey.CREATE_TOPICS: CREATE_TOPICS_REQUEST,
     ApiKey.DELETE_TOPICS: DELETE_TOPICS_REQUEST,
+    ApiKey.DELETE_RECORDS: DELETE_RECORDS_REQUEST,
     ApiKey.INIT_PRODUCER_ID: INIT_PRODUCER_ID_REQUEST,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OFFSET_FOR_LEADER_EPOCH_REQUEST,
     ApiKey.ADD_PARTITIONS_TO_TXN: ADD_PARTITIONS_TO_TXN_REQUEST,
@@ -2176,6 +2236,7 @@ RESPONSES: Final[dict[int, MessageSpec]] = {
     ApiKey.API_VERSIONS: API_VERSIONS_RESPONSE,
     ApiKey.CREATE_TOPICS: CREATE_TOPICS_RESPONSE,
     ApiKey.DELETE_TOPICS: DELETE_TOPICS_RESPONSE,
+    ApiKey.DELETE_RECORDS: DELETE_RECORDS_RESPONSE,
     ApiKey.INIT_PRODUCER_ID: INIT_PRODUCER_ID_RESPONSE,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OFFSET_FOR_LEADER_EPOCH_RESPONSE,
     ApiKey.ADD_PARTITIONS_TO_TXN: ADD_PARTITIONS_TO_TXN_RESPONSE,

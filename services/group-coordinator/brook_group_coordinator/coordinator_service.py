@@ -322,6 +322,29 @@ class GroupCoordinatorServicer(group_pb2_grpc.GroupCoordinatorServiceServicer):
             )
         return group_pb2.DeleteGroupsResponse(results=results)
 
+    async def DeleteOffsets(
+        self, request: group_pb2.DeleteOffsetsRequest, context: Any
+    ) -> group_pb2.DeleteOffsetsResponse:
+        keys = list(dict.fromkeys((p.topic, p.partition) for p in request.partitions))
+        error, message, results = await self._manager.delete_offsets(request.group_id, keys)
+        return group_pb2.DeleteOffsetsResponse(
+            error_code=_wire(error),
+            error_message=message,
+            partitions=[
+                group_pb2.DeleteOffsetsPartitionResult(
+                    topic=topic,
+                    partition=partition,
+                    error_code=_wire(code),
+                    error_message=(
+                        f"a member of group {request.group_id!r} subscribes to {topic!r}"
+                        if code is ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                        else ""
+                    ),
+                )
+                for (topic, partition), code in results.items()
+            ],
+        )
+
     async def TxnCommitOffsets(
         self, request: group_pb2.TxnCommitOffsetsRequest, context: Any
     ) -> group_pb2.TxnCommitOffsetsResponse:

@@ -327,6 +327,20 @@ class Group:
         existing.awaiting_join = respond
         self._prepare_rebalance()
 
+    def subscribed_topics(self) -> set[str]:
+        """The topics the members' subscriptions name (consumer protocol groups; none for
+        other protocol types, whose metadata Brook cannot read)."""
+        topics: set[str] = set()
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return topics
+        for member in self.members.values():
+            for _, metadata in member.protocols:
+                try:
+                    topics.update(decode_subscription(metadata).topics)
+                except ValueError:
+                    continue
+        return topics
+
     def _subscription_changed(
         self, old: tuple[tuple[str, bytes], ...], new: tuple[tuple[str, bytes], ...]
     ) -> bool:

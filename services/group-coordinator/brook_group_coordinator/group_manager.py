@@ -927,6 +927,33 @@ class GroupManager:
             return _write_failure(e), e.message
         return ErrorCode.NONE, ""
 
+    async def delete_offsets(
+        self, group_id: str, keys: list[tuple[str, int]]
+    ) -> tuple[ErrorCode, str, dict[tuple[str, int], ErrorCode]]:
+        """Kafka's OffsetDelete: (group error, its message, per partition error). The
+        partitions of a topic a member subscribes to are refused (GROUP_SUBSCRIBED_TO_TOPIC);
+        the committed offsets of the others are removed (a partition without one is answered
+        NONE: there is nothing left of it)."""
+        error, message = self.check_coordinator(group_id)
+        if error is not ErrorCode.NONE:
+            return error, message, {}
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}", {}
+        subscribed = group.subscribed_topics()
+        results = {
+            key: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if key[0] in subscribed else ErrorCode.NONE
+            for key in keys
+        }
+        committed = self._offsets_of(group_id).by_partition
+        doomed = [k for k, code in results.items() if code is ErrorCode.NONE and k in committed]
+        if doomed:
+            try:
+                await self._remove_offsets(group_id, doomed, False)
+            except BrookError as e:
+                return _write_failure(e), e.message, {}
+        return ErrorCode.NONE, "", results
+
     async def _remove_offsets(
         self, group_id: str, keys: list[tuple[str, int]], remove_group: bool
     ) -> None:

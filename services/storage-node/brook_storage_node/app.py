@@ -188,6 +188,9 @@ class StorageNode:
             self._producer_ids,
             self._verifier,
             log_manager=self._log_manager,
+            controller_addresses=tuple
+            if membership is None
+            else lambda: membership.client.addresses,
         )
         storage_pb2_grpc.add_StorageServiceServicer_to_server(  # type: ignore[no-untyped-call]
             self._servicer, context.server

@@ -57,7 +57,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
 import grpc
@@ -219,11 +219,15 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         verifier: TransactionVerifier | None = None,
         *,
         log_manager: LogManager,
+        controller_addresses: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         """``verifier``: transactional batches are verified with their coordinator
         (produce.py, point 5); None: transaction.partition.verification.enable is false.
-        ``log_manager``: the node's logs, which DescribeLogDirs reports."""
+        ``log_manager``: the node's logs, which DescribeLogDirs reports.
+        ``controller_addresses``: the controllers the node knows now, which GetMetadata
+        names (none without controllers)."""
         self._replicas = replicas
+        self._controller_addresses = controller_addresses
         self._log_manager = log_manager
         self._producer_ids = producer_ids
         self._limits = limits
@@ -589,6 +593,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 cluster_id=view.cluster_id,
                 controller_id=view.controller_id,
                 metadata_offset=view.offset,
+                controller_addresses=self._controller_addresses(),
             )
             for broker in view.brokers.values():
                 response.brokers.add(

@@ -77,6 +77,9 @@ class StorageDouble(storage_pb2_grpc.StorageServiceServicer):
         # A group coordinator's node id served at this double's address too (its servicers
         # given to RunningDouble): GetMetadata lists it as GetMetadata lists coordinators.
         self.coordinator_node_id: int | None = None
+        # What GetMetadata names as the controllers (a double also serving AdminService
+        # names itself, as a storage node names the controllers it knows).
+        self.controller_addresses: list[str] = []
         self._data_arrived: asyncio.Event | None = None
 
     def _count(self, method: str) -> None:
@@ -143,7 +146,12 @@ class StorageDouble(storage_pb2_grpc.StorageServiceServicer):
                     endpoints=endpoints,
                 )
             )
-        return storage_pb2.GetMetadataResponse(cluster_id="double", brokers=brokers, topics=topics)
+        return storage_pb2.GetMetadataResponse(
+            cluster_id="double",
+            brokers=brokers,
+            topics=topics,
+            controller_addresses=self.controller_addresses,
+        )
 
     async def Produce(self, request: Any, context: Any) -> Any:
         self.produced.append(request)

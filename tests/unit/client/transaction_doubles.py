@@ -292,6 +292,8 @@ class Cluster:
             )
 
         self.running = RunningDouble(double, add)
+        # The server also answers as the controllers (ScriptedAdmin).
+        double.controller_addresses = [self.running.address]
 
     def producer(self, **settings: object) -> Producer:
         config: dict[str, object] = {"bootstrap.servers": self.running.address, **FAST}

@@ -119,7 +119,9 @@ __all__ = [
     "VerificationGuard",
     "in_sequence",
     "is_producer_batch",
+    "parse_snapshot_file_name",
     "read_marker",
+    "read_snapshot",
     "snapshot_file_name",
 ]
 
@@ -652,7 +654,7 @@ class ProducerStateManager:
                 continue
             path = self.directory / snapshot_file_name(offset)
             try:
-                producers = _read_snapshot(path.read_bytes())
+                producers = read_snapshot(path.read_bytes())
             except (OSError, ValueError, struct.error) as exc:
                 _log.warning("%s: ignoring a damaged producer snapshot: %s", path, exc)
                 path.unlink(missing_ok=True)
@@ -689,7 +691,8 @@ class ProducerStateManager:
         self.delete_snapshots(o for o in self.snapshot_offsets() if o > offset)
 
 
-def _read_snapshot(data: bytes) -> list[ProducerStateEntry]:
+def read_snapshot(data: bytes) -> list[ProducerStateEntry]:
+    """The producers a snapshot file's bytes hold; ValueError if they cannot be trusted."""
     if len(data) < _FILE_HEADER.size:
         raise ValueError(f"{len(data)} bytes is shorter than the snapshot header")
     version, crc, count = _FILE_HEADER.unpack_from(data, 0)
