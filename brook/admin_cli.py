@@ -7,6 +7,8 @@ the spirit of Kafka's kafka-topics.sh, kafka-configs.sh and kafka-leader-electio
     brook topics describe [--topic events]
     brook topics alter --topic events --partitions 12
     brook topics configs --topic events [--add-config k=v,...] [--delete-config k,...]
+    brook configs --entity-type brokers (--entity-name 2 | --entity-default)
+        [--add-config follower.replication.throttled.rate=1048576] [--delete-config k,...]
     brook topics elect-leaders [--topic events [--partition 0]] [--unclean]
     brook topics delete --topic events
     brook cluster describe
@@ -40,7 +42,7 @@ from brook.tools.options import (
 
 if TYPE_CHECKING:
     # Imported when a command runs, not when `brook` starts: the SDK pulls in gRPC.
-    from brook.client.admin import Admin, NodeDescription
+    from brook.client.admin import Admin, ConfigResource, NodeDescription
     from brook.client.errors import ApiError
 
 __all__ = [
@@ -112,6 +114,20 @@ def add_admin_commands(subparsers: Any) -> None:
     configs.add_argument("--delete-config", action="append", default=[], metavar="K[,K]")
     add_json_option(configs, "the configs (when describing: no --add-config/--delete-config)")
     handler(configs, _configs)
+
+    entity = subparsers.add_parser(
+        "configs",
+        help="describe or change a topic's or a storage node's dynamic configs (kafka-configs)",
+        description="Kafka's kafka-configs: without --add-config/--delete-config, describe; "
+        "brokers are storage nodes by node id, or every node's default (--entity-default).",
+    )
+    entity.add_argument("--entity-type", choices=("topics", "brokers"), required=True)
+    entity.add_argument("--entity-name", metavar="NAME")
+    entity.add_argument("--entity-default", action="store_true")
+    entity.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
+    entity.add_argument("--delete-config", action="append", default=[], metavar="K[,K]")
+    add_json_option(entity, "the configs (when describing: no --add-config/--delete-config)")
+    handler(entity, _entity_configs)
 
     elect = actions.add_parser("elect-leaders", help="preferred (or unclean) leader election")
     elect.add_argument("--topic")
@@ -354,9 +370,35 @@ def _alter(admin: Admin, args: argparse.Namespace) -> int:
 
 
 def _configs(admin: Admin, args: argparse.Namespace) -> int:
-    from brook.client.admin import AlterConfigOp, ConfigResource
+    from brook.client.admin import ConfigResource
 
-    resource = ConfigResource.topic(args.topic)
+    return _alter_or_describe_configs(admin, args, ConfigResource.topic(args.topic))
+
+
+def _entity_configs(admin: Admin, args: argparse.Namespace) -> int:
+    """``brook configs``: kafka-configs' --entity-type topics|brokers."""
+    from brook.client.admin import ConfigResource
+
+    if args.entity_type == "topics":
+        if args.entity_default or not args.entity_name:
+            raise UsageError("topics take --entity-name TOPIC")
+        resource = ConfigResource.topic(args.entity_name)
+    elif args.entity_default == bool(args.entity_name):
+        raise UsageError("brokers take --entity-name NODE_ID or --entity-default (every node)")
+    elif args.entity_default:
+        resource = ConfigResource.node()
+    elif not args.entity_name.isdigit():
+        raise UsageError(f"--entity-name {args.entity_name!r} is not a node id")
+    else:
+        resource = ConfigResource.node(int(args.entity_name))
+    return _alter_or_describe_configs(admin, args, resource)
+
+
+def _alter_or_describe_configs(
+    admin: Admin, args: argparse.Namespace, resource: ConfigResource
+) -> int:
+    from brook.client.admin import AlterConfigOp, ConfigResourceType
+
     changes: list[tuple[str, AlterConfigOp, str | None]] = [
         (name, AlterConfigOp.SET, value) for name, value in _key_values(args.add_config).items()
     ]
@@ -372,9 +414,10 @@ def _configs(admin: Admin, args: argparse.Namespace) -> int:
         return report(admin.alter_configs({resource: changes}), "Altered configs of")
     entries = admin.describe_configs([resource])[resource].values()
     if args.json:
+        kind = "topic" if resource.type is ConfigResourceType.TOPIC else "node"
         print_json(
             {
-                "topic": args.topic,
+                kind: resource.name or None,
                 "configs": [
                     {"name": e.name, "value": e.value, "source": e.source} for e in entries
                 ],

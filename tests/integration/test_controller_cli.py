@@ -203,6 +203,36 @@ def test_cluster_describe_shows_the_nodes_and_equal_digests_on_every_controller(
     assert all("GRPC" in n["endpoints"] for n in described["nodes"])
 
 
+def test_node_configs_are_set_described_and_removed_like_kafka_configs(
+    cluster: LocalCluster,
+) -> None:
+    rate = "follower.replication.throttled.rate"
+    node = ("--entity-type", "brokers", "--entity-name", "1")
+    every = ("--entity-type", "brokers", "--entity-default")
+
+    assert _brook(cluster, "configs", *node, "--add-config", f"{rate}=2097152").returncode == 0
+    assert _brook(cluster, "configs", *every, "--add-config", f"{rate}=1048576").returncode == 0
+    described = json.loads(_brook(cluster, "configs", *node, "--json").stdout)
+    entries = {e["name"]: e for e in described["configs"]}
+    assert (entries[rate]["value"], entries[rate]["source"]) == (
+        "2097152",
+        "DYNAMIC_BROKER_CONFIG",
+    )
+    refused = _brook(cluster, "configs", *node, "--add-config", f"{rate}=fast")
+    assert refused.returncode == 1 and "INVALID_CONFIG" in refused.stderr
+
+    assert _brook(cluster, "configs", *node, "--delete-config", rate).returncode == 0
+    described = json.loads(_brook(cluster, "configs", *node, "--json").stdout)
+    entries = {e["name"]: e for e in described["configs"]}
+    assert (entries[rate]["value"], entries[rate]["source"]) == (
+        "1048576",
+        "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    )
+    assert _brook(cluster, "configs", *every, "--delete-config", rate).returncode == 0
+    usage = _brook(cluster, "configs", "--entity-type", "brokers")
+    assert usage.returncode == 2 and "--entity-default" in usage.stderr
+
+
 def test_bad_arguments_exit_2_and_an_unreachable_cluster_exits_1() -> None:
     bad = subprocess.run(
         [BROOK, "topics", "create", "--topic", "t", "--config", "no-equals-sign"],
