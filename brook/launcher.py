@@ -56,7 +56,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
@@ -74,12 +74,16 @@ STARTUP_TIMEOUT_MS_DEFAULT = 30_000
 # Services promise to exit within 5 s of SIGTERM; the launcher allows twice that before
 # it escalates to SIGKILL, so a slow but orderly shutdown is not cut short.
 STOP_TIMEOUT_MS_DEFAULT = 10_000
+# brook cluster remove-node: draining the node's replicas, stopping and unregistering it.
+REMOVE_NODE_TIMEOUT_MS_DEFAULT = 600_000
 # After SIGKILL only the kernel is left to act; this bounds the wait for it.
 KILL_WAIT_MS = 5_000
 _STOP_POLL_INTERVAL_S = 0.02
 LOG_TAIL_LINES_DEFAULT = 40
 _LOG_TAIL_BYTES_MAX = 64 * 1024
 LAYOUT_FILE = "cluster.json"
+# The layout's list of the storage nodes remove_storage_node took out of the cluster.
+_REMOVED = "removed"
 _LAYOUT_FORMAT = 1
 CONFIG_FILE = "server.properties"
 _QUORUM_PASSWORD_BYTES = 24
@@ -521,6 +525,7 @@ class LocalCluster:
         self._spawn_prefix = spawn_prefix
         self._on_serving = on_serving or (lambda name: None)
         self._running: dict[str, _Running] = {}
+        self._detached: set[str] = set()
         self._exits: dict[str, ProcessExit] = {}
         self._atexit_registered = False
 
@@ -528,9 +533,12 @@ class LocalCluster:
         # The controllers' Raft transport unpickles what it receives, so every cluster gets
         # its own secret, kept in the layout so that restarts reuse it.
         self._quorum_password = secrets.token_urlsafe(_QUORUM_PASSWORD_BYTES)
+        # Storage nodes taken out of the cluster (remove_storage_node): never started again.
+        self._removed: set[str] = set()
         if layout_path.exists():
             layout = _read_layout(layout_path)
             _check_same_cluster(layout, layout_path, self.topology, host, port_offset)
+            self._removed = set(layout.get(_REMOVED, []))
             ports = _recorded_ports(layout, layout_path)
             bases = _recorded_node_port_bases(layout, layout_path)
             if isinstance(layout.get("quorum_password"), str) and layout["quorum_password"]:
@@ -545,6 +553,8 @@ class LocalCluster:
         for role in START_ORDER:
             for index in range(1, self.topology.count(role) + 1):
                 name = _process_name(role, index)
+                if name in self._removed:
+                    continue
                 _add_missing_metrics_port(ports.get(name, {}))
                 if set(ports.get(name, {})) != set(LISTENERS[role]):
                     raise ClusterLayoutError(f"{layout_path} has no valid ports for {name}")
@@ -785,10 +795,163 @@ class LocalCluster:
     def _command(self, spec: ProcessSpec) -> list[str]:
         service = [spec.role.module, "--config", str(spec.config_path)]
         # The kernel ties the parent-death signal to the thread that forked: only the main
-        # thread lives as long as the launcher, so from any other thread skip the shim.
-        if sys.platform == "linux" and threading.current_thread() is threading.main_thread():
+        # thread lives as long as the launcher, so from any other thread skip the shim. A
+        # detached process (add_storage_node) outlives the launcher that started it.
+        if (
+            sys.platform == "linux"
+            and threading.current_thread() is threading.main_thread()
+            and spec.name not in self._detached
+        ):
             return [sys.executable, "-S", "-c", _PARENT_DEATH_SHIM, str(os.getpid()), *service]
         return [sys.executable, "-m", *service]
+
+    # ----------------------------------------------------------------- growing and shrinking
+
+    @classmethod
+    def from_layout(cls, base_dir: Path, **options: Any) -> LocalCluster:
+        """The cluster recorded in ``base_dir`` (its topology, host and port offset)."""
+        path = base_dir.resolve() / LAYOUT_FILE
+        if not path.exists():
+            raise ClusterLayoutError(f"{base_dir} holds no cluster (no {LAYOUT_FILE})")
+        layout = _read_layout(path)
+        try:
+            counts = {Role(role): int(count) for role, count in layout["topology"].items()}
+            topology = Topology(*(counts.get(role, 0) for role in START_ORDER))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ClusterLayoutError(f"{path} has no valid topology") from None
+        host = layout.get("host")
+        return cls(
+            base_dir,
+            topology,
+            host=host if isinstance(host, str) else DEFAULT_HOST,
+            port_offset=layout.get("port_offset"),
+            **options,
+        )
+
+    def add_storage_node(self, *, detached: bool = False) -> ProcessSpec:
+        """Plans one more storage node (the next index and node id), records it in the layout,
+        starts it and waits until it is SERVING. ``detached``: it outlives this launcher (the
+        running ``brook cluster up`` of the directory stops it with the others)."""
+        role = Role.STORAGE_NODE
+        index = self.topology.storage_nodes + 1
+        while _process_name(role, index) in self._removed:
+            index += 1
+        topology = replace(self.topology, storage_nodes=index)
+        name = _process_name(role, index)
+        if self.port_offset is None:
+            # Random free ports: a clash with the ports already planned is as unlikely as
+            # between any two of a test cluster's processes.
+            ports = dict(
+                zip(
+                    LISTENERS[role],
+                    allocate_free_ports(len(LISTENERS[role]), self.host),
+                    strict=True,
+                )
+            )
+        else:
+            ports = {
+                listener: WELL_KNOWN_FIRST_PORT[(role, listener)] + index - 1 + self.port_offset
+                for listener in LISTENERS[role]
+                if (role, listener) in WELL_KNOWN_FIRST_PORT
+            }
+            _add_missing_metrics_port(ports)
+        spec = ProcessSpec(
+            name=name,
+            role=role,
+            index=index,
+            node_id=FIRST_NODE_ID[role] + index - 1,
+            host=self.host,
+            ports=ports,
+            directory=self.base_dir / name,
+        )
+        self.topology = topology
+        self._specs[name] = spec
+        if detached:
+            self._detached.add(name)
+        self._write_layout()
+        self._start_processes([spec])
+        if detached:
+            # Not this launcher's to stop (at exit or otherwise): the directory's is.
+            del self._running[name]
+        return spec
+
+    def remove_storage_node(self, name: str) -> None:
+        """Takes a stopped storage node out of the plan for good: ``brook cluster up`` of
+        this directory never starts it again (its data directory is left as it is)."""
+        spec = self.spec(name)
+        if spec.role is not Role.STORAGE_NODE:
+            raise ClusterError(f"{name} is not a storage node")
+        if self.is_running(name) or self._adopted_pid(spec) is not None:
+            raise ClusterError(f"{name} is running; stop it first")
+        self._removed.add(name)
+        del self._specs[name]
+        self._write_layout()
+
+    def stop_process(self, name: str) -> None:
+        """Stops one process whether this launcher or another one started it (its pid
+        file): SIGTERM, then SIGKILL after the stop timeout."""
+        spec = self.spec(name)
+        if name in self._running:
+            self._terminate([name])
+            return
+        self._terminate_adopted([spec])
+
+    def _adopted_pid(self, spec: ProcessSpec) -> int | None:
+        """The pid of ``spec``'s process when another launcher started it and it runs."""
+        if spec.name in self._running:
+            return None
+        try:
+            pid = int(spec.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _pid_alive_with_config(pid, spec.config_path) else None
+
+    def _adopted(self, role: Role) -> list[ProcessSpec]:
+        """Processes of ``role`` the directory's layout has now (a node added by
+        ``brook cluster add-node`` while this launcher runs included) that run, started by
+        another launcher."""
+        specs = dict(self._specs)
+        path = self.base_dir / LAYOUT_FILE
+        if path.exists():
+            with contextlib.suppress(ClusterLayoutError):
+                recorded = LocalCluster.from_layout(self.base_dir)
+                specs.update({n: s for n, s in recorded._specs.items() if n not in specs})
+        return [
+            spec
+            for spec in specs.values()
+            if spec.role is role and self._adopted_pid(spec) is not None
+        ]
+
+    def _terminate_adopted(self, specs: Sequence[ProcessSpec]) -> None:
+        pids = {spec.name: pid for spec in specs if (pid := self._adopted_pid(spec)) is not None}
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout_ms / 1000
+        kill_deadline = deadline + KILL_WAIT_MS / 1000
+        killed = False
+        while pids:
+            for name, pid in list(pids.items()):
+                if not _pid_alive_with_config(pid, self.spec_or_recorded(name).config_path):
+                    del pids[name]
+            now = time.monotonic()
+            if pids and now >= deadline and not killed:
+                killed = True
+                for pid in pids.values():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
+            if pids and now >= kill_deadline:
+                for name, pid in pids.items():
+                    _log.error("%s (pid %d) survived SIGKILL", name, pid)
+                return
+            if pids:
+                time.sleep(_STOP_POLL_INTERVAL_S)
+
+    def spec_or_recorded(self, name: str) -> ProcessSpec:
+        """``name``'s spec, from this plan or the directory's layout as it is now."""
+        if name in self._specs:
+            return self._specs[name]
+        return LocalCluster.from_layout(self.base_dir).spec(name)
 
     def kafka_node_ports(self, name: str) -> dict[int, int]:
         """storage node id -> the Kafka port gateway ``name`` listens on for it when it
@@ -863,6 +1026,7 @@ class LocalCluster:
             "topology": self.topology.as_dict(),
             "port_offset": self.port_offset,
             "quorum_password": self._quorum_password,
+            _REMOVED: sorted(self._removed),
             "processes": {
                 spec.name: {
                     "role": spec.role.value,
@@ -958,6 +1122,7 @@ class LocalCluster:
         for role in reversed(START_ORDER):
             names = [n for n, r in self._running.items() if r.spec.role is role]
             exits.update(self._terminate(names))
+            self._terminate_adopted(self._adopted(role))
         if self._atexit_registered:
             atexit.unregister(self._stop_at_exit)
             self._atexit_registered = False
@@ -1061,14 +1226,12 @@ def add_cluster_command(subparsers: Any) -> None:
         "and a Kafka port per storage node (broker) n it presents, 9600+100*(N-1)+n.",
     )
     up.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="data and logs (./.brook)")
-    up.add_argument("--controllers", type=int, metavar="N", default=3, help="controller count (3)")
-    up.add_argument(
-        "--storage-nodes", type=int, metavar="N", default=3, help="storage node count (3)"
-    )
-    up.add_argument(
-        "--coordinators", type=int, metavar="N", default=1, help="group coordinator count (1)"
-    )
-    up.add_argument("--gateways", type=int, metavar="N", default=1, help="gateway count (1)")
+    # Counts left out: the directory's recorded ones (nodes added or removed since included),
+    # else Topology's defaults.
+    up.add_argument("--controllers", type=int, metavar="N", help="controller count (3)")
+    up.add_argument("--storage-nodes", type=int, metavar="N", help="storage node count (3)")
+    up.add_argument("--coordinators", type=int, metavar="N", help="group coordinator count (1)")
+    up.add_argument("--gateways", type=int, metavar="N", help="gateway count (1)")
     up.add_argument(
         "--port-offset", type=int, metavar="N", default=0, help="added to every port (0)"
     )
@@ -1101,6 +1264,89 @@ def add_cluster_command(subparsers: Any) -> None:
         "healthy, then up, exited, stopped",
     )
     up.set_defaults(func=run_cluster_command)
+
+    add = actions.add_parser(
+        "add-node",
+        help="start one more storage node in a local cluster's directory",
+        description="Plan storage-node-N+1 in --dir's cluster, start it and wait until it "
+        "is SERVING. It joins the running cluster at once (new topics may use it; move "
+        "existing partitions onto it with brook reassign); the directory's brook cluster up "
+        "stops it with the others, and starts it on every later run.",
+    )
+    add.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="the cluster (./.brook)")
+    add.set_defaults(func=_add_node_command)
+    remove = actions.add_parser(
+        "remove-node",
+        help="drain, stop and unregister a storage node of a local cluster",
+        description="Move every replica off storage node --node (brook reassign "
+        "--decommission), wait until it holds none, stop it, unregister it from the "
+        "controllers and take it out of --dir's plan for good (its data directory stays).",
+    )
+    remove.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="the cluster (./.brook)")
+    remove.add_argument("--node", type=int, required=True, metavar="ID", help="its node id")
+    remove.add_argument(
+        "--throttle", type=int, metavar="BYTES_PER_S", help="bound the copies' replication rate"
+    )
+    remove.add_argument(
+        "--timeout-ms",
+        type=int,
+        metavar="MS",
+        default=REMOVE_NODE_TIMEOUT_MS_DEFAULT,
+        help=f"bound on the whole removal ({REMOVE_NODE_TIMEOUT_MS_DEFAULT})",
+    )
+    remove.set_defaults(func=_remove_node_command)
+
+
+def _add_node_command(args: argparse.Namespace) -> int:
+    """``brook cluster add-node``: 0 once the node is SERVING, 1 on failure, 2 bad usage."""
+    try:
+        cluster = LocalCluster.from_layout(args.dir)
+        spec = cluster.add_storage_node(detached=True)
+    except ClusterLayoutError as error:
+        print(f"brook cluster add-node: {error}", file=sys.stderr)
+        return 2
+    except ClusterError as error:
+        print(f"brook cluster add-node: {error}", file=sys.stderr)
+        return 1
+    print(f"  serving  {_process_line(cluster, spec.name)}", flush=True)
+    return 0
+
+
+def _remove_node_command(args: argparse.Namespace) -> int:
+    """``brook cluster remove-node``: 0 once the node is gone, 1 on failure, 2 bad usage."""
+    from brook.client.errors import BrookClientError
+    from brook.tools.options import UsageError
+    from brook.tools.reassign import decommission
+
+    try:
+        cluster = LocalCluster.from_layout(args.dir)
+        name = next(
+            (
+                s.name
+                for s in cluster.processes.values()
+                if s.role is Role.STORAGE_NODE and s.node_id == args.node
+            ),
+            None,
+        )
+        if name is None:
+            raise ClusterLayoutError(f"{args.dir} has no storage node with node id {args.node}")
+    except ClusterLayoutError as error:
+        print(f"brook cluster remove-node: {error}", file=sys.stderr)
+        return 2
+    try:
+        decommission(
+            cluster.controller_bootstrap_servers,
+            args.node,
+            stop=lambda: cluster.stop_process(name),
+            throttle=args.throttle,
+            timeout_ms=args.timeout_ms,
+        )
+        cluster.remove_storage_node(name)
+    except (BrookClientError, ClusterError, UsageError) as error:
+        print(f"brook cluster remove-node: {error}", file=sys.stderr)
+        return 1
+    print(f"Removed {name} (node {args.node}); its data stays in {args.dir / name}.")
+    return 0
 
 
 def parse_cluster_overrides(overrides: Sequence[str]) -> dict[str, dict[str, str]]:
@@ -1169,6 +1415,22 @@ def _stop_signals(cluster_ref: list[LocalCluster], requests: _StopRequests) -> I
             signal.signal(sig, handler)
 
 
+def _topology_of(args: argparse.Namespace) -> Topology:
+    """The counts given, the others from the directory's layout (if it has one), else the
+    defaults: so a directory grown by add-node comes back whole without repeating counts."""
+    recorded = Topology()
+    path = args.dir.resolve() / LAYOUT_FILE
+    if path.exists():
+        with contextlib.suppress(ClusterLayoutError):
+            recorded = LocalCluster.from_layout(args.dir).topology
+    given = (args.controllers, args.storage_nodes, args.coordinators, args.gateways)
+    counts = [
+        recorded.count(role) if count is None else count
+        for role, count in zip(START_ORDER, given, strict=True)
+    ]
+    return Topology(*counts)
+
+
 def run_cluster_command(args: argparse.Namespace) -> int:
     """``brook cluster up``: 0 after a clean stop, 1 on failure, 2 on bad arguments."""
     requests = _StopRequests()
@@ -1177,7 +1439,7 @@ def run_cluster_command(args: argparse.Namespace) -> int:
         try:
             cluster = LocalCluster(
                 args.dir,
-                Topology(args.controllers, args.storage_nodes, args.coordinators, args.gateways),
+                _topology_of(args),
                 port_offset=args.port_offset,
                 config_overrides=parse_cluster_overrides(args.override),
                 startup_timeout_ms=args.startup_timeout_ms,

@@ -41,7 +41,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from brook.client.admin import Admin
     from brook.client.types import TopicPartition
 
-__all__ = ["add_reassign_command", "drained_assignment", "proposed_assignment"]
+__all__ = ["add_reassign_command", "decommission", "drained_assignment", "proposed_assignment"]
 
 EXIT_FAILED: Final = 1
 PLAN_VERSION: Final = 1
@@ -263,6 +263,52 @@ def _drain(admin: Admin, node: int) -> list[_Move]:
         _Move(topic, partition, tuple(replicas))
         for (topic, partition), replicas in drained_assignment(current, node, live).items()
     ]
+
+
+def decommission(
+    bootstrap: str,
+    node: int,
+    *,
+    stop: Callable[[], None],
+    throttle: int | None = None,
+    timeout_ms: int,
+) -> None:
+    """Takes storage node ``node`` out of the cluster: drains it (``--decommission``), waits
+    until every move is complete, calls ``stop`` (which must stop the node's process), waits
+    until the controllers have fenced it and unregisters it. ClientTimeoutError when a step
+    does not finish within ``timeout_ms`` in all; ApiError when the cluster refuses one."""
+    from brook.client.admin import Admin
+    from brook.client.errors import ClientTimeoutError
+    from brook.client.types import TopicPartition
+
+    deadline = time.monotonic() + timeout_ms / 1000
+
+    def wait(condition: Callable[[], bool], what: str) -> None:
+        while not condition():
+            if time.monotonic() > deadline:
+                raise ClientTimeoutError(f"{what} did not happen within {timeout_ms} ms")
+            time.sleep(PROGRESS_INTERVAL_S / 4)
+
+    with Admin(bootstrap) as admin:
+        moves = _drain(admin, node)
+        if moves:
+            if throttle is not None:
+                current = _current(admin, sorted({move.topic for move in moves}))
+                _set_throttles(admin, moves, current, throttle)
+            wanted = {TopicPartition(m.topic, m.partition): list(m.replicas) for m in moves}
+            _raise_first(admin.alter_partition_reassignments(wanted))
+            wait(
+                lambda: not admin.list_partition_reassignments(list(wanted)),
+                f"moving every replica off node {node}",
+            )
+            if throttle is not None:
+                _clear_throttles(admin, moves)
+        stop()
+        wait(
+            lambda: all(n.fenced for n in admin.describe_cluster().nodes if n.node_id == node),
+            f"the controllers fencing node {node}",
+        )
+        admin.unregister_broker(node)
 
 
 def _generate(admin: Admin, args: argparse.Namespace) -> int:

@@ -272,3 +272,86 @@ def test_children_stop_when_the_launcher_is_killed(tmp_path: Path) -> None:
         launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S)
 
         assert _wait_gone(pids, PROCESS_GONE_TIMEOUT_S) == []
+
+
+def test_a_node_added_to_and_removed_from_a_running_local_cluster(tmp_path: Path) -> None:
+    from brook.client import Producer
+    from brook.client.admin import Admin, NewTopic
+
+    port_offset = free_port_offset(tmp_path / "probe")
+    brook = str(Path(sys.executable).with_name("brook"))
+    directory = str(tmp_path / "brook")
+    command = [brook, "cluster", "up", "--dir", directory, "--port-offset", str(port_offset)]
+    command += ["--json", "--controllers", "1", "--storage-nodes", "2", "--coordinators", "0"]
+    command += ["--gateways", "0", "--override", "storage-node:broker.session.timeout.ms=3000"]
+    command += ["--override", "controller:broker.session.timeout.ms=3000"]
+    # Internal topics on two of the three nodes, so that one node can be drained.
+    for internal in ("offsets.topic", "transaction.state.log"):
+        command += ["--override", f"controller:{internal}.replication.factor=2"]
+    command += ["--override", "controller:transaction.state.log.min.isr=1"]
+    with _launcher(command) as (launcher, pids):
+        while (event := _read_json_line(launcher, CLUSTER_UP_READY_TIMEOUT_S))["event"] != "up":
+            pass
+        pids.extend(process["pid"] for process in event["processes"])
+        controllers = event["controller_bootstrap_servers"]
+
+        added = subprocess.run(
+            [brook, "cluster", "add-node", "--dir", directory],
+            capture_output=True,
+            text=True,
+            timeout=CLUSTER_UP_READY_TIMEOUT_S,
+            check=False,
+        )
+        assert added.returncode == 0, added.stderr
+        assert "storage-node-3" in added.stdout
+        layout = json.loads((tmp_path / "brook" / "cluster.json").read_text())
+        third = layout["processes"]["storage-node-3"]
+        pid = int((tmp_path / "brook" / "storage-node-3" / "server.pid").read_text())
+        pids.append(pid)
+        assert third["ports"]["GRPC"] == 9103 + port_offset, "the well-known ports"
+        with Admin(controllers) as admin:
+            deadline = time.monotonic() + CLUSTER_UP_READY_TIMEOUT_S
+            while 3 not in {n.node_id for n in admin.describe_cluster().nodes if not n.fenced}:
+                assert time.monotonic() < deadline, "node 3 never registered"
+                time.sleep(0.1)
+            # Node 3 can take replicas at once: a topic placed on it, records written.
+            topic = NewTopic("on-every-node", replica_assignment={0: [1, 2], 1: [3, 1]})
+            assert admin.create_topics([topic]) == {"on-every-node": None}
+            storage = ",".join(f"127.0.0.1:{p + port_offset}" for p in (9101, 9102, 9103))
+            with Producer(bootstrap_servers=storage, acks="all") as producer:
+                for future in [
+                    producer.send("on-every-node", str(i).encode(), partition=i % 2)
+                    for i in range(100)
+                ]:
+                    future.result(30)
+
+            removed = subprocess.run(
+                [brook, "cluster", "remove-node", "--dir", directory, "--node", "1"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert removed.returncode == 0, removed.stderr
+            assert 1 not in {n.node_id for n in admin.describe_cluster().nodes}
+            placed = admin.describe_topics(["on-every-node"])["on-every-node"].partitions
+            assert all(1 not in p.replicas for p in placed), placed
+        layout = json.loads((tmp_path / "brook" / "cluster.json").read_text())
+        assert layout["removed"] == ["storage-node-1"]
+        assert "storage-node-1" not in layout["processes"]
+
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S) == 0
+        # The added node, started by add-node, stopped with the launcher's own processes.
+        assert _wait_gone(pids, 10) == []
+
+    # The directory comes back as it was left: node 2 and node 3, no node 1.
+    command = [brook, "cluster", "up", "--dir", directory, "--port-offset", str(port_offset)]
+    with _launcher([*command, "--json"]) as (launcher, pids):
+        while (event := _read_json_line(launcher, CLUSTER_UP_READY_TIMEOUT_S))["event"] != "up":
+            pass
+        pids.extend(process["pid"] for process in event["processes"])
+        names = [process["name"] for process in event["processes"]]
+        assert names == ["controller-1", "storage-node-2", "storage-node-3"]
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S) == 0
