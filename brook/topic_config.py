@@ -95,6 +95,8 @@ class KafkaReleaseVersion:
 
 
 THROTTLE_ALL: Final = "*"
+# ASCII digits only: str.isdigit() also accepts characters int() refuses (superscripts).
+_THROTTLED_REPLICA_RE: Final = re.compile(r"[0-9]{1,10}:[0-9]{1,10}")
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,7 @@ class ThrottledReplicas:
         if value == (THROTTLE_ALL,):
             return None
         for entry in value:
-            partition, sep, node = str(entry).partition(":")
-            if not (sep and partition.isdigit() and node.isdigit()):
+            if not _THROTTLED_REPLICA_RE.fullmatch(str(entry)):
                 return f"has {entry!r}, which is not partition:node (or the list is not *)"
         return None
 

@@ -840,7 +840,9 @@ class Admin(Closing):
     def list_partition_reassignments(
         self, partitions: Sequence[TopicPartition] | None = None, *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, PartitionReassignment]:
-        """The partitions being moved (of ``partitions``, or all)."""
+        """The partitions being moved (of ``partitions``, or all when None)."""
+        if partitions is not None and not partitions:
+            return {}
         request = admin_pb2.ListPartitionReassignmentsRequest(
             partitions=[
                 common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final
 from brook.admin_cli import EXIT_OK, UsageError, handler
 
 if TYPE_CHECKING:
-    from brook.client.admin import Admin
+    from brook.client.admin import Admin, ConfigEntry
     from brook.client.types import TopicPartition
 
 __all__ = ["add_reassign_command", "decommission", "drained_assignment", "proposed_assignment"]
@@ -251,14 +251,26 @@ def drained_assignment(
     return drained
 
 
+def _targets(admin: Admin) -> dict[tuple[str, int], list[int]]:
+    """Every partition's replicas, a moving one's as its move will leave them (without the
+    replicas it is removing)."""
+    removing = {
+        (tp.topic, tp.partition): set(state.removing_replicas)
+        for tp, state in admin.list_partition_reassignments().items()
+    }
+    return {
+        key: [r for r in replicas if r not in removing.get(key, set())]
+        for key, replicas in _current(admin, admin.list_topics(include_internal=True)).items()
+    }
+
+
 def _drain(admin: Admin, node: int) -> list[_Move]:
     cluster = admin.describe_cluster()
     storage = [n for n in cluster.nodes if n.role == STORAGE_NODE_ROLE]
     if node not in {n.node_id for n in storage}:
         raise UsageError(f"node {node} is not a registered storage node")
     live = [n.node_id for n in storage if not n.fenced and not n.in_controlled_shutdown]
-    topics = admin.list_topics(include_internal=True)
-    current = _current(admin, topics)
+    current = _targets(admin)
     return [
         _Move(topic, partition, tuple(replicas))
         for (topic, partition), replicas in drained_assignment(current, node, live).items()
@@ -278,7 +290,7 @@ def decommission(
     until the controllers have fenced it and unregisters it. ClientTimeoutError when a step
     does not finish within ``timeout_ms`` in all; ApiError when the cluster refuses one."""
     from brook.client.admin import Admin
-    from brook.client.errors import ClientTimeoutError
+    from brook.client.errors import BrookClientError, ClientTimeoutError
     from brook.client.types import TopicPartition
 
     deadline = time.monotonic() + timeout_ms / 1000
@@ -295,14 +307,30 @@ def decommission(
             if throttle is not None:
                 current = _current(admin, sorted({move.topic for move in moves}))
                 _set_throttles(admin, moves, current, throttle)
-            wanted = {TopicPartition(m.topic, m.partition): list(m.replicas) for m in moves}
-            _raise_first(admin.alter_partition_reassignments(wanted))
-            wait(
-                lambda: not admin.list_partition_reassignments(list(wanted)),
-                f"moving every replica off node {node}",
+            try:
+                wanted = {TopicPartition(m.topic, m.partition): list(m.replicas) for m in moves}
+                _raise_first(admin.alter_partition_reassignments(wanted))
+                wait(
+                    lambda: not admin.list_partition_reassignments(list(wanted)),
+                    f"moving every replica off node {node}",
+                )
+            finally:
+                if throttle is not None:
+                    _clear_throttles(admin, moves)
+        # A move cancelled by someone else, or a replica placed on the node meanwhile: it
+        # must hold nothing before it stops, or partitions only it has in sync go offline.
+        held = [
+            f"{topic}-{partition}"
+            for (topic, partition), replicas in _current(
+                admin, admin.list_topics(include_internal=True)
+            ).items()
+            if node in replicas
+        ]
+        if held:
+            raise BrookClientError(
+                f"node {node} still holds {len(held)} replicas ({', '.join(held[:5])}); "
+                "nothing was stopped: run the removal again"
             )
-            if throttle is not None:
-                _clear_throttles(admin, moves)
         stop()
         wait(
             lambda: all(n.fenced for n in admin.describe_cluster().nodes if n.node_id == node),
@@ -360,6 +388,9 @@ def _set_throttles(
     current: Mapping[tuple[str, int], Sequence[int]],
     rate: int,
 ) -> None:
+    """Kafka's throttle for ``moves``: both rates on every node they involve, and each
+    topic's throttled-replicas lists extended (not replaced: another move's entries stay) with
+    the current replicas (leader side) and the nodes being added (follower side)."""
     from brook.client.admin import AlterConfigOp, ConfigResource
 
     leaders: dict[str, list[str]] = {}
@@ -376,40 +407,78 @@ def _set_throttles(
         ConfigResource.node(node): [(name, AlterConfigOp.SET, str(rate)) for name in THROTTLE_RATES]
         for node in sorted(nodes)
     }
-    for topic in sorted(leaders):
-        topic_changes: list[tuple[str, AlterConfigOp, str | None]] = [
-            (LEADER_THROTTLED_REPLICAS, AlterConfigOp.SET, ",".join(leaders[topic]))
-        ]
-        if followers[topic]:
-            topic_changes.append(
-                (FOLLOWER_THROTTLED_REPLICAS, AlterConfigOp.SET, ",".join(followers[topic]))
-            )
-        changes[ConfigResource.topic(topic)] = topic_changes
+    topics = [ConfigResource.topic(topic) for topic in sorted(leaders)]
+    described = admin.describe_configs(topics)
+    for resource in topics:
+        topic_changes: list[tuple[str, AlterConfigOp, str | None]] = []
+        for name, entries in (
+            (LEADER_THROTTLED_REPLICAS, leaders[resource.name]),
+            (FOLLOWER_THROTTLED_REPLICAS, followers[resource.name]),
+        ):
+            if entries and _list_of(described[resource], name) != ["*"]:
+                # "*" throttles every replica already (and takes no other entry).
+                topic_changes.append((name, AlterConfigOp.APPEND, ",".join(entries)))
+        if topic_changes:
+            changes[resource] = topic_changes
     _raise_first(admin.alter_configs(changes))
 
 
-def _clear_throttles(admin: Admin, moves: Sequence[_Move]) -> None:
-    """Removes the throttles ``--execute --throttle`` sets, where they are set."""
-    from brook.client.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+def _list_of(entries: Mapping[str, ConfigEntry], name: str) -> list[str]:
+    """A list config's items as set on the resource itself (none when it is not)."""
+    entry = entries.get(name)
+    if entry is None or entry.source != "DYNAMIC_TOPIC_CONFIG" or not entry.value:
+        return []
+    return [item.strip() for item in entry.value.split(",") if item.strip()]
 
-    cluster = admin.describe_cluster()
-    nodes = [node.node_id for node in cluster.nodes if node.role == STORAGE_NODE_ROLE]
-    resources = [ConfigResource.node(n) for n in nodes]
-    resources += [ConfigResource.topic(t) for t in sorted({m.topic for m in moves})]
-    described = admin.describe_configs(resources)
+
+def _clear_throttles(admin: Admin, moves: Sequence[_Move]) -> None:
+    """Undoes ``--execute --throttle`` for ``moves``: their partitions' entries leave the
+    topics' throttled-replicas lists (others' entries, and a "*", stay), and once no topic
+    lists a throttled replica any more, the nodes' own throttle rates are removed."""
+    from brook.client.admin import AlterConfigOp, ConfigResource
+
+    planned: dict[str, set[int]] = {}
+    for move in moves:
+        planned.setdefault(move.topic, set()).add(move.partition)
+    topics = [ConfigResource.topic(t) for t in admin.list_topics(include_internal=True)]
+    described = admin.describe_configs(topics)
     changes: dict[ConfigResource, list[tuple[str, AlterConfigOp, str | None]]] = {}
-    for resource in resources:
-        names = (
-            THROTTLE_RATES
-            if resource.type is ConfigResourceType.BROKER
-            else (LEADER_THROTTLED_REPLICAS, FOLLOWER_THROTTLED_REPLICAS)
+    still_throttled = False
+    for resource in topics:
+        for name in (LEADER_THROTTLED_REPLICAS, FOLLOWER_THROTTLED_REPLICAS):
+            items = _list_of(described[resource], name)
+            ours = planned.get(resource.name, set())
+            kept = [i for i in items if i == "*" or int(i.partition(":")[0]) not in ours]
+            still_throttled = still_throttled or bool(kept)
+            if kept != items:
+                change = (
+                    (name, AlterConfigOp.SET, ",".join(kept))
+                    if kept
+                    else (
+                        name,
+                        AlterConfigOp.DELETE,
+                        None,
+                    )
+                )
+                changes.setdefault(resource, []).append(change)
+    if not still_throttled:
+        cluster = admin.describe_cluster()
+        nodes = [ConfigResource.node(n.node_id) for n in cluster.nodes]
+        rates = admin.describe_configs(
+            [
+                node
+                for node, n in zip(nodes, cluster.nodes, strict=True)
+                if n.role == STORAGE_NODE_ROLE
+            ]
         )
-        # Only the resource's own values: every node's default is not the tool's to remove.
-        own = ("DYNAMIC_BROKER_CONFIG", "DYNAMIC_TOPIC_CONFIG")
-        entries = described[resource]
-        dynamic = [name for name in names if name in entries and entries[name].source in own]
-        if dynamic:
-            changes[resource] = [(name, AlterConfigOp.DELETE, None) for name in dynamic]
+        for resource, entries in rates.items():
+            own = [
+                name
+                for name in THROTTLE_RATES
+                if name in entries and entries[name].source == "DYNAMIC_BROKER_CONFIG"
+            ]
+            if own:
+                changes[resource] = [(name, AlterConfigOp.DELETE, None) for name in own]
     if changes:
         _raise_first(admin.alter_configs(changes))
         print("Throttles removed.")

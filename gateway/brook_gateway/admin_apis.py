@@ -515,12 +515,21 @@ def _incremental_alter_configs(backend: Backend) -> ApiHandler:
 def _alter_partition_reassignments(backend: Backend) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         del context
+        # null cancels a move; an empty list is no assignment at all (Kafka refuses it). The
+        # controllers' request has only the empty list, meaning cancel: refused here.
+        empty = [
+            (t["name"], p["partition_index"])
+            for t in request["topics"]
+            for p in t["partitions"]
+            if p["replicas"] is not None and not p["replicas"]
+        ]
         wanted = [
             admin_pb2.PartitionReassignment(
                 topic=t["name"], partition=p["partition_index"], replicas=p["replicas"] or ()
             )
             for t in request["topics"]
             for p in t["partitions"]
+            if p["replicas"] is None or p["replicas"]
         ]
         try:
             response = await backend.upstreams.admin(
@@ -540,6 +549,14 @@ def _alter_partition_reassignments(backend: Backend) -> ApiHandler:
                     "partition_index": result.partition,
                     "error_code": int(result.error_code),
                     "error_message": result.error_message or None,
+                }
+            )
+        for name, index in empty:
+            by_topic.setdefault(name, []).append(
+                {
+                    "partition_index": index,
+                    "error_code": int(ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+                    "error_message": "an empty replica list (null cancels a reassignment)",
                 }
             )
         return {

@@ -38,7 +38,11 @@ def test_kafka_python_moves_partitions_and_every_record_stays(bootstrap: str) ->
     from confluent_kafka import Consumer, Producer
     from kafka import TopicPartition
     from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import NoReassignmentInProgressError, UnknownTopicOrPartitionError
+    from kafka.errors import (
+        InvalidReplicationAssignmentError,
+        NoReassignmentInProgressError,
+        UnknownTopicOrPartitionError,
+    )
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(TIMEOUT_S * 1000))
     try:
@@ -68,6 +72,8 @@ def test_kafka_python_moves_partitions_and_every_record_stays(bootstrap: str) ->
         )
         assert refused[TopicPartition(TOPIC, 0)] is NoReassignmentInProgressError
         assert refused[TopicPartition("no-such-topic", 0)] is UnknownTopicOrPartitionError
+        empty = admin.alter_partition_reassignments({TopicPartition(TOPIC, 1): []})
+        assert empty[TopicPartition(TOPIC, 1)] is InvalidReplicationAssignmentError
     finally:
         admin.close()
 

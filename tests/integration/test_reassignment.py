@@ -30,7 +30,7 @@ from replica_logs import read_to_high_watermarks
 
 from brook.cli import main as brook_main
 from brook.client import Producer
-from brook.client.admin import Admin, ConfigResource, NewTopic
+from brook.client.admin import Admin, AlterConfigOp, ConfigResource, NewTopic
 from brook.launcher import LocalCluster, Role
 from brook.rpc.channels import sync_channel
 from brook.v1 import storage_pb2, storage_pb2_grpc
@@ -42,6 +42,7 @@ PARTITIONS = 3
 FILL_BYTES_PER_PARTITION = 2 << 20
 FILL_VALUE_BYTES = 1000
 THROTTLE_BYTES_PER_S = 1 << 20
+FOLLOWER_LIST = "follower.replication.throttled.replicas"
 RATE_TOLERANCE = 0.2
 SESSION_TIMEOUT_MS = 3000
 WAIT_TIMEOUT_S = 60.0
@@ -160,6 +161,11 @@ def test_a_throttled_move_survives_a_controller_kill_and_loses_no_acknowledged_r
             NumberedSender(producer, TOPIC, PARTITIONS, pause_s=0.05) as sender,
         ):
             _wait(lambda: all(sender.acked.values()), "a first acknowledgement per partition")
+            # An operator's own throttle entry, which the tool must leave alone.
+            mine = (FOLLOWER_LIST, AlterConfigOp.SET, "9:4")
+            assert admin.alter_configs({ConfigResource.topic(TOPIC): [mine]}) == {
+                ConfigResource.topic(TOPIC): None
+            }
             target = _topic_bytes(cluster, names[1], TOPIC)
             assert target is not None and target >= PARTITIONS * FILL_BYTES_PER_PARTITION
             capsys.readouterr()
@@ -239,6 +245,18 @@ def test_a_throttled_move_survives_a_controller_kill_and_loses_no_acknowledged_r
         verified = capsys.readouterr().out
         for p in range(PARTITIONS):
             assert f"Reassignment of partition {TOPIC}-{p} is completed." in verified
+        # The plan's entries are gone, the operator's stays, and so do the rates it needs.
+        topic_resource = ConfigResource.topic(TOPIC)
+        entries = admin.describe_configs([topic_resource])[topic_resource]
+        assert entries[FOLLOWER_LIST].value == "9:4"
+        assert entries["leader.replication.throttled.replicas"].source == "DEFAULT_CONFIG"
+        node_4 = admin.describe_configs([ConfigResource.node(4)])[ConfigResource.node(4)]
+        assert node_4["follower.replication.throttled.rate"].value == str(THROTTLE_BYTES_PER_S)
+        # Without it, a second --verify removes the rates too.
+        removed = (FOLLOWER_LIST, AlterConfigOp.DELETE, None)
+        assert admin.alter_configs({topic_resource: [removed]}) == {topic_resource: None}
+        verify = ("reassign", "--verify", "--bootstrap-server", controllers)
+        assert _cli(*verify, "--reassignment-json-file", str(plan)) == 0
         configs = admin.describe_configs(
             [ConfigResource.node(n) for n in (1, 2, 3, 4)] + [ConfigResource.topic(TOPIC)]
         )

@@ -421,7 +421,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 raise BrookError(
                     ErrorCode.BROKER_ID_NOT_REGISTERED, f"node {request.node_id} is not registered"
                 )
-            if changes.is_live(request.node_id):
+            if not broker.fenced:
+                # Live, or shutting down but not yet fenced: either way still running, and a
+                # running node registers again.
                 raise BrookError(
                     ErrorCode.INVALID_REQUEST,
                     f"node {request.node_id} is running: stop it first (a running node "

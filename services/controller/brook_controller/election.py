@@ -68,7 +68,10 @@ def choose_leader(
         if replica in isr and changes.is_live(replica):
             return replica, isr
     if unclean:
-        for replica in partition.replicas:
+        # A replica being added by a reassignment may hold nothing yet: the others first.
+        adding = set(partition.adding_replicas)
+        ordered = sorted(partition.replicas, key=lambda replica: replica in adding)
+        for replica in ordered:
             if changes.is_live(replica):
                 return replica, [replica]
     return NO_LEADER, isr

@@ -55,12 +55,15 @@ def original_replicas(partition: metadata_pb2.PartitionRecord) -> list[int]:
     return [replica for replica in partition.replicas if replica not in adding]
 
 
-def _check_target(image: ControllerImage, target: Sequence[int]) -> None:
+def _check_target(changes: ChangeSet, target: Sequence[int]) -> None:
+    """Distinct registered storage nodes. Read through ``changes``, so each node's
+    registration is a precondition: a move decided while the node is unregistered does not
+    commit onto a node that no longer exists."""
     error = ErrorCode.INVALID_REPLICA_ASSIGNMENT
     if len(set(target)) != len(target):
         raise BrookError(error, "the target names a node twice")
     for node_id in target:
-        broker = image.brokers.get(node_id)
+        broker = changes.broker(node_id)
         if broker is None or broker.role != common_pb2.NODE_ROLE_STORAGE_NODE:
             raise BrookError(error, f"node {node_id} is not a registered storage node")
 
@@ -109,7 +112,7 @@ def start_reassignment(
     changes: ChangeSet, partition: metadata_pb2.PartitionRecord, target: Sequence[int]
 ) -> None:
     """Moves ``partition`` towards ``target`` (step 1; step 2 at once if nothing to copy)."""
-    _check_target(changes.image, target)
+    _check_target(changes, target)
     original = original_replicas(partition)
     target_set = set(target)
     adding = [replica for replica in target if replica not in original]
@@ -121,8 +124,14 @@ def start_reassignment(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             "no in-sync replica would remain (the new target drops every one)",
         )
-    if replicas == list(partition.replicas) and not is_reassigning(partition):
-        return  # already there: nothing to move
+    if (replicas, adding, removing) == (
+        list(partition.replicas),
+        list(partition.adding_replicas),
+        list(partition.removing_replicas),
+    ):
+        # Already there, or already on the way there (a retried request): a new record would
+        # only bump the partition epoch and fail the leader's AlterPartition in flight.
+        return
     changed = _changed(partition, replicas, isr, adding, removing)
     if partition.leader not in replicas and partition.leader != NO_LEADER:
         elected = _with_leader(changes, partition, changed)

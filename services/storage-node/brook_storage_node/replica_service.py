@@ -51,6 +51,9 @@ __all__ = ["CaughtUpListener", "ReplicaServiceLimits", "ReplicaServicer"]
 
 _log = logging.getLogger(__name__)
 
+# How long after a throttled partition's turn comes a parked fetch wakes to serve it.
+THROTTLE_WAKE_MARGIN_S = 0.005
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaServiceLimits:
@@ -96,6 +99,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         self._shutdown = shutdown
         self._on_caught_up = on_caught_up
         self._quota = ReplicationQuota()
+        # Follower id -> the throttled partition last served to it (see answer).
+        self._last_throttled: dict[int, tuple[str, int]] = {}
 
     async def ReplicaFetch(
         self, request_iterator: AsyncIterator[replica_pb2.ReplicaFetchRequest], context: Any
@@ -122,21 +127,35 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                 )
         wait_s = min(request.max_wait_ms, self._limits.wait_ms_max) / 1000
         targets = [self._target(request.replica_id, entry) for entry in request.partitions]
+        # A follower lists its partitions in the same order every time: reading starts after
+        # the throttled partition served last, so one with a backlog does not take every chunk
+        # of the quota from the ones after it. The response keeps the request's order.
+        last = self._last_throttled.get(request.replica_id)
+        served = [
+            i for i, t in enumerate(targets) if (t.request.topic, t.request.partition) == last
+        ]
+        start = served[0] + 1 if served else 0
+        reading = targets[start:] + targets[:start]
         watched = [
             (t.partition, t.request.partition_max_bytes or None)
             for t in targets
             if t.partition is not None
         ]
         with DataWaiter(watched, max(request.min_bytes, 1), replica=True) as waiter:
-            await self._read(request, targets)
+            throttled_s = await self._read(request, reading)
+            if throttled_s > 0:
+                # A throttled partition was left out: wait no longer than until it may go
+                # (and a moment more: the loop may wake a timer a little early).
+                wait_s = min(wait_s, throttled_s + THROTTLE_WAKE_MARGIN_S)
             if self._should_wait(targets, request.min_bytes) and wait_s > 0:
-                if not self._shutdown.is_set() and await waiter.wait(wait_s):
+                arrived = not self._shutdown.is_set() and await waiter.wait(wait_s)
+                if arrived or (throttled_s > 0 and not self._shutdown.is_set()):
                     # Positions were recorded by the first pass; only the data is re-read.
                     for target in targets:
                         target.response.records = b""
                         target.size_bytes = 0
                         self._refresh(request.replica_id, target)
-                    await self._read(request, targets)
+                    await self._read(request, reading)
         return replica_pb2.ReplicaFetchResponse(partitions=[t.response for t in targets])
 
     def _stale_broker_epoch(self, request: replica_pb2.ReplicaFetchRequest) -> str | None:
@@ -212,12 +231,17 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             response.error_message = result.message
             target.partition = None
 
-    async def _read(self, request: replica_pb2.ReplicaFetchRequest, targets: list[_Target]) -> None:
+    async def _read(
+        self, request: replica_pb2.ReplicaFetchRequest, targets: list[_Target]
+    ) -> float:
+        """Reads each target's records into its response. Returns how long until a throttled
+        partition left out (its quota spent) may go, 0 when none was."""
         budget = request.max_bytes or self._limits.response_bytes_max
         budget = min(budget, self._limits.response_bytes_max)
         first = not any(t.size_bytes for t in targets)
         node_id = self._replicas.node_id
         rate = node_throttle_rate(self._replicas.view, node_id, LEADER_THROTTLED_RATE)
+        throttled_s = 0.0
         for target in targets:
             partition = target.partition
             if partition is None:
@@ -234,7 +258,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                 )
             )
             if throttled:
-                if self._quota.delay_s(rate) > 0:
+                delay_s = self._quota.delay_s(rate)
+                if delay_s > 0:
+                    throttled_s = max(throttled_s, delay_s)
                     continue
                 limit = ReplicationQuota.chunk_bytes(rate, limit)
             max_bytes = max(0, min(limit, budget))
@@ -259,6 +285,11 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             size = len(data.records)
             if throttled:
                 self._quota.record(size, rate)
+                if size:
+                    self._last_throttled[request.replica_id] = (
+                        target.request.topic,
+                        target.request.partition,
+                    )
             if size:
                 target.response.records = bytes(data.records)
                 target.size_bytes = size
@@ -266,6 +297,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                 first = False
             target.response.high_watermark = partition.high_watermark
             target.response.log_start_offset = partition.log_start_offset
+        return throttled_s
 
     @staticmethod
     def _should_wait(targets: list[_Target], min_bytes: int) -> bool:

@@ -49,7 +49,12 @@ def node_throttle_rate(view: MetadataView, node_id: int, name: str) -> int | Non
 
 @functools.lru_cache(maxsize=1024)
 def _throttled_pairs(value: str) -> frozenset[tuple[int, int]] | None:
-    return parse_throttled_replicas(value)
+    try:
+        return parse_throttled_replicas(value)
+    except ValueError:
+        # Validation refuses such a value; should one get through, replication must go on
+        # (unthrottled) rather than fail every fetch of the node.
+        return frozenset()
 
 
 def is_throttled(topic_configs: Mapping[str, str], name: str, partition: int, node_id: int) -> bool:

@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 from brook_controller.changes import ChangeSet
-from brook_controller.image import ControllerImage
+from brook_controller.election import NO_LEADER, unclean_election
+from brook_controller.image import ControllerImage, broker_key
 from brook_controller.reassignment import (
     cancel_reassignment,
     complete_ready_reassignments,
@@ -244,3 +245,55 @@ def test_raising_and_lowering_the_replication_factor_are_moves_too() -> None:
     shrunk = _start(image, [2])
     assert list(shrunk.replicas) == [2] and list(shrunk.isr) == [2]
     assert shrunk.leader == 2 and shrunk.leader_epoch == grown.leader_epoch + 1
+
+
+def test_a_move_depends_on_its_target_nodes_registrations() -> None:
+    image = _image([1, 2, 3], [1, 2, 3], leader=1)
+    changes = ChangeSet(image)
+    partition = changes.partition(TOPIC_ID, 0)
+    assert partition is not None
+    start_reassignment(changes, partition, [2, 3, 4])
+    # An UnregisterBroker of node 4 committed first changes this key: the move is then void.
+    assert broker_key(4) in changes.preconditions
+
+
+def test_sending_a_moving_partitions_target_again_changes_nothing() -> None:
+    image = _image([1, 2, 3], [1, 2, 3], leader=1)
+    moving = _start(image, [2, 3, 4])
+    changes = ChangeSet(image)
+    current = changes.partition(TOPIC_ID, 0)
+    assert current is not None
+    start_reassignment(changes, current, [2, 3, 4])
+    assert not changes, "a retried request would fail the leader's AlterPartition in flight"
+    assert image.partition(TOPIC_ID, 0) == moving
+
+
+def test_unclean_election_prefers_a_replica_that_is_not_being_added() -> None:
+    image = _image([1, 2], [1, 2], leader=1)
+    _start(image, [3, 2])
+    changes = ChangeSet(image)
+    current = changes.partition(TOPIC_ID, 0)
+    assert current is not None
+    offline = metadata_pb2.PartitionRecord()
+    offline.CopyFrom(current)
+    del offline.isr[:]
+    offline.isr.append(1)
+    offline.leader = NO_LEADER
+    changes.put_partition(offline)
+    _commit(image, changes)
+    # Node 1 (the last in-sync replica) is gone; 3 (being added, maybe empty) and 2 are live.
+    changes = ChangeSet(image)
+    broker = changes.broker(1)
+    assert broker is not None
+    fenced = metadata_pb2.BrokerRecord()
+    fenced.CopyFrom(broker)
+    fenced.fenced = True
+    changes.put_broker(fenced)
+    _commit(image, changes)
+
+    changes = ChangeSet(image)
+    partition = changes.partition(TOPIC_ID, 0)
+    assert partition is not None
+    assert unclean_election(changes, partition)[0] is ErrorCode.NONE
+    elected = _commit(image, changes)
+    assert (elected.leader, list(elected.isr)) == (2, [2])

@@ -61,3 +61,9 @@ def test_an_unlimited_quota_never_delays_and_chunks_are_bounded() -> None:
     assert ReplicationQuota.chunk_bytes(None, 4096) == 4096
     assert ReplicationQuota.chunk_bytes(10 << 20, 1 << 20) == 1 << 20
     assert ReplicationQuota.chunk_bytes(10, 1 << 20) == 1024  # at least a batch's worth
+
+
+@pytest.mark.parametrize("value", ["0:\u00b2", "\u0661:1", "1:99999999999"])
+def test_entries_int_would_refuse_or_overflow_are_refused(value: str) -> None:
+    problem = validate_topic_configs({LISTED: value})
+    assert problem is not None and LISTED in problem
