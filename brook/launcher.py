@@ -46,6 +46,7 @@ import atexit
 import contextlib
 import datetime
 import enum
+import fcntl
 import json
 import logging
 import os
@@ -53,6 +54,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -84,6 +86,12 @@ _LOG_TAIL_BYTES_MAX = 64 * 1024
 LAYOUT_FILE = "cluster.json"
 # The layout's list of the storage nodes remove_storage_node took out of the cluster.
 _REMOVED = "removed"
+# The layout's list of the processes add-node started, which the directory's running
+# `brook cluster up` stops with its own.
+_DETACHED = "detached"
+# Held while the layout is rewritten; `brook cluster up` holds LAUNCHER_LOCK_FILE while it runs.
+LAYOUT_LOCK_FILE = ".cluster.json.lock"
+LAUNCHER_LOCK_FILE = ".launcher.lock"
 _LAYOUT_FORMAT = 1
 CONFIG_FILE = "server.properties"
 _QUORUM_PASSWORD_BYTES = 24
@@ -471,6 +479,44 @@ def _pid_alive_with_config(pid: int, config_path: Path) -> bool:
     return os.fsencode(str(config_path)) in cmdline.split(b"\0")
 
 
+def _process_entry(spec: ProcessSpec) -> dict[str, Any]:
+    entry: dict[str, Any] = {"role": spec.role.value, "node_id": spec.node_id, "ports": spec.ports}
+    if spec.role is Role.GATEWAY:
+        entry[KAFKA_NODE_PORT_BASE] = spec.kafka_node_port_base
+    return entry
+
+
+def _record_process(layout: dict[str, Any], spec: ProcessSpec, *, detached: bool) -> None:
+    """A process added to a recorded cluster (its role's count grown to take it)."""
+    layout.setdefault("processes", {})[spec.name] = _process_entry(spec)
+    topology = layout.setdefault("topology", {})
+    topology[spec.role.value] = max(int(topology.get(spec.role.value, 0)), spec.index)
+    if detached:
+        layout[_DETACHED] = sorted({*layout.get(_DETACHED, []), spec.name})
+
+
+def _forget_process(layout: dict[str, Any], name: str) -> None:
+    """Undoes ``_record_process`` of a process that never came up."""
+    processes = layout.setdefault("processes", {})
+    entry = processes.pop(name, None)
+    layout[_DETACHED] = [n for n in layout.get(_DETACHED, []) if n != name]
+    if entry is None:
+        return
+    role = entry["role"]
+    indexes = [
+        int(n.rsplit("-", 1)[1])
+        for n in [*processes, *layout.get(_REMOVED, [])]
+        if n.rsplit("-", 1)[0] == role
+    ]
+    layout.setdefault("topology", {})[role] = max(indexes, default=0)
+
+
+def _mark_removed(layout: dict[str, Any], name: str) -> None:
+    layout.setdefault("processes", {}).pop(name, None)
+    layout[_DETACHED] = [n for n in layout.get(_DETACHED, []) if n != name]
+    layout[_REMOVED] = sorted({*layout.get(_REMOVED, []), name})
+
+
 class LocalCluster:
     """A Brook cluster of local processes on one host.
 
@@ -505,6 +551,7 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
         interrupted: Callable[[], bool] | None = None,
         spawn_prefix: Callable[[ProcessSpec], Sequence[str]] | None = None,
+        adopt_detached: bool = False,
         on_serving: Callable[[str], None] | None = None,
     ) -> None:
         """``on_serving``: told the name of each process as soon as it reports SERVING while
@@ -526,6 +573,7 @@ class LocalCluster:
         self._on_serving = on_serving or (lambda name: None)
         self._running: dict[str, _Running] = {}
         self._detached: set[str] = set()
+        self._adopt_detached = adopt_detached
         self._exits: dict[str, ProcessExit] = {}
         self._atexit_registered = False
 
@@ -831,12 +879,12 @@ class LocalCluster:
     def add_storage_node(self, *, detached: bool = False) -> ProcessSpec:
         """Plans one more storage node (the next index and node id), records it in the layout,
         starts it and waits until it is SERVING. ``detached``: it outlives this launcher (the
-        running ``brook cluster up`` of the directory stops it with the others)."""
+        directory's running ``brook cluster up`` stops it with its own processes). If it does
+        not come up, it is stopped and the layout is as it was."""
         role = Role.STORAGE_NODE
         index = self.topology.storage_nodes + 1
         while _process_name(role, index) in self._removed:
             index += 1
-        topology = replace(self.topology, storage_nodes=index)
         name = _process_name(role, index)
         if self.port_offset is None:
             # Random free ports: a clash with the ports already planned is as unlikely as
@@ -855,6 +903,9 @@ class LocalCluster:
                 if (role, listener) in WELL_KNOWN_FIRST_PORT
             }
             _add_missing_metrics_port(ports)
+            outside = {listener: p for listener, p in ports.items() if not 0 < p < 65536}
+            if outside:
+                raise ClusterLayoutError(f"{name} would listen outside 1-65535: {outside}")
         spec = ProcessSpec(
             name=name,
             role=role,
@@ -864,12 +915,20 @@ class LocalCluster:
             ports=ports,
             directory=self.base_dir / name,
         )
-        self.topology = topology
+        previous = self.topology
+        self.topology = replace(previous, storage_nodes=index)
         self._specs[name] = spec
         if detached:
             self._detached.add(name)
-        self._write_layout()
-        self._start_processes([spec])
+        try:
+            self._update_layout(lambda layout: _record_process(layout, spec, detached=detached))
+            self._start_processes([spec])
+        except BaseException:
+            self.topology = previous
+            del self._specs[name]
+            self._detached.discard(name)
+            self._update_layout(lambda layout: _forget_process(layout, name))
+            raise
         if detached:
             # Not this launcher's to stop (at exit or otherwise): the directory's is.
             del self._running[name]
@@ -881,11 +940,11 @@ class LocalCluster:
         spec = self.spec(name)
         if spec.role is not Role.STORAGE_NODE:
             raise ClusterError(f"{name} is not a storage node")
-        if self.is_running(name) or self._adopted_pid(spec) is not None:
+        if self.is_running(name) or self._other_launchers_pid(spec) is not None:
             raise ClusterError(f"{name} is running; stop it first")
         self._removed.add(name)
         del self._specs[name]
-        self._write_layout()
+        self._update_layout(lambda layout: _mark_removed(layout, name))
 
     def stop_process(self, name: str) -> None:
         """Stops one process whether this launcher or another one started it (its pid
@@ -894,9 +953,9 @@ class LocalCluster:
         if name in self._running:
             self._terminate([name])
             return
-        self._terminate_adopted([spec])
+        self._terminate_others([spec])
 
-    def _adopted_pid(self, spec: ProcessSpec) -> int | None:
+    def _other_launchers_pid(self, spec: ProcessSpec) -> int | None:
         """The pid of ``spec``'s process when another launcher started it and it runs."""
         if spec.name in self._running:
             return None
@@ -906,52 +965,66 @@ class LocalCluster:
             return None
         return pid if _pid_alive_with_config(pid, spec.config_path) else None
 
-    def _adopted(self, role: Role) -> list[ProcessSpec]:
-        """Processes of ``role`` the directory's layout has now (a node added by
-        ``brook cluster add-node`` while this launcher runs included) that run, started by
-        another launcher."""
-        specs = dict(self._specs)
+    def _detached_by_others(self, role: Role) -> list[ProcessSpec]:
+        """The running processes of ``role`` that ``brook cluster add-node`` started for this
+        directory (recorded as detached in its layout, as it is now): the directory's
+        ``brook cluster up`` stops them with its own (``adopt_detached``)."""
         path = self.base_dir / LAYOUT_FILE
-        if path.exists():
-            with contextlib.suppress(ClusterLayoutError):
-                recorded = LocalCluster.from_layout(self.base_dir)
-                specs.update({n: s for n, s in recorded._specs.items() if n not in specs})
+        if not path.exists():
+            return []
+        try:
+            recorded = LocalCluster.from_layout(self.base_dir)
+            detached = set(_read_layout(path).get(_DETACHED, []))
+        except ClusterLayoutError:
+            return []
         return [
             spec
-            for spec in specs.values()
-            if spec.role is role and self._adopted_pid(spec) is not None
+            for name, spec in recorded._specs.items()
+            if name in detached
+            and spec.role is role
+            and self._other_launchers_pid(spec) is not None
         ]
 
-    def _terminate_adopted(self, specs: Sequence[ProcessSpec]) -> None:
-        pids = {spec.name: pid for spec in specs if (pid := self._adopted_pid(spec)) is not None}
-        for pid in pids.values():
+    def _terminate_others(self, specs: Sequence[ProcessSpec]) -> None:
+        """SIGTERM, then SIGKILL after the stop timeout, to processes another launcher started
+        (by the pid files of ``specs``)."""
+        running = [(spec, pid) for spec in specs if (pid := self._other_launchers_pid(spec))]
+        for _, pid in running:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout_ms / 1000
         kill_deadline = deadline + KILL_WAIT_MS / 1000
         killed = False
-        while pids:
-            for name, pid in list(pids.items()):
-                if not _pid_alive_with_config(pid, self.spec_or_recorded(name).config_path):
-                    del pids[name]
+        while running:
+            running = [(s, pid) for s, pid in running if _pid_alive_with_config(pid, s.config_path)]
             now = time.monotonic()
-            if pids and now >= deadline and not killed:
+            if running and now >= deadline and not killed:
                 killed = True
-                for pid in pids.values():
+                for _, pid in running:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, signal.SIGKILL)
-            if pids and now >= kill_deadline:
-                for name, pid in pids.items():
-                    _log.error("%s (pid %d) survived SIGKILL", name, pid)
+            if running and now >= kill_deadline:
+                for spec, pid in running:
+                    _log.error("%s (pid %d) survived SIGKILL", spec.name, pid)
                 return
-            if pids:
+            if running:
                 time.sleep(_STOP_POLL_INTERVAL_S)
 
-    def spec_or_recorded(self, name: str) -> ProcessSpec:
-        """``name``'s spec, from this plan or the directory's layout as it is now."""
-        if name in self._specs:
-            return self._specs[name]
-        return LocalCluster.from_layout(self.base_dir).spec(name)
+    def _update_layout(self, change: Callable[[dict[str, Any]], None]) -> None:
+        """Read-modify-write of the directory's layout under its lock file, so that
+        ``brook cluster up``, ``add-node`` and ``remove-node`` never lose each other's
+        changes; the new file replaces the old one whole."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        path = self.base_dir / LAYOUT_FILE
+        with (self.base_dir / LAYOUT_LOCK_FILE).open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            layout = _read_layout(path) if path.exists() else {}
+            change(layout)
+            with tempfile.NamedTemporaryFile(
+                "w", dir=self.base_dir, prefix=f".{LAYOUT_FILE}.", delete=False
+            ) as temporary:
+                temporary.write(json.dumps(layout, indent=2) + "\n")
+            os.replace(temporary.name, path)
 
     def kafka_node_ports(self, name: str) -> dict[int, int]:
         """storage node id -> the Kafka port gateway ``name`` listens on for it when it
@@ -1019,32 +1092,30 @@ class LocalCluster:
             self._write_config(spec)
 
     def _write_layout(self) -> None:
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        layout = {
-            "format": _LAYOUT_FORMAT,
-            "host": self.host,
-            "topology": self.topology.as_dict(),
-            "port_offset": self.port_offset,
-            "quorum_password": self._quorum_password,
-            _REMOVED: sorted(self._removed),
-            "processes": {
-                spec.name: {
-                    "role": spec.role.value,
-                    "node_id": spec.node_id,
-                    "ports": spec.ports,
-                    **(
-                        {KAFKA_NODE_PORT_BASE: spec.kafka_node_port_base}
-                        if spec.role is Role.GATEWAY
-                        else {}
-                    ),
+        """Records this plan. Processes another launcher recorded meanwhile (a node added
+        while this one started) stay, and so does the larger storage count they need."""
+
+        def write(layout: dict[str, Any]) -> None:
+            recorded = layout.get("topology")
+            storage = self.topology.storage_nodes
+            if isinstance(recorded, dict):
+                storage = max(storage, int(recorded.get(Role.STORAGE_NODE.value, 0)))
+            layout.update(
+                {
+                    "format": _LAYOUT_FORMAT,
+                    "host": self.host,
+                    "topology": replace(self.topology, storage_nodes=storage).as_dict(),
+                    "port_offset": self.port_offset,
+                    "quorum_password": self._quorum_password,
                 }
-                for spec in self._specs.values()
-            },
-        }
-        path = self.base_dir / LAYOUT_FILE
-        temporary = path.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(layout, indent=2) + "\n")
-        temporary.replace(path)
+            )
+            layout[_REMOVED] = sorted(set(layout.get(_REMOVED, [])) | self._removed)
+            layout.setdefault(_DETACHED, [])
+            processes = layout.setdefault("processes", {})
+            for spec in self._specs.values():
+                processes[spec.name] = _process_entry(spec)
+
+        self._update_layout(write)
 
     def _wait_serving(self, spec: ProcessSpec, deadline: float) -> None:
         running = self._running[spec.name]
@@ -1122,7 +1193,8 @@ class LocalCluster:
         for role in reversed(START_ORDER):
             names = [n for n, r in self._running.items() if r.spec.role is role]
             exits.update(self._terminate(names))
-            self._terminate_adopted(self._adopted(role))
+            if self._adopt_detached:
+                self._terminate_others(self._detached_by_others(role))
         if self._atexit_registered:
             atexit.unregister(self._stop_at_exit)
             self._atexit_registered = False
@@ -1297,8 +1369,40 @@ def add_cluster_command(subparsers: Any) -> None:
     remove.set_defaults(func=_remove_node_command)
 
 
+@contextlib.contextmanager
+def _launcher_lock(directory: Path) -> Iterator[bool]:
+    """Holds the directory's launcher lock while a ``brook cluster up`` runs it; yields False
+    (holding nothing) when another process holds it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / LAUNCHER_LOCK_FILE).open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _launcher_running(directory: Path) -> bool:
+    """Whether a ``brook cluster up`` runs ``directory`` now (it holds the launcher lock)."""
+    if not (directory / LAYOUT_FILE).exists():
+        return False
+    with _launcher_lock(directory) as free:
+        return not free
+
+
 def _add_node_command(args: argparse.Namespace) -> int:
     """``brook cluster add-node``: 0 once the node is SERVING, 1 on failure, 2 bad usage."""
+    if not _launcher_running(args.dir):
+        print(
+            f"brook cluster add-node: no brook cluster up runs {args.dir}; start the cluster "
+            "first (the node is stopped with it)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         cluster = LocalCluster.from_layout(args.dir)
         spec = cluster.add_storage_node(detached=True)
@@ -1314,6 +1418,13 @@ def _add_node_command(args: argparse.Namespace) -> int:
 
 def _remove_node_command(args: argparse.Namespace) -> int:
     """``brook cluster remove-node``: 0 once the node is gone, 1 on failure, 2 bad usage."""
+    if not _launcher_running(args.dir):
+        print(
+            f"brook cluster remove-node: no brook cluster up runs {args.dir}; its replicas "
+            "can only move while the cluster runs",
+            file=sys.stderr,
+        )
+        return 1
     from brook.client.errors import BrookClientError
     from brook.tools.options import UsageError
     from brook.tools.reassign import decommission
@@ -1343,7 +1454,10 @@ def _remove_node_command(args: argparse.Namespace) -> int:
         )
         cluster.remove_storage_node(name)
     except (BrookClientError, ClusterError, UsageError) as error:
-        print(f"brook cluster remove-node: {error}", file=sys.stderr)
+        print(
+            f"brook cluster remove-node: {error} (running it again picks up where this stopped)",
+            file=sys.stderr,
+        )
         return 1
     print(f"Removed {name} (node {args.node}); its data stays in {args.dir / name}.")
     return 0
@@ -1446,12 +1560,20 @@ def run_cluster_command(args: argparse.Namespace) -> int:
                 stop_timeout_ms=args.stop_timeout_ms,
                 interrupted=lambda: requests.count > 0,
                 on_serving=lambda name: _print_serving(cluster_ref, name, as_json=args.json),
+                adopt_detached=True,
             )
         except (ClusterLayoutError, ValueError) as error:
             print(f"brook cluster up: {error}", file=sys.stderr)
             return 2
         cluster_ref.append(cluster)
-        return _run_until_signalled(cluster, requests, as_json=args.json)
+        with _launcher_lock(args.dir) as held:
+            if not held:
+                print(
+                    f"brook cluster up: another brook cluster up runs {args.dir} already",
+                    file=sys.stderr,
+                )
+                return 1
+            return _run_until_signalled(cluster, requests, as_json=args.json)
 
 
 def _run_until_signalled(cluster: LocalCluster, requests: _StopRequests, *, as_json: bool) -> int:

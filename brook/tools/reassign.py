@@ -302,6 +302,9 @@ def decommission(
             time.sleep(PROGRESS_INTERVAL_S / 4)
 
     with Admin(bootstrap) as admin:
+        if node not in {n.node_id for n in admin.describe_cluster().nodes}:
+            stop()  # unregistered already (a removal that stopped after that step)
+            return
         moves = _drain(admin, node)
         if moves:
             if throttle is not None:

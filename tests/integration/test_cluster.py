@@ -295,6 +295,13 @@ def test_a_node_added_to_and_removed_from_a_running_local_cluster(tmp_path: Path
         pids.extend(process["pid"] for process in event["processes"])
         controllers = event["controller_bootstrap_servers"]
 
+        # A second launcher on the directory is refused and touches nothing of the first's.
+        second = subprocess.run(
+            command, capture_output=True, text=True, timeout=LAUNCHER_EXIT_TIMEOUT_S, check=False
+        )
+        assert second.returncode == 1 and "another brook cluster up" in second.stderr
+        assert all(pid_alive(pid) for pid in pids)
+
         added = subprocess.run(
             [brook, "cluster", "add-node", "--dir", directory],
             capture_output=True,

@@ -392,3 +392,61 @@ def test_a_layout_recorded_before_metrics_gets_them_at_grpc_plus_1000(tmp_path: 
     assert {name: spec.ports["METRICS"] for name, spec in again.processes.items()} == {
         name: spec.ports["GRPC"] + 1000 for name, spec in cluster.processes.items()
     }
+
+
+def test_a_node_that_cannot_start_leaves_the_layout_as_it_was(tmp_path: Path) -> None:
+    offset = allocate_free_port_block(1) - 9101  # storage-node-1's GRPC port is then free
+    cluster = LocalCluster(tmp_path, Topology(1, 0, 0, 0), port_offset=offset)
+    cluster.prepare()
+    before = (tmp_path / LAYOUT_FILE).read_text()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 9101 + offset))
+        squatter.listen()
+        with pytest.raises(ClusterStartError, match="storage-node-1 GRPC"):
+            cluster.add_storage_node(detached=True)
+    assert json.loads((tmp_path / LAYOUT_FILE).read_text()) == json.loads(before)
+    assert cluster.topology == Topology(1, 0, 0, 0)
+    assert "storage-node-1" not in cluster.processes
+
+
+def test_removing_a_node_keeps_what_another_launcher_recorded_meanwhile(tmp_path: Path) -> None:
+    LocalCluster(tmp_path, Topology(1, 2, 0, 0)).prepare()
+    remover = LocalCluster.from_layout(tmp_path)
+    # Meanwhile another launcher (brook cluster add-node) records storage-node-3.
+    adder = LocalCluster.from_layout(tmp_path)
+    added = {"role": "storage-node", "node_id": 3, "ports": {"GRPC": 1, "METRICS": 2}}
+
+    def record(layout: dict[str, object]) -> None:
+        processes = layout["processes"]
+        assert isinstance(processes, dict)
+        processes["storage-node-3"] = added
+        layout["topology"] = {**layout["topology"], "storage-node": 3}  # type: ignore[dict-item]
+        layout["detached"] = ["storage-node-3"]
+
+    adder._update_layout(record)
+    remover.remove_storage_node("storage-node-1")
+
+    layout = json.loads((tmp_path / LAYOUT_FILE).read_text())
+    assert layout["removed"] == ["storage-node-1"]
+    assert sorted(layout["processes"]) == ["controller-1", "storage-node-2", "storage-node-3"]
+    assert layout["detached"] == ["storage-node-3"]
+    reopened = LocalCluster.from_layout(tmp_path)
+    assert reopened.names(Role.STORAGE_NODE) == ["storage-node-2", "storage-node-3"]
+
+
+def test_stopping_a_cluster_leaves_processes_it_did_not_start_alone(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, Topology(1, 0, 0, 0))
+    cluster.prepare()
+    spec = cluster.processes["controller-1"]
+    # Another launcher's process of this directory (its own session, as launchers start them).
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "--config", str(spec.config_path)],
+        start_new_session=True,
+    )
+    try:
+        spec.pid_path.write_text(f"{other.pid}\n")
+        cluster.stop()
+        assert other.poll() is None, "stop() must not touch a process this launcher did not start"
+    finally:
+        other.kill()
+        other.wait(timeout=10)
