@@ -52,7 +52,8 @@ class MetricsEndpoint:
         self._registry = registry
         self._listener = listener
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        # The task serving each open connection, and its writer.
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     async def start(self) -> None:
         """Binds the listener; raises OSError if it cannot."""
@@ -64,15 +65,17 @@ class MetricsEndpoint:
         )
 
     async def stop(self, timeout_s: float) -> None:
-        """Stops listening, cancels the connections being served and waits for them, at most
-        `timeout_s`."""
+        """Stops listening, aborts the connections being served and waits for their tasks to
+        end, at most `timeout_s`. Aborting (not cancelling the tasks) makes a connection's
+        pending read or write fail as a lost connection does, so its task ends normally and
+        asyncio logs nothing."""
         if self._server is None:
             return
         self._server.close()
-        for task in self._connections:
-            task.cancel()
+        for writer in self._connections.values():
+            writer.transport.abort()
         if self._connections:
-            await asyncio.wait(self._connections, timeout=timeout_s)
+            await asyncio.wait(list(self._connections), timeout=timeout_s)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), timeout_s)
         self._server = None
@@ -83,13 +86,13 @@ class MetricsEndpoint:
             return
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        self._connections[task] = writer
         try:
             await self._serve(reader, writer)
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
             pass
         finally:
-            self._connections.discard(task)
+            del self._connections[task]
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

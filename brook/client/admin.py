@@ -1393,7 +1393,8 @@ class Admin(Closing):
     ) -> dict[TopicPartition, int]:
         """Moves the group's committed offsets, as kafka-consumer-groups.sh --reset-offsets
         does, on every partition of each topic named in ``topics`` or on each partition named
-        (None: the topics it has committed offsets for), to exactly one of: the log start
+        (None: the partitions it has committed offsets on, as Kafka's --all-topics; not the
+        other partitions of their topics), to exactly one of: the log start
         (``to="earliest"``), the log end (``to="latest"``), the first record at or after
         ``timestamp_ms`` (the log end when there is none), ``offset``, or the committed offset
         moved by ``shift_by`` (ValueError naming the partitions without one). As in Kafka, a
@@ -1427,8 +1428,8 @@ class Admin(Closing):
         committed = self.list_consumer_group_offsets(
             group_id, timeout_ms=self._remaining_ms(deadline)
         )
-        partitions = self._reset_partitions(
-            sorted({tp.topic for tp in committed}) if topics is None else topics, deadline
+        partitions = (
+            sorted(committed) if topics is None else self._reset_partitions(topics, deadline)
         )
         if shift_by is not None:
             uncommitted = [f"{tp.topic}-{tp.partition}" for tp in partitions if tp not in committed]

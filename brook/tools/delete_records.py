@@ -52,6 +52,7 @@ def parse_offset_json(text: str) -> dict[TopicPartition, int]:
     """The partitions and offsets of an --offset-json-file; UsageError naming what is wrong."""
     from brook.client.admin import DELETE_TO_HIGH_WATERMARK
     from brook.client.types import TopicPartition
+    from brook.config import INT32_MAX, INT64_MAX
 
     try:
         document = json.loads(text)
@@ -79,9 +80,13 @@ def parse_offset_json(text: str) -> dict[TopicPartition, int]:
                 f'"offset": INT}}, got {json.dumps(entry)}'
             )
         tp = TopicPartition(entry["topic"], entry["partition"])
-        if tp.partition < 0 or entry["offset"] < DELETE_TO_HIGH_WATERMARK:
+        if not (
+            0 <= tp.partition <= INT32_MAX
+            and DELETE_TO_HIGH_WATERMARK <= entry["offset"] <= INT64_MAX
+        ):
             raise UsageError(
-                f"partitions[{index}]: the partition must be >= 0 and the offset >= -1"
+                f"partitions[{index}]: the partition must be in 0..{INT32_MAX} and the offset "
+                f"in -1..{INT64_MAX}"
             )
         if tp in offsets:
             raise UsageError(f"{tp.topic}-{tp.partition} is named twice")

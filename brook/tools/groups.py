@@ -96,9 +96,9 @@ def add_groups_command(subparsers: Any) -> None:
         "reset-offsets",
         help="move a group's committed offsets (only while it has no members)",
         description="Move the committed offsets of GROUP on the partitions named by --topic "
-        "(or of every topic it has offsets for, --all-topics), clamped into each partition's "
-        "[log start, log end] as Kafka's tool does. Without --execute only the new offsets "
-        "are printed.",
+        "(or on every partition it has a committed offset on, --all-topics), clamped into "
+        "each partition's [log start, log end] as Kafka's tool does. Without --execute only "
+        "the new offsets are printed.",
     )
     _group_argument(reset)
     _partitions_arguments(reset, all_topics=True)
@@ -161,7 +161,7 @@ def _partitions_arguments(parser: argparse.ArgumentParser, *, all_topics: bool) 
         which.add_argument(
             "--all-topics",
             action="store_true",
-            help="every topic the group has committed offsets for",
+            help="every partition the group has a committed offset on",
         )
 
 

@@ -511,6 +511,23 @@ def test_cli_reset_offsets_takes_kafkas_targets_and_clamps_them_into_the_log(
     assert _committed(admin, group) == RECORDS
 
 
+def test_cli_reset_offsets_all_topics_moves_only_the_partitions_with_committed_offsets(
+    cluster: LocalCluster, admin: Admin
+) -> None:
+    group = "cli-one-partition"
+    admin.alter_consumer_group_offsets(group, {_tp(0): 5})
+
+    # As Kafka's tool: the group's committed partitions, not the rest of their topic.
+    done = _brook(cluster, "reset-offsets", group, "--all-topics", "--to-earliest", "--execute")
+    assert done.returncode == 0, done.stderr
+    assert _rows(done.stdout)[1:] == [[group, TOPIC, "0", "0"]]
+    assert _committed(admin, group) == {0: 0}
+    # A topic named: every partition of it.
+    done = _brook(cluster, "reset-offsets", group, "--topic", TOPIC, "--to-latest", "--execute")
+    assert done.returncode == 0, done.stderr
+    assert _committed(admin, group) == RECORDS
+
+
 def test_cli_refuses_to_reset_or_delete_the_offsets_a_member_consumes(
     cluster: LocalCluster, admin: Admin
 ) -> None:

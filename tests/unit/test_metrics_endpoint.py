@@ -5,9 +5,11 @@ the connections it holds."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from brook.config import Listener
@@ -108,3 +110,29 @@ def test_stop_closes_the_connections_it_is_serving() -> None:
                 raise AssertionError("the endpoint still accepts connections after stop")
 
     _run(test)
+
+
+def test_stop_with_open_connections_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    """Idle connections and one with a scrape half sent: stop ends each one without asyncio
+    logging an exception for its task (cancelling them did, once per connection)."""
+    caplog.set_level(logging.WARNING, logger="asyncio")
+
+    async def test() -> None:
+        async with _endpoint() as (endpoint, port):
+            clients = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+            clients[0][1].write(b"GET /metr")
+            await clients[0][1].drain()
+            # Connections are served in the order they arrive: once a later one is answered,
+            # the earlier ones are being served.
+            answer = await _exchange(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 ")
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await endpoint.stop(STOP_TIMEOUT_S)
+            assert loop.time() - started < STOP_TIMEOUT_S
+            for reader, writer in clients:
+                assert await asyncio.wait_for(reader.read(), READ_TIMEOUT_S) == b""
+                writer.close()
+
+    _run(test)
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []

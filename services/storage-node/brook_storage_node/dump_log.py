@@ -11,17 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from brook.record import (
-    Compression,
     ControlType,
     CorruptRecordError,
     RecordError,
     TimestampType,
+    UnsupportedCompressionError,
     decode_control_record,
     iter_records,
     read_header,
     scan_batches,
     verify_crc,
 )
+from brook.record.batch import COMPRESSION_MASK
 from brook.tools.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from brook_storage_node.log.log_segment import (
     INDEX_SUFFIX,
@@ -124,7 +125,7 @@ def _dump_segment(path: Path, *, deep: bool, print_data: bool) -> list[str]:
                 f"isControl: {_bool(header.is_control)} position: {position} "
                 f"{time_name}: {header.max_timestamp} size: {header.size} "
                 f"magic: {header.magic} "
-                f"compresscodec: {Compression(header.compression).name.lower()} "
+                f"compresscodec: {_codec_name(header)} "
                 f"crc: {header.crc} isvalid: {_bool(valid)}"
             )
             if not deep or not valid:
@@ -154,7 +155,7 @@ def _dump_segment(path: Path, *, deep: bool, print_data: bool) -> list[str]:
                 elif print_data:
                     line += f" key: {_text(record.key)} payload: {_text(record.value)}"
                 print(line)
-    except CorruptRecordError as error:
+    except RecordError as error:
         problems.append(str(error))
         return problems
     if end < len(data):
@@ -182,7 +183,7 @@ def _dump_offset_index(path: Path, base_offset: int, *, verify_only: bool) -> li
             continue
         try:
             found = read_header(log, entry.position).last_offset
-        except CorruptRecordError as error:
+        except RecordError as error:
             problems.append(f"entry {slot} points at no batch: {error}")
             continue
         if found != entry.offset:
@@ -254,6 +255,15 @@ def _dump_snapshot(path: Path) -> list[str]:
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
+
+
+def _codec_name(header: BatchHeader) -> str:
+    """The codec's name as Kafka's dump prints it; ``unknown(id)`` for the undefined ids 5-7
+    (such a batch's CRC fails unless it was written that way on purpose)."""
+    try:
+        return header.compression.name.lower()
+    except UnsupportedCompressionError:
+        return f"unknown({header.attributes & COMPRESSION_MASK})"
 
 
 def _size(data: bytes | None) -> int:

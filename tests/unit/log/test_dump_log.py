@@ -19,6 +19,9 @@ PRODUCER_ID = 4242
 EXIT_FAILED = 1
 # The first five batches fit (about 420 bytes); the ABORT marker rolls the segment.
 SEGMENT_BYTES = 450
+# Offsets in a batch (Kafka's v2 layout): the magic byte, the attributes' low byte (codec bits).
+MAGIC_BYTE = 16
+ATTRIBUTES_LOW_BYTE = 22
 
 
 def _written_log(directory: Path) -> Path:
@@ -203,3 +206,30 @@ def test_damage_is_reported_with_exit_status_1(
 
     status, lines = _dump(capsys, str(log_dir / "notes.txt"))
     assert status == EXIT_FAILED and "not a log file name" in lines[-1]
+
+
+def test_undefined_codec_and_an_index_entry_at_garbage_are_reported_not_raised(
+    log_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = sorted(log_dir.glob("*.log"))[0]
+    original = first.read_bytes()
+    data = bytearray(original)
+    data[ATTRIBUTES_LOW_BYTE] = (data[ATTRIBUTES_LOW_BYTE] & ~0x07) | 6  # codec 6: undefined
+    first.write_bytes(bytes(data))
+    status, lines = _dump(capsys, "--deep-iteration", str(first))
+    assert status == EXIT_FAILED
+    batches = [_fields(line) for line in lines if line.startswith("baseOffset:")]
+    assert len(batches) == 5, "the dump goes on past the damaged batch"
+    assert (batches[0]["compresscodec"], batches[0]["isvalid"]) == ("unknown(6)", "false")
+    assert all(b["isvalid"] == "true" for b in batches[1:])
+    assert any("position 0 fails its CRC-32C" in line for line in lines)
+
+    # The log's byte at the first index entry's batch is not a v2 batch's magic.
+    index = first.with_suffix(".index")
+    position = int.from_bytes(index.read_bytes()[4:8], "big")
+    data = bytearray(original)
+    data[position + MAGIC_BYTE] = 1  # an old-format MessageSet's magic
+    first.write_bytes(bytes(data))
+    status, lines = _dump(capsys, "--verify-index-only", str(index))
+    assert status == EXIT_FAILED
+    assert any("entry 0 points at no batch" in line and "magic" in line for line in lines)
