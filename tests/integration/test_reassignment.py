@@ -342,3 +342,57 @@ def test_decommission_drains_a_node_to_zero_replicas_then_removes_it(
     )
     for p in range(4):
         assert [int(r.value or b"") for r in records[p]] == list(range(p, 400, 4))
+
+
+def test_generate_list_and_cancel_with_kafkas_json(
+    cluster_factory: ClusterFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = replication_cluster(
+        cluster_factory,
+        controllers=1,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=300,
+        lag_time_max_ms=5000,
+        storage_nodes=3,
+    )
+    names = _node_names(cluster)
+    bootstrap = ",".join(cluster.grpc_address(n) for n in cluster.names(Role.STORAGE_NODE))
+    controllers = cluster.controller_bootstrap_servers
+    topic = "slow-move"
+    common = ("--bootstrap-server", controllers)
+    with Admin(controllers) as admin:
+        assert admin.create_topics([NewTopic(topic, replica_assignment={0: [1]})]) == {topic: None}
+        with Producer(bootstrap_servers=bootstrap, acks="all") as producer:
+            for future in [producer.send(topic, b"x" * 1000, partition=0) for _ in range(300)]:
+                future.result(30)
+
+        # --generate: the current assignment and a proposal over the nodes given, as JSON.
+        topics = tmp_path / "topics.json"
+        topics.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+        capsys.readouterr()
+        generate = ("reassign", "--generate", "--topics-to-move-json-file", str(topics))
+        assert _cli(*generate, "--broker-list", "2,3", *common) == 0
+        lines = capsys.readouterr().out.splitlines()
+        current = json.loads(lines[lines.index("Current partition replica assignment") + 1])
+        proposed = json.loads(
+            lines[lines.index("Proposed partition reassignment configuration") + 1]
+        )
+        assert [p["replicas"] for p in current["partitions"]] == [[1]]
+        assert [p["replicas"] for p in proposed["partitions"]] == [[2]]
+        assert admin.describe_topics([topic])[topic].partitions[0].replicas == (1,)
+
+        # A move slow enough to catch (300 kB at 10 kB/s), listed, then cancelled.
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps(proposed))
+        execute = ("reassign", "--execute", "--reassignment-json-file", str(plan))
+        assert _cli(*execute, "--throttle", "10000", *common) == 0
+        capsys.readouterr()
+        assert _cli("reassign", "--list", *common) == 0
+        assert f"{topic}-0: replicas: 2,1, adding: 2, removing: 1" in capsys.readouterr().out
+        cancel = ("reassign", "--cancel", "--reassignment-json-file", str(plan))
+        assert _cli(*cancel, *common) == 0
+        assert not admin.list_partition_reassignments()
+        assert admin.describe_topics([topic])[topic].partitions[0].replicas == (1,)
+        _wait(lambda: (topic, 0) not in _hosted(cluster, names[2]), "node 2 to drop its copy")
+        # Not moving any more: --verify says the plan's replicas are not what it has.
+        assert _cli("reassign", "--verify", "--reassignment-json-file", str(plan), *common) == 1
