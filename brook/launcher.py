@@ -92,6 +92,9 @@ _DETACHED = "detached"
 # Held while the layout is rewritten; `brook cluster up` holds LAUNCHER_LOCK_FILE while it runs.
 LAYOUT_LOCK_FILE = ".cluster.json.lock"
 LAUNCHER_LOCK_FILE = ".launcher.lock"
+# How long `brook cluster up` tries for the launcher lock (another command's probe of it).
+LAUNCHER_LOCK_WAIT_S = 1.0
+_LOCK_POLL_S = 0.02
 _LAYOUT_FORMAT = 1
 CONFIG_FILE = "server.properties"
 _QUORUM_PASSWORD_BYTES = 24
@@ -495,22 +498,6 @@ def _record_process(layout: dict[str, Any], spec: ProcessSpec, *, detached: bool
         layout[_DETACHED] = sorted({*layout.get(_DETACHED, []), spec.name})
 
 
-def _forget_process(layout: dict[str, Any], name: str) -> None:
-    """Undoes ``_record_process`` of a process that never came up."""
-    processes = layout.setdefault("processes", {})
-    entry = processes.pop(name, None)
-    layout[_DETACHED] = [n for n in layout.get(_DETACHED, []) if n != name]
-    if entry is None:
-        return
-    role = entry["role"]
-    indexes = [
-        int(n.rsplit("-", 1)[1])
-        for n in [*processes, *layout.get(_REMOVED, [])]
-        if n.rsplit("-", 1)[0] == role
-    ]
-    layout.setdefault("topology", {})[role] = max(indexes, default=0)
-
-
 def _mark_removed(layout: dict[str, Any], name: str) -> None:
     layout.setdefault("processes", {}).pop(name, None)
     layout[_DETACHED] = [n for n in layout.get(_DETACHED, []) if n != name]
@@ -877,26 +864,60 @@ class LocalCluster:
         )
 
     def add_storage_node(self, *, detached: bool = False) -> ProcessSpec:
-        """Plans one more storage node (the next index and node id), records it in the layout,
+        """Plans one more storage node (the next free index and node id, chosen under the
+        layout's lock, so two concurrent calls never pick the same), records it in the layout,
         starts it and waits until it is SERVING. ``detached``: it outlives this launcher (the
         directory's running ``brook cluster up`` stops it with its own processes). If it does
-        not come up, it is stopped and the layout is as it was."""
+        not come up, it is stopped and recorded as removed: its index is never used again."""
         role = Role.STORAGE_NODE
-        index = self.topology.storage_nodes + 1
-        while _process_name(role, index) in self._removed:
-            index += 1
+        # Random free ports when the plan has no well-known ones: a clash with the ports
+        # already planned is as unlikely as between any two of a test cluster's processes.
+        free = (
+            allocate_free_ports(len(LISTENERS[role]), self.host)
+            if self.port_offset is None
+            else None
+        )
+        reserved: list[ProcessSpec] = []
+
+        def reserve(layout: dict[str, Any]) -> None:
+            used = [
+                int(name.rsplit("-", 1)[1])
+                for name in [*layout.get("processes", {}), *layout.get(_REMOVED, [])]
+                if name.rsplit("-", 1)[0] == role.value
+            ]
+            recorded = int(layout.get("topology", {}).get(role.value, 0))
+            spec = self._storage_spec(max([recorded, *used]) + 1, free)
+            _record_process(layout, spec, detached=detached)
+            reserved.append(spec)
+
+        self._update_layout(reserve)
+        spec = reserved[0]
+        previous = self.topology
+        self.topology = replace(previous, storage_nodes=max(previous.storage_nodes, spec.index))
+        self._specs[spec.name] = spec
+        if detached:
+            self._detached.add(spec.name)
+        try:
+            self._start_processes([spec])
+        except BaseException:
+            self.topology = previous
+            del self._specs[spec.name]
+            self._detached.discard(spec.name)
+            self._removed.add(spec.name)
+            self._update_layout(lambda layout: _mark_removed(layout, spec.name))
+            raise
+        if detached:
+            # Not this launcher's to stop (at exit or otherwise): the directory's is.
+            del self._running[spec.name]
+        return spec
+
+    def _storage_spec(self, index: int, free_ports: Sequence[int] | None) -> ProcessSpec:
+        role = Role.STORAGE_NODE
         name = _process_name(role, index)
-        if self.port_offset is None:
-            # Random free ports: a clash with the ports already planned is as unlikely as
-            # between any two of a test cluster's processes.
-            ports = dict(
-                zip(
-                    LISTENERS[role],
-                    allocate_free_ports(len(LISTENERS[role]), self.host),
-                    strict=True,
-                )
-            )
+        if free_ports is not None:
+            ports = dict(zip(LISTENERS[role], free_ports, strict=True))
         else:
+            assert self.port_offset is not None
             ports = {
                 listener: WELL_KNOWN_FIRST_PORT[(role, listener)] + index - 1 + self.port_offset
                 for listener in LISTENERS[role]
@@ -906,7 +927,7 @@ class LocalCluster:
             outside = {listener: p for listener, p in ports.items() if not 0 < p < 65536}
             if outside:
                 raise ClusterLayoutError(f"{name} would listen outside 1-65535: {outside}")
-        spec = ProcessSpec(
+        return ProcessSpec(
             name=name,
             role=role,
             index=index,
@@ -915,24 +936,6 @@ class LocalCluster:
             ports=ports,
             directory=self.base_dir / name,
         )
-        previous = self.topology
-        self.topology = replace(previous, storage_nodes=index)
-        self._specs[name] = spec
-        if detached:
-            self._detached.add(name)
-        try:
-            self._update_layout(lambda layout: _record_process(layout, spec, detached=detached))
-            self._start_processes([spec])
-        except BaseException:
-            self.topology = previous
-            del self._specs[name]
-            self._detached.discard(name)
-            self._update_layout(lambda layout: _forget_process(layout, name))
-            raise
-        if detached:
-            # Not this launcher's to stop (at exit or otherwise): the directory's is.
-            del self._running[name]
-        return spec
 
     def remove_storage_node(self, name: str) -> None:
         """Takes a stopped storage node out of the plan for good: ``brook cluster up`` of
@@ -1023,7 +1026,13 @@ class LocalCluster:
             with tempfile.NamedTemporaryFile(
                 "w", dir=self.base_dir, prefix=f".{LAYOUT_FILE}.", delete=False
             ) as temporary:
-                temporary.write(json.dumps(layout, indent=2) + "\n")
+                try:
+                    temporary.write(json.dumps(layout, indent=2) + "\n")
+                    temporary.flush()
+                    os.fsync(temporary.fileno())
+                except BaseException:
+                    os.unlink(temporary.name)
+                    raise
             os.replace(temporary.name, path)
 
     def kafka_node_ports(self, name: str) -> dict[int, int]:
@@ -1109,10 +1118,17 @@ class LocalCluster:
                     "quorum_password": self._quorum_password,
                 }
             )
-            layout[_REMOVED] = sorted(set(layout.get(_REMOVED, [])) | self._removed)
+            removed = set(layout.get(_REMOVED, [])) | self._removed
+            layout[_REMOVED] = sorted(removed)
             layout.setdefault(_DETACHED, [])
             processes = layout.setdefault("processes", {})
-            for spec in self._specs.values():
+            for spec in list(self._specs.values()):
+                if spec.name in removed:
+                    # Removed by another command after this plan was read: it stays removed,
+                    # and this launcher does not start it.
+                    del self._specs[spec.name]
+                    self._removed.add(spec.name)
+                    continue
                 processes[spec.name] = _process_entry(spec)
 
         self._update_layout(write)
@@ -1370,16 +1386,22 @@ def add_cluster_command(subparsers: Any) -> None:
 
 
 @contextlib.contextmanager
-def _launcher_lock(directory: Path) -> Iterator[bool]:
+def _launcher_lock(directory: Path, wait_s: float = 0.0) -> Iterator[bool]:
     """Holds the directory's launcher lock while a ``brook cluster up`` runs it; yields False
-    (holding nothing) when another process holds it."""
+    (holding nothing) when another process still holds it after ``wait_s`` (the probe of
+    ``_launcher_running`` holds it for a moment)."""
     directory.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
     with (directory / LAUNCHER_LOCK_FILE).open("a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(_LOCK_POLL_S)
         try:
             yield True
         finally:
@@ -1566,7 +1588,7 @@ def run_cluster_command(args: argparse.Namespace) -> int:
             print(f"brook cluster up: {error}", file=sys.stderr)
             return 2
         cluster_ref.append(cluster)
-        with _launcher_lock(args.dir) as held:
+        with _launcher_lock(args.dir, wait_s=LAUNCHER_LOCK_WAIT_S) as held:
             if not held:
                 print(
                     f"brook cluster up: another brook cluster up runs {args.dir} already",

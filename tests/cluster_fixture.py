@@ -140,10 +140,12 @@ def replication_cluster(
     lag_time_max_ms: int,
     storage_node_config: Mapping[str, str] | None = None,
     storage_nodes: int = 3,
+    controller_config: Mapping[str, str] | None = None,
 ) -> LocalCluster:
     """Storage nodes (three unless told) that replicate through ``controllers`` controllers,
     with the short leases and lag bounds fault tests need (and no leader rebalancing behind
-    their back); ``storage_node_config``: more settings of the storage nodes."""
+    their back); ``storage_node_config`` / ``controller_config``: more settings of the storage
+    nodes / controllers."""
     return factory(
         controllers=controllers,
         storage_nodes=storage_nodes,
@@ -155,6 +157,7 @@ def replication_cluster(
                 "auto.leader.rebalance.enable": "false",
                 "offsets.topic.num.partitions": "1",
                 "transaction.state.log.num.partitions": "1",
+                **(controller_config or {}),
             },
             "storage-node": {
                 "broker.session.timeout.ms": str(session_timeout_ms),

@@ -211,8 +211,18 @@ def _run(admin: Admin, args: argparse.Namespace) -> int:
     if args.decommission is not None:
         moves = _drain(admin, args.decommission)
         if not moves:
-            print(f"Node {args.decommission} holds no replica.")
-            return EXIT_OK
+            pending = _moving_off(admin, args.decommission)
+            if not pending:
+                print(f"Node {args.decommission} holds no replica.")
+                return EXIT_OK
+            print(
+                f"Node {args.decommission}'s last {len(pending)} replicas are being moved off "
+                "by reassignments in progress (brook reassign --list)."
+            )
+            if not args.progress:
+                return EXIT_FAILED
+            _show_progress(admin, pending, args.timeout_ms)
+            return EXIT_OK if not _holds(admin, args.decommission) else EXIT_FAILED
     else:
         moves = _plan(args.reassignment_json_file)
     if executes:
@@ -264,6 +274,31 @@ def _targets(admin: Admin) -> dict[tuple[str, int], list[int]]:
     }
 
 
+def _moving_off(admin: Admin, node: int) -> list[_Move]:
+    """The reassignments in progress that remove ``node`` (from a drain that stopped
+    waiting, or an operator's own plan), each as its target."""
+    return [
+        _Move(
+            tp.topic,
+            tp.partition,
+            tuple(r for r in state.replicas if r not in state.removing_replicas),
+        )
+        for tp, state in admin.list_partition_reassignments().items()
+        if node in state.removing_replicas
+    ]
+
+
+def _holds(admin: Admin, node: int) -> list[str]:
+    """The partitions that list ``node`` among their replicas (moving ones included)."""
+    return [
+        f"{topic}-{partition}"
+        for (topic, partition), replicas in _current(
+            admin, admin.list_topics(include_internal=True)
+        ).items()
+        if node in replicas
+    ]
+
+
 def _drain(admin: Admin, node: int) -> list[_Move]:
     cluster = admin.describe_cluster()
     storage = [n for n in cluster.nodes if n.role == STORAGE_NODE_ROLE]
@@ -310,29 +345,22 @@ def decommission(
             if throttle is not None:
                 current = _current(admin, sorted({move.topic for move in moves}))
                 _set_throttles(admin, moves, current, throttle)
-            try:
-                wanted = {TopicPartition(m.topic, m.partition): list(m.replicas) for m in moves}
-                _raise_first(admin.alter_partition_reassignments(wanted))
-                wait(
-                    lambda: not admin.list_partition_reassignments(list(wanted)),
-                    f"moving every replica off node {node}",
-                )
-            finally:
-                if throttle is not None:
-                    _clear_throttles(admin, moves)
-        # A move cancelled by someone else, or a replica placed on the node meanwhile: it
-        # must hold nothing before it stops, or partitions only it has in sync go offline.
-        held = [
-            f"{topic}-{partition}"
-            for (topic, partition), replicas in _current(
-                admin, admin.list_topics(include_internal=True)
-            ).items()
-            if node in replicas
-        ]
+            wanted = {TopicPartition(m.topic, m.partition): list(m.replicas) for m in moves}
+            _raise_first(admin.alter_partition_reassignments(wanted))
+        # Moves of an earlier run that stopped waiting (or an operator's) count too: the node
+        # is drained when no partition lists it any more, moving ones included.
+        moves = [*moves, *_moving_off(admin, node)]
+        wait(lambda: not _holds(admin, node), f"moving every replica off node {node}")
+        if throttle is not None and moves:
+            # Only once the moves are done: a removal that gives up leaves them throttled.
+            _clear_throttles(admin, moves)
+        held = _holds(admin, node)
         if held:
+            # A replica placed on the node meanwhile: it must hold nothing before it stops,
+            # or partitions only it has in sync would go offline.
             raise BrookClientError(
                 f"node {node} still holds {len(held)} replicas ({', '.join(held[:5])}); "
-                "nothing was stopped: run the removal again"
+                "nothing was stopped"
             )
         stop()
         wait(
@@ -434,6 +462,15 @@ def _list_of(entries: Mapping[str, ConfigEntry], name: str) -> list[str]:
     return [item.strip() for item in entry.value.split(",") if item.strip()]
 
 
+def _planned_partition(item: str) -> int | None:
+    """The partition of a ``partition:node`` entry; None for "*" or anything malformed
+    (entries the tool never writes, left as they are)."""
+    partition, sep, node = item.partition(":")
+    if sep and partition.isascii() and partition.isdigit() and node.isascii() and node.isdigit():
+        return int(partition)
+    return None
+
+
 def _clear_throttles(admin: Admin, moves: Sequence[_Move]) -> None:
     """Undoes ``--execute --throttle`` for ``moves``: their partitions' entries leave the
     topics' throttled-replicas lists (others' entries, and a "*", stay), and once no topic
@@ -451,7 +488,7 @@ def _clear_throttles(admin: Admin, moves: Sequence[_Move]) -> None:
         for name in (LEADER_THROTTLED_REPLICAS, FOLLOWER_THROTTLED_REPLICAS):
             items = _list_of(described[resource], name)
             ours = planned.get(resource.name, set())
-            kept = [i for i in items if i == "*" or int(i.partition(":")[0]) not in ours]
+            kept = [i for i in items if _planned_partition(i) not in ours]
             still_throttled = still_throttled or bool(kept)
             if kept != items:
                 change = (

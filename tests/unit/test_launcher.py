@@ -394,19 +394,43 @@ def test_a_layout_recorded_before_metrics_gets_them_at_grpc_plus_1000(tmp_path: 
     }
 
 
-def test_a_node_that_cannot_start_leaves_the_layout_as_it_was(tmp_path: Path) -> None:
-    offset = allocate_free_port_block(1) - 9101  # storage-node-1's GRPC port is then free
+def test_a_node_that_cannot_start_is_recorded_removed_and_its_index_never_reused(
+    tmp_path: Path,
+) -> None:
+    offset = allocate_free_port_block(2) - 9101  # storage nodes 1 and 2's GRPC ports free
     cluster = LocalCluster(tmp_path, Topology(1, 0, 0, 0), port_offset=offset)
     cluster.prepare()
-    before = (tmp_path / LAYOUT_FILE).read_text()
+    before = json.loads((tmp_path / LAYOUT_FILE).read_text())
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 9101 + offset))
         squatter.listen()
         with pytest.raises(ClusterStartError, match="storage-node-1 GRPC"):
             cluster.add_storage_node(detached=True)
-    assert json.loads((tmp_path / LAYOUT_FILE).read_text()) == json.loads(before)
+    after = json.loads((tmp_path / LAYOUT_FILE).read_text())
+    assert after["processes"] == before["processes"]
+    assert after["removed"] == ["storage-node-1"]
     assert cluster.topology == Topology(1, 0, 0, 0)
     assert "storage-node-1" not in cluster.processes
+    # The directory still opens, and the next node takes the next index.
+    reopened = LocalCluster.from_layout(tmp_path)
+    assert reopened.names(Role.STORAGE_NODE) == []
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 9102 + offset))
+        squatter.listen()
+        with pytest.raises(ClusterStartError, match="storage-node-2 GRPC"):
+            reopened.add_storage_node(detached=True)
+
+
+def test_a_removed_node_is_not_brought_back_by_a_plan_read_before_it_was_removed(
+    tmp_path: Path,
+) -> None:
+    LocalCluster(tmp_path, Topology(1, 2, 0, 0)).prepare()
+    stale = LocalCluster.from_layout(tmp_path)
+    LocalCluster.from_layout(tmp_path).remove_storage_node("storage-node-2")
+    stale.prepare()  # what a start() of the older plan writes first
+    layout = json.loads((tmp_path / LAYOUT_FILE).read_text())
+    assert "storage-node-2" not in layout["processes"]
+    assert stale.names(Role.STORAGE_NODE) == ["storage-node-1"]
 
 
 def test_removing_a_node_keeps_what_another_launcher_recorded_meanwhile(tmp_path: Path) -> None:

@@ -264,17 +264,20 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                     continue
                 limit = ReplicationQuota.chunk_bytes(rate, limit)
             max_bytes = max(0, min(limit, budget))
+            # A throttled partition the quota admits gets at least its next batch, however
+            # large: its chunk may be smaller than a batch, and it is not always read first.
+            whole_batch = first or (throttled and budget > 0)
             try:
                 if runs_inline(max_bytes):
                     data = partition.log.read(
-                        target.request.fetch_offset, max_bytes, min_one_batch=first
+                        target.request.fetch_offset, max_bytes, min_one_batch=whole_batch
                     )
                 else:
                     data = await asyncio.to_thread(
                         partition.log.read,
                         target.request.fetch_offset,
                         max_bytes,
-                        min_one_batch=first,
+                        min_one_batch=whole_batch,
                     )
             except LogError as exc:
                 result = error_result(exc)
