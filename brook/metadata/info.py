@@ -78,9 +78,10 @@ class BrokerInfo:
 
 
 class PartitionInfo(NamedTuple):
-    """The state of one partition the services act on, as the last PartitionRecord for it said
-    (reassignment's adding/removing replicas are not read yet). ``topic`` is the name of the
-    topic its id names (the image refuses a record whose ``topic`` field says otherwise).
+    """The state of one partition the services act on, as the last PartitionRecord for it said.
+    ``topic`` is the name of the topic its id names (the image refuses a record whose ``topic``
+    field says otherwise). ``removing``: the replicas a reassignment in progress takes away
+    (the target is ``replicas`` without them).
 
     A named tuple rather than a frozen dataclass: a snapshot builds one per partition on the
     event loop, and a tuple is built several times faster."""
@@ -93,6 +94,7 @@ class PartitionInfo(NamedTuple):
     leader: int
     leader_epoch: int
     partition_epoch: int
+    removing: tuple[int, ...] = ()
 
     @classmethod
     def from_record(cls, record: metadata_pb2.PartitionRecord, topic: str) -> PartitionInfo:
@@ -107,6 +109,7 @@ class PartitionInfo(NamedTuple):
             record.leader,
             record.leader_epoch,
             record.partition_epoch,
+            tuple(record.removing_replicas[:]),
         )
 
     @property

@@ -15,7 +15,8 @@ later); INVALID_UPDATE_VERSION or FENCED_LEADER_EPOCH mean newer metadata is on 
 the proposal is dropped and decided again on that newer state.
 
 Metrics: ``brook.replication.under_replicated_partitions`` (led partitions whose ISR is
-smaller than their replica set), ``brook.replication.isr_shrinks`` and ``isr_expands``.
+smaller than their replication factor: the target's size while a reassignment removes
+replicas), ``brook.replication.isr_shrinks`` and ``isr_expands``.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class IsrManager:
             "brook.replication.under_replicated_partitions",
             callbacks=[self._observe_under_replicated],
             unit="{partition}",
-            description="Partitions led here whose ISR is smaller than their replica set",
+            description="Partitions led here whose ISR is smaller than their replication factor",
         )
 
     def under_replicated_count(self) -> int:

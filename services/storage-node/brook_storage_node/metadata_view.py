@@ -63,8 +63,8 @@ class MetadataView(MetadataCache):
     def replica_changes(self, delta: MetadataDelta) -> ReplicaChanges:
         """The partitions (as they are now) and topic configs ``delta`` touched. A partition
         whose ``PartitionInfo`` is what it was before the update (only fields the node does
-        not read changed, such as reassignment's adding/removing replicas) is left out, so
-        the replica manager does not make a leader or follower again for nothing."""
+        not read changed, such as reassignment's adding replicas) is left out, so the replica
+        manager does not make a leader or follower again for nothing."""
         changed = []
         for key, partition in delta.changed_partitions.items():
             topic = self.topic_by_id(partition.topic_id)

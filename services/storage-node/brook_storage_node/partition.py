@@ -128,6 +128,8 @@ class Partition:
         self.leader_epoch = NO_EPOCH
         self.partition_epoch = NO_EPOCH
         self.replicas: tuple[int, ...] = ()
+        # The replicas a reassignment in progress takes away (none when nothing moves).
+        self.removing: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
         self.online = True
         self._clock_s = clock_s
@@ -247,6 +249,7 @@ class Partition:
         self.leader_epoch = info.leader_epoch
         self.partition_epoch = info.partition_epoch
         self.replicas = info.replicas
+        self.removing = info.removing
         self.isr = info.isr
         self.update_settings(settings)
 
@@ -470,7 +473,9 @@ class Partition:
 
     @property
     def under_replicated(self) -> bool:
-        return self.is_leader and len(self.isr) < len(self.replicas)
+        """Led, with fewer in-sync replicas than the replication factor: the target's size
+        while a reassignment is in progress (Kafka's rule), so a move alone is not an alert."""
+        return self.is_leader and len(self.isr) < len(self.replicas) - len(self.removing)
 
     def maybe_increment_high_watermark(self) -> bool:
         """Move the HW to the smallest log end offset in the ISR; True if it moved."""

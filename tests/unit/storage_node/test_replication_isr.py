@@ -204,3 +204,16 @@ def test_a_caught_up_follower_is_proposed_for_the_isr_only_once_it_is_unfenced(
         partition.log.close()
 
     run(scenario)
+
+
+def test_under_replication_counts_against_the_target_while_a_reassignment_removes_replicas(
+    tmp_path: Path,
+) -> None:
+    partition = _leader(tmp_path, Clock(), (LEADER, FOLLOWER))
+    assert partition.under_replicated, "2 of 3 replicas in sync"
+    # THIRD is being removed (the target is LEADER and FOLLOWER): both in sync is full.
+    moving = _info((LEADER, FOLLOWER), partition_epoch=1)._replace(removing=(THIRD,))
+    partition.make_leader(moving, MIN_ISR_TWO)
+    assert not partition.under_replicated
+    partition.make_leader(moving._replace(isr=(LEADER,), partition_epoch=2), MIN_ISR_TWO)
+    assert partition.under_replicated
