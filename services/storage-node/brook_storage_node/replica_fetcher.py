@@ -128,8 +128,9 @@ class LeaderFetcher:
     states: dict[TopicPartition, _FetchState] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-    # The throttled partitions the request out now carries.
+    # The throttled partitions the request out now carries, and which of them leads the next.
     throttled: set[TopicPartition] = field(default_factory=set)
+    throttled_turn: int = 0
     # When the first partition the last request left out (paused, or throttled) may go again;
     # None when it left none out.
     resume_s: float | None = None
@@ -326,17 +327,29 @@ class ReplicaFetchers:
         throttle_delay_s = self._quota.delay_s(rate)
         fetcher.throttled.clear()
         resume = []
+        throttled: list[tuple[TopicPartition, _FetchState, int]] = []
+        others: list[tuple[TopicPartition, _FetchState, int]] = []
         for tp, state in fetcher.states.items():
             if state.paused_until_s > now_s:
                 resume.append(state.paused_until_s)
                 continue
-            max_bytes = settings.partition_bytes_max
             if rate is not None and self._throttled(tp, state):
                 if throttle_delay_s > 0:
                     resume.append(now_s + throttle_delay_s)
                     continue
                 fetcher.throttled.add(tp)
-                max_bytes = ReplicationQuota.chunk_bytes(rate, max_bytes)
+                chunk = ReplicationQuota.chunk_bytes(rate, settings.partition_bytes_max)
+                throttled.append((tp, state, chunk))
+            else:
+                others.append((tp, state, settings.partition_bytes_max))
+        if throttled:
+            # Throttled partitions go first, a different one leading each time: the leader
+            # sends the first partition with data at least one batch, however small its
+            # chunk, so each gets its turn even when its batches are larger than the chunk.
+            turn = fetcher.throttled_turn % len(throttled)
+            fetcher.throttled_turn += 1
+            throttled = throttled[turn:] + throttled[:turn]
+        for tp, state, max_bytes in [*throttled, *others]:
             log = state.partition.log
             latest = log.latest_epoch
             request.partitions.add(

@@ -5,11 +5,13 @@ partition of a request gets its turn (one with a backlog does not take every chu
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
+from brook_storage_node.log import TopicPartition
 from storage_node_support import (
     QueueMetadataSource,
     batch,
@@ -37,21 +39,25 @@ MEASURE_S = 3.0
 RATE_TOLERANCE = 0.2
 
 
-def _leader_metadata(ports: dict[int, int], partitions: int) -> Any:
-    rate = metadata_pb2.MetadataRecord(
+def _throttled_metadata(
+    ports: dict[int, int], partitions: int, *, side: str, node: int, rate: int
+) -> Any:
+    """Partitions led by LEADER with FOLLOWER out of the ISR, every replica throttled on
+    ``side`` ("leader" or "follower") at ``rate`` bytes/s on ``node``."""
+    rate_config = metadata_pb2.MetadataRecord(
         config=metadata_pb2.ConfigRecord(
             resource_type=metadata_pb2.CONFIG_RESOURCE_TYPE_BROKER,
-            resource_name=str(LEADER),
-            name="leader.replication.throttled.rate",
-            value=str(RATE),
+            resource_name=str(node),
+            name=f"{side}.replication.throttled.rate",
+            value=str(rate),
         )
     )
     return lambda _: QueueMetadataSource(
         snapshot(
-            *(broker_record(node, port) for node, port in ports.items()),
+            *(broker_record(n, port) for n, port in ports.items()),
             topic_record(TOPIC),
-            config_record(TOPIC, "leader.replication.throttled.replicas", "*"),
-            rate,
+            config_record(TOPIC, f"{side}.replication.throttled.replicas", "*"),
+            rate_config,
             *(
                 partition_record(
                     TOPIC,
@@ -86,7 +92,9 @@ def _fetch_for(tmp_path: Path, partitions: int) -> tuple[dict[int, int], float]:
         async with running_node(
             tmp_path / "leader",
             port=ports[LEADER],
-            source_for=_leader_metadata(ports, partitions),
+            source_for=_throttled_metadata(
+                ports, partitions, side="leader", node=LEADER, rate=RATE
+            ),
             settings={"node.id": str(LEADER)},
         ) as leader:
             for _ in range(BATCHES):
@@ -144,3 +152,57 @@ def test_every_throttled_partition_of_a_request_gets_its_turn(tmp_path: Path) ->
     got, elapsed = _fetch_for(tmp_path, partitions=2)
     assert min(got.values()) > 0.3 * sum(got.values()), got
     assert sum(got.values()) / elapsed <= (1 + RATE_TOLERANCE) * RATE, got
+
+
+def _all_moved(ends: dict[int, int], partitions: int) -> bool:
+    return all(ends.get(index) for index in range(partitions))
+
+
+def test_a_follower_throttle_smaller_than_a_batch_still_moves_every_partition(
+    tmp_path: Path,
+) -> None:
+    """Only the follower is throttled, at a rate whose chunk (0.1 s of it) is smaller than one
+    batch: each throttled partition still gets its turn at being the request's first, where
+    the leader sends a whole batch."""
+    follower_rate = 20_000
+    partitions = 2
+
+    async def scenario() -> dict[int, int]:
+        ports = {LEADER: free_port(), FOLLOWER: free_port()}
+        fast = {"replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "50"}
+        async with running_node(
+            tmp_path / "leader",
+            port=ports[LEADER],
+            source_for=_throttled_metadata(
+                ports, partitions, side="follower", node=FOLLOWER, rate=follower_rate
+            ),
+            settings={"node.id": str(LEADER), **fast},
+        ) as leader:
+            for _ in range(10):
+                for index in range(partitions):
+                    await leader.stub.Produce(
+                        produce_request(TOPIC, index, batch(10, prefix="x" * 900), acks=1)
+                    )
+            async with running_node(
+                tmp_path / "follower",
+                port=ports[FOLLOWER],
+                source_for=_throttled_metadata(
+                    ports, partitions, side="follower", node=FOLLOWER, rate=follower_rate
+                ),
+                settings={"node.id": str(FOLLOWER), **fast},
+            ) as follower:
+                replicas = follower.node.replicas
+                assert replicas is not None
+                ends: dict[int, int] = {}
+                deadline = time.monotonic() + MEASURE_S
+                while time.monotonic() < deadline and not all(
+                    ends.get(i) for i in range(partitions)
+                ):
+                    for index in range(partitions):
+                        hosted = replicas.partitions.get(TopicPartition(TOPIC, index))
+                        ends[index] = hosted.log_end_offset if hosted is not None else 0
+                    await asyncio.sleep(0.05)
+                return ends
+
+    ends = run(scenario)
+    assert all(ends[i] > 0 for i in range(partitions)), ends
