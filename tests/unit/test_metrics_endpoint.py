@@ -95,7 +95,10 @@ def test_stop_closes_the_connections_it_is_serving() -> None:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET /metrics HTTP/1.1\r\n")  # the head never ends
             await writer.drain()
-            await asyncio.sleep(0.05)
+            # Connections are served in the order they arrive: once a later one is answered,
+            # this one is being served (no sleep that hopes it has been).
+            answer = await _exchange(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 ")
             loop = asyncio.get_running_loop()
             started = loop.time()
             await endpoint.stop(STOP_TIMEOUT_S)
