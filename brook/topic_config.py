@@ -52,6 +52,7 @@ __all__ = [
     "ThrottledReplicas",
     "describe_type",
     "parse_throttled_replicas",
+    "throttled_replica",
     "topic_name_for_broker_config",
     "validate_broker_default_configs",
     "validate_topic_configs",
@@ -109,7 +110,7 @@ class ThrottledReplicas:
         if value == (THROTTLE_ALL,):
             return None
         for entry in value:
-            if not _THROTTLED_REPLICA_RE.fullmatch(str(entry)):
+            if throttled_replica(str(entry)) is None:
                 return f"has {entry!r}, which is not partition:node (or the list is not *)"
         return None
 
@@ -117,13 +118,25 @@ class ThrottledReplicas:
         return "[partition:node,...] or *"
 
 
+def throttled_replica(entry: str) -> tuple[int, int] | None:
+    """One ``partition:node`` entry of a throttled-replicas list as (partition, node); None
+    when it is not one (``*``, or malformed)."""
+    if not _THROTTLED_REPLICA_RE.fullmatch(entry):
+        return None
+    partition, _, node = entry.partition(":")
+    return int(partition), int(node)
+
+
 def parse_throttled_replicas(value: str) -> frozenset[tuple[int, int]] | None:
-    """A valid throttled-replicas value as (partition, node) pairs; None means every one."""
+    """A valid throttled-replicas value as (partition, node) pairs; None means every one.
+    ValueError for a malformed entry."""
     entries = [entry.strip() for entry in value.split(",") if entry.strip()]
     if entries == [THROTTLE_ALL]:
         return None
-    pairs = (entry.partition(":") for entry in entries)
-    return frozenset((int(partition), int(node)) for partition, _, node in pairs)
+    pairs = [throttled_replica(entry) for entry in entries]
+    if None in pairs:
+        raise ValueError(f"{value!r} is not a throttled-replicas list")
+    return frozenset(pair for pair in pairs if pair is not None)
 
 
 TOPIC_CONFIG_DEF: Final = ConfigDef(

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from brook.admin_cli import EXIT_OK, UsageError, handler
+from brook.topic_config import throttled_replica
 
 if TYPE_CHECKING:
     from brook.client.admin import Admin, ConfigEntry
@@ -462,13 +463,11 @@ def _list_of(entries: Mapping[str, ConfigEntry], name: str) -> list[str]:
     return [item.strip() for item in entry.value.split(",") if item.strip()]
 
 
-def _planned_partition(item: str) -> int | None:
-    """The partition of a ``partition:node`` entry; None for "*" or anything malformed
+def _entry_partition(item: str) -> int | None:
+    """The partition a throttled-replicas entry names; None for "*" or anything malformed
     (entries the tool never writes, left as they are)."""
-    partition, sep, node = item.partition(":")
-    if sep and partition.isascii() and partition.isdigit() and node.isascii() and node.isdigit():
-        return int(partition)
-    return None
+    pair = throttled_replica(item)
+    return None if pair is None else pair[0]
 
 
 def _clear_throttles(admin: Admin, moves: Sequence[_Move]) -> None:
@@ -488,7 +487,10 @@ def _clear_throttles(admin: Admin, moves: Sequence[_Move]) -> None:
         for name in (LEADER_THROTTLED_REPLICAS, FOLLOWER_THROTTLED_REPLICAS):
             items = _list_of(described[resource], name)
             ours = planned.get(resource.name, set())
-            kept = [i for i in items if _planned_partition(i) not in ours]
+            # "*" and malformed entries are not the tool's: they stay.
+            kept = [
+                i for i in items if (pair := throttled_replica(i)) is None or pair[0] not in ours
+            ]
             still_throttled = still_throttled or bool(kept)
             if kept != items:
                 change = (
