@@ -1212,7 +1212,8 @@ class RecordAccumulator:
             waited_ms = round((now - batch.created) * 1000)
             error = ClientTimeoutError(
                 f"expiring {batch.count} record(s) for {batch.topic}-{batch.partition}: "
-                f"{waited_ms} ms has passed since batch creation (delivery.timeout.ms)"
+                f"{waited_ms} ms has passed since batch creation "
+                f"(delivery.timeout.ms={round(self._delivery_timeout_s * 1000)})"
             )
             self.fail(None, [batch], error)
         return next_expiry
