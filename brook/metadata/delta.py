@@ -74,6 +74,9 @@ class MetadataDelta:
     changed_coordinators: dict[int, metadata_pb2.CoordinatorRecord] = field(default_factory=dict)
     removed_coordinators: dict[int, metadata_pb2.CoordinatorRecord] = field(default_factory=dict)
     """Assignments that no longer exist (no record removes one: only a snapshot lacking it)."""
+    security_changed: bool = False
+    """A SCRAM credential, an ACL or a client quota was added, changed or removed: whoever
+    derives state from them (an authorizer, a quota manager) rebuilds it."""
 
     @property
     def empty(self) -> bool:
@@ -90,6 +93,7 @@ class MetadataDelta:
             or self.changed_configs
             or self.changed_coordinators
             or self.removed_coordinators
+            or self.security_changed
         )
 
     def changed_topic_configs(self) -> frozenset[str]:

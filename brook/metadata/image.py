@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
-from typing import Self, TypeVar
+from typing import Final, Self, TypeVar
 
 from google.protobuf.message import Message
 
@@ -41,17 +41,32 @@ from brook.metadata.delta import ConfigKey, MetadataDelta, MetadataUpdate
 from brook.metadata.digest import metadata_digest
 from brook.v1 import common_pb2, metadata_pb2
 
-__all__ = ["BROKER", "TOPIC", "MetadataImage"]
+__all__ = ["BROKER", "TOPIC", "MetadataImage", "QuotaEntity", "quota_entity"]
 
 _log = logging.getLogger(__name__)
 
 TOPIC: int = metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC
 BROKER: int = metadata_pb2.CONFIG_RESOURCE_TYPE_BROKER
 
+QuotaEntity = tuple[tuple[str, str | None], ...]
+"""A client quota entity: its (entity type, name) parts sorted by type; a None name is the
+default entity of that type."""
+
+
+def quota_entity(parts: Iterable[metadata_pb2.ClientQuotaEntityPart]) -> QuotaEntity:
+    """The image's key of a ClientQuotaRecord's entity."""
+    return tuple(
+        sorted(
+            (part.entity_type, part.entity_name if part.HasField("entity_name") else None)
+            for part in parts
+        )
+    )
+
 
 @dataclass
 class MetadataImage:
-    """Brokers, topics, partitions, configs, producer ids and coordinators, plus the metadata
+    """Brokers, topics, partitions, configs, producer ids, coordinators, SCRAM credentials, ACLs
+    and client quotas, plus the metadata
     log offset: the offset of the last record applied (-1 before the first; ``apply`` adds one
     per record), or the offset the last replayed update named.
 
@@ -74,6 +89,14 @@ class MetadataImage:
     configs: dict[ConfigKey, dict[str, str]] = field(default_factory=dict)
     producer_ids: metadata_pb2.ProducerIdsRecord | None = None
     coordinators: dict[int, metadata_pb2.CoordinatorRecord] = field(default_factory=dict)
+    scram_credentials: dict[tuple[str, int], metadata_pb2.UserScramCredentialRecord] = field(
+        default_factory=dict
+    )
+    """By (user name, ScramMechanism)."""
+    acls: dict[bytes, metadata_pb2.AccessControlEntryRecord] = field(default_factory=dict)
+    """By ACL id."""
+    client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
+    """Quota values by entity; each dict is replaced, never mutated, when a value changes."""
 
     @classmethod
     def from_records(cls, records: Iterable[metadata_pb2.MetadataRecord], offset: int) -> Self:
@@ -164,7 +187,50 @@ class MetadataImage:
             elif self.coordinators.get(index) != record.coordinator:
                 coordinator = self.coordinators[index] = _copy(record.coordinator)
                 delta.coordinator_changed(coordinator)
+        elif kind in _SECURITY_RECORDS:
+            if self._apply_security(record, kind) and delta is not None:
+                delta.security_changed = True
         self.offset += 1
+
+    def _apply_security(self, record: metadata_pb2.MetadataRecord, kind: str) -> bool:
+        """Applies a SCRAM credential, ACL or client quota record; True if it changed the
+        image."""
+        if kind == "user_scram_credential":
+            credential = record.user_scram_credential
+            key = (credential.name, int(credential.mechanism))
+            if self.scram_credentials.get(key) == credential:
+                return False
+            self.scram_credentials[key] = _copy(credential)
+            return True
+        if kind == "remove_user_scram_credential":
+            removal = record.remove_user_scram_credential
+            return (
+                self.scram_credentials.pop((removal.name, int(removal.mechanism)), None) is not None
+            )
+        if kind == "access_control_entry":
+            acl = record.access_control_entry
+            if self.acls.get(acl.id) == acl:
+                return False
+            self.acls[acl.id] = _copy(acl)
+            return True
+        if kind == "remove_access_control_entry":
+            return self.acls.pop(record.remove_access_control_entry.id, None) is not None
+        quota = record.client_quota
+        entity = quota_entity(quota.entity)
+        values = self.client_quotas.get(entity)
+        if quota.HasField("value"):
+            if values is not None and values.get(quota.key) == quota.value:
+                return False
+            self.client_quotas[entity] = {**(values or {}), quota.key: quota.value}
+            return True
+        if values is None or quota.key not in values:
+            return False
+        kept = {key: value for key, value in values.items() if key != quota.key}
+        if kept:
+            self.client_quotas[entity] = kept
+        else:
+            del self.client_quotas[entity]
+        return True
 
     def _apply_topic(self, topic: metadata_pb2.TopicRecord, delta: MetadataDelta | None) -> None:
         previous_id = self.topic_ids.get(topic.name)
@@ -293,6 +359,11 @@ class MetadataImage:
         for index, coordinator in other.coordinators.items():
             if self.coordinators.get(index) != coordinator:
                 delta.coordinator_changed(coordinator)
+        delta.security_changed = (
+            self.scram_credentials != other.scram_credentials
+            or self.acls != other.acls
+            or self.client_quotas != other.client_quotas
+        )
         return delta
 
     # ------------------------------------------------------------------ queries
@@ -364,12 +435,45 @@ class MetadataImage:
             yield metadata_pb2.MetadataRecord(producer_ids=self.producer_ids)
         for offsets_partition in sorted(self.coordinators):
             yield metadata_pb2.MetadataRecord(coordinator=self.coordinators[offsets_partition])
+        for user_mechanism in sorted(self.scram_credentials):
+            yield metadata_pb2.MetadataRecord(
+                user_scram_credential=self.scram_credentials[user_mechanism]
+            )
+        for acl_id in sorted(self.acls):
+            yield metadata_pb2.MetadataRecord(access_control_entry=self.acls[acl_id])
+        for entity in sorted(self.client_quotas, key=_quota_entity_order):
+            parts = [
+                metadata_pb2.ClientQuotaEntityPart(entity_type=entity_type, entity_name=name)
+                for entity_type, name in entity
+            ]
+            quotas = self.client_quotas[entity]
+            for quota_key in sorted(quotas):
+                yield metadata_pb2.MetadataRecord(
+                    client_quota=metadata_pb2.ClientQuotaRecord(
+                        entity=parts, key=quota_key, value=quotas[quota_key]
+                    )
+                )
 
     def digest(self) -> str:
         return metadata_digest(self.records(), self.offset)
 
 
 _M = TypeVar("_M", bound=Message)
+
+_SECURITY_RECORDS: Final = frozenset(
+    {
+        "user_scram_credential",
+        "remove_user_scram_credential",
+        "access_control_entry",
+        "remove_access_control_entry",
+        "client_quota",
+    }
+)
+
+
+def _quota_entity_order(entity: QuotaEntity) -> tuple[tuple[str, bool, str], ...]:
+    """A total order of quota entities (a default entity's None name sorts first)."""
+    return tuple((entity_type, name is not None, name or "") for entity_type, name in entity)
 
 
 def _refuse(record: metadata_pb2.MetadataRecord, reason: str) -> None:

@@ -25,33 +25,55 @@ _sym_db = _symbol_database.Default()
 from brook.v1 import common_pb2 as brook_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62rook/v1/metadata.proto\x12\x08\x62rook.v1\x1a\x15\x62rook/v1/common.proto\"\xc7\x03\n\x0eMetadataRecord\x12*\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.brook.v1.ClusterRecordH\x00\x12(\n\x06\x62roker\x18\x02 \x01(\x0b\x32\x16.brook.v1.BrokerRecordH\x00\x12\x35\n\rremove_broker\x18\x03 \x01(\x0b\x32\x1c.brook.v1.RemoveBrokerRecordH\x00\x12&\n\x05topic\x18\x04 \x01(\x0b\x32\x15.brook.v1.TopicRecordH\x00\x12\x33\n\x0cremove_topic\x18\x05 \x01(\x0b\x32\x1b.brook.v1.RemoveTopicRecordH\x00\x12.\n\tpartition\x18\x06 \x01(\x0b\x32\x19.brook.v1.PartitionRecordH\x00\x12(\n\x06\x63onfig\x18\x07 \x01(\x0b\x32\x16.brook.v1.ConfigRecordH\x00\x12\x33\n\x0cproducer_ids\x18\x08 \x01(\x0b\x32\x1b.brook.v1.ProducerIdsRecordH\x00\x12\x32\n\x0b\x63oordinator\x18\t \x01(\x0b\x32\x1b.brook.v1.CoordinatorRecordH\x00\x42\x08\n\x06record\"#\n\rClusterRecord\x12\x12\n\ncluster_id\x18\x01 \x01(\t\"\xd4\x01\n\x0c\x42rokerRecord\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x16\n\x0eincarnation_id\x18\x03 \x01(\t\x12 \n\x04role\x18\x04 \x01(\x0e\x32\x12.brook.v1.NodeRole\x12%\n\tendpoints\x18\x05 \x03(\x0b\x32\x12.brook.v1.Endpoint\x12\x0c\n\x04rack\x18\x06 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x07 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x08 \x01(\x08\";\n\x12RemoveBrokerRecord\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"?\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x10\n\x08internal\x18\x03 \x01(\x08\"3\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xd7\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x0e\n\x06leader\x18\x06 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x08 \x01(\x05\x12\x17\n\x0f\x61\x64\x64ing_replicas\x18\t \x03(\x05\x12\x19\n\x11removing_replicas\x18\n \x03(\x05\"\x86\x01\n\x0c\x43onfigRecord\x12\x33\n\rresource_type\x18\x01 \x01(\x0e\x32\x1c.brook.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"c\n\x11ProducerIdsRecord\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x19\n\x11\x66irst_producer_id\x18\x03 \x01(\x03\x12\x0c\n\x04size\x18\x04 \x01(\x03\"a\n\x11\x43oordinatorRecord\x12\x19\n\x11offsets_partition\x18\x01 \x01(\x05\x12\x16\n\x0e\x63oordinator_id\x18\x02 \x01(\x05\x12\x19\n\x11\x63oordinator_epoch\x18\x03 \x01(\x05*{\n\x12\x43onfigResourceType\x12$\n CONFIG_RESOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43ONFIG_RESOURCE_TYPE_TOPIC\x10\x02\x12\x1f\n\x1b\x43ONFIG_RESOURCE_TYPE_BROKER\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62rook/v1/metadata.proto\x12\x08\x62rook.v1\x1a\x15\x62rook/v1/common.proto\"\xaa\x06\n\x0eMetadataRecord\x12*\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.brook.v1.ClusterRecordH\x00\x12(\n\x06\x62roker\x18\x02 \x01(\x0b\x32\x16.brook.v1.BrokerRecordH\x00\x12\x35\n\rremove_broker\x18\x03 \x01(\x0b\x32\x1c.brook.v1.RemoveBrokerRecordH\x00\x12&\n\x05topic\x18\x04 \x01(\x0b\x32\x15.brook.v1.TopicRecordH\x00\x12\x33\n\x0cremove_topic\x18\x05 \x01(\x0b\x32\x1b.brook.v1.RemoveTopicRecordH\x00\x12.\n\tpartition\x18\x06 \x01(\x0b\x32\x19.brook.v1.PartitionRecordH\x00\x12(\n\x06\x63onfig\x18\x07 \x01(\x0b\x32\x16.brook.v1.ConfigRecordH\x00\x12\x33\n\x0cproducer_ids\x18\x08 \x01(\x0b\x32\x1b.brook.v1.ProducerIdsRecordH\x00\x12\x32\n\x0b\x63oordinator\x18\t \x01(\x0b\x32\x1b.brook.v1.CoordinatorRecordH\x00\x12\x44\n\x15user_scram_credential\x18\n \x01(\x0b\x32#.brook.v1.UserScramCredentialRecordH\x00\x12Q\n\x1cremove_user_scram_credential\x18\x0b \x01(\x0b\x32).brook.v1.RemoveUserScramCredentialRecordH\x00\x12\x42\n\x14\x61\x63\x63\x65ss_control_entry\x18\x0c \x01(\x0b\x32\".brook.v1.AccessControlEntryRecordH\x00\x12O\n\x1bremove_access_control_entry\x18\r \x01(\x0b\x32(.brook.v1.RemoveAccessControlEntryRecordH\x00\x12\x33\n\x0c\x63lient_quota\x18\x0e \x01(\x0b\x32\x1b.brook.v1.ClientQuotaRecordH\x00\x42\x08\n\x06record\"#\n\rClusterRecord\x12\x12\n\ncluster_id\x18\x01 \x01(\t\"\xd4\x01\n\x0c\x42rokerRecord\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x16\n\x0eincarnation_id\x18\x03 \x01(\t\x12 \n\x04role\x18\x04 \x01(\x0e\x32\x12.brook.v1.NodeRole\x12%\n\tendpoints\x18\x05 \x03(\x0b\x32\x12.brook.v1.Endpoint\x12\x0c\n\x04rack\x18\x06 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x07 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x08 \x01(\x08\";\n\x12RemoveBrokerRecord\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"?\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x10\n\x08internal\x18\x03 \x01(\x08\"3\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xd7\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x0e\n\x06leader\x18\x06 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x08 \x01(\x05\x12\x17\n\x0f\x61\x64\x64ing_replicas\x18\t \x03(\x05\x12\x19\n\x11removing_replicas\x18\n \x03(\x05\"\x86\x01\n\x0c\x43onfigRecord\x12\x33\n\rresource_type\x18\x01 \x01(\x0e\x32\x1c.brook.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"c\n\x11ProducerIdsRecord\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x19\n\x11\x66irst_producer_id\x18\x03 \x01(\x03\x12\x0c\n\x04size\x18\x04 \x01(\x03\"a\n\x11\x43oordinatorRecord\x12\x19\n\x11offsets_partition\x18\x01 \x01(\x05\x12\x16\n\x0e\x63oordinator_id\x18\x02 \x01(\x05\x12\x19\n\x11\x63oordinator_epoch\x18\x03 \x01(\x05\"\xa0\x01\n\x19UserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\tmechanism\x18\x02 \x01(\x0e\x32\x18.brook.v1.ScramMechanism\x12\x0c\n\x04salt\x18\x03 \x01(\x0c\x12\x12\n\nstored_key\x18\x04 \x01(\x0c\x12\x12\n\nserver_key\x18\x05 \x01(\x0c\x12\x12\n\niterations\x18\x06 \x01(\x05\"\\\n\x1fRemoveUserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\tmechanism\x18\x02 \x01(\x0e\x32\x18.brook.v1.ScramMechanism\"\xa1\x02\n\x18\x41\x63\x63\x65ssControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x30\n\rresource_type\x18\x02 \x01(\x0e\x32\x19.brook.v1.AclResourceType\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12.\n\x0cpattern_type\x18\x04 \x01(\x0e\x32\x18.brook.v1.AclPatternType\x12\x11\n\tprincipal\x18\x05 \x01(\t\x12\x0c\n\x04host\x18\x06 \x01(\t\x12)\n\toperation\x18\x07 \x01(\x0e\x32\x16.brook.v1.AclOperation\x12\x34\n\x0fpermission_type\x18\x08 \x01(\x0e\x32\x1b.brook.v1.AclPermissionType\",\n\x1eRemoveAccessControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\x0c\"V\n\x15\x43lientQuotaEntityPart\x12\x13\n\x0b\x65ntity_type\x18\x01 \x01(\t\x12\x18\n\x0b\x65ntity_name\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x0e\n\x0c_entity_name\"o\n\x11\x43lientQuotaRecord\x12/\n\x06\x65ntity\x18\x01 \x03(\x0b\x32\x1f.brook.v1.ClientQuotaEntityPart\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x12\n\x05value\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x08\n\x06_value*{\n\x12\x43onfigResourceType\x12$\n CONFIG_RESOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43ONFIG_RESOURCE_TYPE_TOPIC\x10\x02\x12\x1f\n\x1b\x43ONFIG_RESOURCE_TYPE_BROKER\x10\x04*w\n\x0eScramMechanism\x12\x1f\n\x1bSCRAM_MECHANISM_UNSPECIFIED\x10\x00\x12!\n\x1dSCRAM_MECHANISM_SCRAM_SHA_256\x10\x01\x12!\n\x1dSCRAM_MECHANISM_SCRAM_SHA_512\x10\x02*\x94\x02\n\x0f\x41\x63lResourceType\x12!\n\x1d\x41\x43L_RESOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x19\n\x15\x41\x43L_RESOURCE_TYPE_ANY\x10\x01\x12\x1b\n\x17\x41\x43L_RESOURCE_TYPE_TOPIC\x10\x02\x12\x1b\n\x17\x41\x43L_RESOURCE_TYPE_GROUP\x10\x03\x12\x1d\n\x19\x41\x43L_RESOURCE_TYPE_CLUSTER\x10\x04\x12&\n\"ACL_RESOURCE_TYPE_TRANSACTIONAL_ID\x10\x05\x12&\n\"ACL_RESOURCE_TYPE_DELEGATION_TOKEN\x10\x06\x12\x1a\n\x16\x41\x43L_RESOURCE_TYPE_USER\x10\x07*\xa5\x01\n\x0e\x41\x63lPatternType\x12 \n\x1c\x41\x43L_PATTERN_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x41\x43L_PATTERN_TYPE_ANY\x10\x01\x12\x1a\n\x16\x41\x43L_PATTERN_TYPE_MATCH\x10\x02\x12\x1c\n\x18\x41\x43L_PATTERN_TYPE_LITERAL\x10\x03\x12\x1d\n\x19\x41\x43L_PATTERN_TYPE_PREFIXED\x10\x04*\xc4\x03\n\x0c\x41\x63lOperation\x12\x1d\n\x19\x41\x43L_OPERATION_UNSPECIFIED\x10\x00\x12\x15\n\x11\x41\x43L_OPERATION_ANY\x10\x01\x12\x15\n\x11\x41\x43L_OPERATION_ALL\x10\x02\x12\x16\n\x12\x41\x43L_OPERATION_READ\x10\x03\x12\x17\n\x13\x41\x43L_OPERATION_WRITE\x10\x04\x12\x18\n\x14\x41\x43L_OPERATION_CREATE\x10\x05\x12\x18\n\x14\x41\x43L_OPERATION_DELETE\x10\x06\x12\x17\n\x13\x41\x43L_OPERATION_ALTER\x10\x07\x12\x1a\n\x16\x41\x43L_OPERATION_DESCRIBE\x10\x08\x12 \n\x1c\x41\x43L_OPERATION_CLUSTER_ACTION\x10\t\x12\"\n\x1e\x41\x43L_OPERATION_DESCRIBE_CONFIGS\x10\n\x12\x1f\n\x1b\x41\x43L_OPERATION_ALTER_CONFIGS\x10\x0b\x12\"\n\x1e\x41\x43L_OPERATION_IDEMPOTENT_WRITE\x10\x0c\x12\x1f\n\x1b\x41\x43L_OPERATION_CREATE_TOKENS\x10\r\x12!\n\x1d\x41\x43L_OPERATION_DESCRIBE_TOKENS\x10\x0e*\x92\x01\n\x11\x41\x63lPermissionType\x12#\n\x1f\x41\x43L_PERMISSION_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41\x43L_PERMISSION_TYPE_ANY\x10\x01\x12\x1c\n\x18\x41\x43L_PERMISSION_TYPE_DENY\x10\x02\x12\x1d\n\x19\x41\x43L_PERMISSION_TYPE_ALLOW\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'brook.v1.metadata_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONFIGRESOURCETYPE']._serialized_start=1504
-  _globals['_CONFIGRESOURCETYPE']._serialized_end=1627
+  _globals['_CONFIGRESOURCETYPE']._serialized_start=2655
+  _globals['_CONFIGRESOURCETYPE']._serialized_end=2778
+  _globals['_SCRAMMECHANISM']._serialized_start=2780
+  _globals['_SCRAMMECHANISM']._serialized_end=2899
+  _globals['_ACLRESOURCETYPE']._serialized_start=2902
+  _globals['_ACLRESOURCETYPE']._serialized_end=3178
+  _globals['_ACLPATTERNTYPE']._serialized_start=3181
+  _globals['_ACLPATTERNTYPE']._serialized_end=3346
+  _globals['_ACLOPERATION']._serialized_start=3349
+  _globals['_ACLOPERATION']._serialized_end=3801
+  _globals['_ACLPERMISSIONTYPE']._serialized_start=3804
+  _globals['_ACLPERMISSIONTYPE']._serialized_end=3950
   _globals['_METADATARECORD']._serialized_start=61
-  _globals['_METADATARECORD']._serialized_end=516
-  _globals['_CLUSTERRECORD']._serialized_start=518
-  _globals['_CLUSTERRECORD']._serialized_end=553
-  _globals['_BROKERRECORD']._serialized_start=556
-  _globals['_BROKERRECORD']._serialized_end=768
-  _globals['_REMOVEBROKERRECORD']._serialized_start=770
-  _globals['_REMOVEBROKERRECORD']._serialized_end=829
-  _globals['_TOPICRECORD']._serialized_start=831
-  _globals['_TOPICRECORD']._serialized_end=894
-  _globals['_REMOVETOPICRECORD']._serialized_start=896
-  _globals['_REMOVETOPICRECORD']._serialized_end=947
-  _globals['_PARTITIONRECORD']._serialized_start=950
-  _globals['_PARTITIONRECORD']._serialized_end=1165
-  _globals['_CONFIGRECORD']._serialized_start=1168
-  _globals['_CONFIGRECORD']._serialized_end=1302
-  _globals['_PRODUCERIDSRECORD']._serialized_start=1304
-  _globals['_PRODUCERIDSRECORD']._serialized_end=1403
-  _globals['_COORDINATORRECORD']._serialized_start=1405
-  _globals['_COORDINATORRECORD']._serialized_end=1502
+  _globals['_METADATARECORD']._serialized_end=871
+  _globals['_CLUSTERRECORD']._serialized_start=873
+  _globals['_CLUSTERRECORD']._serialized_end=908
+  _globals['_BROKERRECORD']._serialized_start=911
+  _globals['_BROKERRECORD']._serialized_end=1123
+  _globals['_REMOVEBROKERRECORD']._serialized_start=1125
+  _globals['_REMOVEBROKERRECORD']._serialized_end=1184
+  _globals['_TOPICRECORD']._serialized_start=1186
+  _globals['_TOPICRECORD']._serialized_end=1249
+  _globals['_REMOVETOPICRECORD']._serialized_start=1251
+  _globals['_REMOVETOPICRECORD']._serialized_end=1302
+  _globals['_PARTITIONRECORD']._serialized_start=1305
+  _globals['_PARTITIONRECORD']._serialized_end=1520
+  _globals['_CONFIGRECORD']._serialized_start=1523
+  _globals['_CONFIGRECORD']._serialized_end=1657
+  _globals['_PRODUCERIDSRECORD']._serialized_start=1659
+  _globals['_PRODUCERIDSRECORD']._serialized_end=1758
+  _globals['_COORDINATORRECORD']._serialized_start=1760
+  _globals['_COORDINATORRECORD']._serialized_end=1857
+  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_start=1860
+  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_end=2020
+  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_start=2022
+  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_end=2114
+  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_start=2117
+  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_end=2406
+  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_start=2408
+  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_end=2452
+  _globals['_CLIENTQUOTAENTITYPART']._serialized_start=2454
+  _globals['_CLIENTQUOTAENTITYPART']._serialized_end=2540
+  _globals['_CLIENTQUOTARECORD']._serialized_start=2542
+  _globals['_CLIENTQUOTARECORD']._serialized_end=2653
 # @@protoc_insertion_point(module_scope)

@@ -13,12 +13,97 @@ class ConfigResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONFIG_RESOURCE_TYPE_UNSPECIFIED: _ClassVar[ConfigResourceType]
     CONFIG_RESOURCE_TYPE_TOPIC: _ClassVar[ConfigResourceType]
     CONFIG_RESOURCE_TYPE_BROKER: _ClassVar[ConfigResourceType]
+
+class ScramMechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCRAM_MECHANISM_UNSPECIFIED: _ClassVar[ScramMechanism]
+    SCRAM_MECHANISM_SCRAM_SHA_256: _ClassVar[ScramMechanism]
+    SCRAM_MECHANISM_SCRAM_SHA_512: _ClassVar[ScramMechanism]
+
+class AclResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_RESOURCE_TYPE_UNSPECIFIED: _ClassVar[AclResourceType]
+    ACL_RESOURCE_TYPE_ANY: _ClassVar[AclResourceType]
+    ACL_RESOURCE_TYPE_TOPIC: _ClassVar[AclResourceType]
+    ACL_RESOURCE_TYPE_GROUP: _ClassVar[AclResourceType]
+    ACL_RESOURCE_TYPE_CLUSTER: _ClassVar[AclResourceType]
+    ACL_RESOURCE_TYPE_TRANSACTIONAL_ID: _ClassVar[AclResourceType]
+    ACL_RESOURCE_TYPE_DELEGATION_TOKEN: _ClassVar[AclResourceType]
+    ACL_RESOURCE_TYPE_USER: _ClassVar[AclResourceType]
+
+class AclPatternType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_PATTERN_TYPE_UNSPECIFIED: _ClassVar[AclPatternType]
+    ACL_PATTERN_TYPE_ANY: _ClassVar[AclPatternType]
+    ACL_PATTERN_TYPE_MATCH: _ClassVar[AclPatternType]
+    ACL_PATTERN_TYPE_LITERAL: _ClassVar[AclPatternType]
+    ACL_PATTERN_TYPE_PREFIXED: _ClassVar[AclPatternType]
+
+class AclOperation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_OPERATION_UNSPECIFIED: _ClassVar[AclOperation]
+    ACL_OPERATION_ANY: _ClassVar[AclOperation]
+    ACL_OPERATION_ALL: _ClassVar[AclOperation]
+    ACL_OPERATION_READ: _ClassVar[AclOperation]
+    ACL_OPERATION_WRITE: _ClassVar[AclOperation]
+    ACL_OPERATION_CREATE: _ClassVar[AclOperation]
+    ACL_OPERATION_DELETE: _ClassVar[AclOperation]
+    ACL_OPERATION_ALTER: _ClassVar[AclOperation]
+    ACL_OPERATION_DESCRIBE: _ClassVar[AclOperation]
+    ACL_OPERATION_CLUSTER_ACTION: _ClassVar[AclOperation]
+    ACL_OPERATION_DESCRIBE_CONFIGS: _ClassVar[AclOperation]
+    ACL_OPERATION_ALTER_CONFIGS: _ClassVar[AclOperation]
+    ACL_OPERATION_IDEMPOTENT_WRITE: _ClassVar[AclOperation]
+    ACL_OPERATION_CREATE_TOKENS: _ClassVar[AclOperation]
+    ACL_OPERATION_DESCRIBE_TOKENS: _ClassVar[AclOperation]
+
+class AclPermissionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_PERMISSION_TYPE_UNSPECIFIED: _ClassVar[AclPermissionType]
+    ACL_PERMISSION_TYPE_ANY: _ClassVar[AclPermissionType]
+    ACL_PERMISSION_TYPE_DENY: _ClassVar[AclPermissionType]
+    ACL_PERMISSION_TYPE_ALLOW: _ClassVar[AclPermissionType]
 CONFIG_RESOURCE_TYPE_UNSPECIFIED: ConfigResourceType
 CONFIG_RESOURCE_TYPE_TOPIC: ConfigResourceType
 CONFIG_RESOURCE_TYPE_BROKER: ConfigResourceType
+SCRAM_MECHANISM_UNSPECIFIED: ScramMechanism
+SCRAM_MECHANISM_SCRAM_SHA_256: ScramMechanism
+SCRAM_MECHANISM_SCRAM_SHA_512: ScramMechanism
+ACL_RESOURCE_TYPE_UNSPECIFIED: AclResourceType
+ACL_RESOURCE_TYPE_ANY: AclResourceType
+ACL_RESOURCE_TYPE_TOPIC: AclResourceType
+ACL_RESOURCE_TYPE_GROUP: AclResourceType
+ACL_RESOURCE_TYPE_CLUSTER: AclResourceType
+ACL_RESOURCE_TYPE_TRANSACTIONAL_ID: AclResourceType
+ACL_RESOURCE_TYPE_DELEGATION_TOKEN: AclResourceType
+ACL_RESOURCE_TYPE_USER: AclResourceType
+ACL_PATTERN_TYPE_UNSPECIFIED: AclPatternType
+ACL_PATTERN_TYPE_ANY: AclPatternType
+ACL_PATTERN_TYPE_MATCH: AclPatternType
+ACL_PATTERN_TYPE_LITERAL: AclPatternType
+ACL_PATTERN_TYPE_PREFIXED: AclPatternType
+ACL_OPERATION_UNSPECIFIED: AclOperation
+ACL_OPERATION_ANY: AclOperation
+ACL_OPERATION_ALL: AclOperation
+ACL_OPERATION_READ: AclOperation
+ACL_OPERATION_WRITE: AclOperation
+ACL_OPERATION_CREATE: AclOperation
+ACL_OPERATION_DELETE: AclOperation
+ACL_OPERATION_ALTER: AclOperation
+ACL_OPERATION_DESCRIBE: AclOperation
+ACL_OPERATION_CLUSTER_ACTION: AclOperation
+ACL_OPERATION_DESCRIBE_CONFIGS: AclOperation
+ACL_OPERATION_ALTER_CONFIGS: AclOperation
+ACL_OPERATION_IDEMPOTENT_WRITE: AclOperation
+ACL_OPERATION_CREATE_TOKENS: AclOperation
+ACL_OPERATION_DESCRIBE_TOKENS: AclOperation
+ACL_PERMISSION_TYPE_UNSPECIFIED: AclPermissionType
+ACL_PERMISSION_TYPE_ANY: AclPermissionType
+ACL_PERMISSION_TYPE_DENY: AclPermissionType
+ACL_PERMISSION_TYPE_ALLOW: AclPermissionType
 
 class MetadataRecord(_message.Message):
-    __slots__ = ("cluster", "broker", "remove_broker", "topic", "remove_topic", "partition", "config", "producer_ids", "coordinator")
+    __slots__ = ("cluster", "broker", "remove_broker", "topic", "remove_topic", "partition", "config", "producer_ids", "coordinator", "user_scram_credential", "remove_user_scram_credential", "access_control_entry", "remove_access_control_entry", "client_quota")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BROKER_FIELD_NUMBER: _ClassVar[int]
     REMOVE_BROKER_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +113,11 @@ class MetadataRecord(_message.Message):
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_IDS_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_FIELD_NUMBER: _ClassVar[int]
+    USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_QUOTA_FIELD_NUMBER: _ClassVar[int]
     cluster: ClusterRecord
     broker: BrokerRecord
     remove_broker: RemoveBrokerRecord
@@ -37,7 +127,12 @@ class MetadataRecord(_message.Message):
     config: ConfigRecord
     producer_ids: ProducerIdsRecord
     coordinator: CoordinatorRecord
-    def __init__(self, cluster: _Optional[_Union[ClusterRecord, _Mapping]] = ..., broker: _Optional[_Union[BrokerRecord, _Mapping]] = ..., remove_broker: _Optional[_Union[RemoveBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., coordinator: _Optional[_Union[CoordinatorRecord, _Mapping]] = ...) -> None: ...
+    user_scram_credential: UserScramCredentialRecord
+    remove_user_scram_credential: RemoveUserScramCredentialRecord
+    access_control_entry: AccessControlEntryRecord
+    remove_access_control_entry: RemoveAccessControlEntryRecord
+    client_quota: ClientQuotaRecord
+    def __init__(self, cluster: _Optional[_Union[ClusterRecord, _Mapping]] = ..., broker: _Optional[_Union[BrokerRecord, _Mapping]] = ..., remove_broker: _Optional[_Union[RemoveBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., coordinator: _Optional[_Union[CoordinatorRecord, _Mapping]] = ..., user_scram_credential: _Optional[_Union[UserScramCredentialRecord, _Mapping]] = ..., remove_user_scram_credential: _Optional[_Union[RemoveUserScramCredentialRecord, _Mapping]] = ..., access_control_entry: _Optional[_Union[AccessControlEntryRecord, _Mapping]] = ..., remove_access_control_entry: _Optional[_Union[RemoveAccessControlEntryRecord, _Mapping]] = ..., client_quota: _Optional[_Union[ClientQuotaRecord, _Mapping]] = ...) -> None: ...
 
 class ClusterRecord(_message.Message):
     __slots__ = ("cluster_id",)
@@ -148,3 +243,71 @@ class CoordinatorRecord(_message.Message):
     coordinator_id: int
     coordinator_epoch: int
     def __init__(self, offsets_partition: _Optional[int] = ..., coordinator_id: _Optional[int] = ..., coordinator_epoch: _Optional[int] = ...) -> None: ...
+
+class UserScramCredentialRecord(_message.Message):
+    __slots__ = ("name", "mechanism", "salt", "stored_key", "server_key", "iterations")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    STORED_KEY_FIELD_NUMBER: _ClassVar[int]
+    SERVER_KEY_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: ScramMechanism
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[_Union[ScramMechanism, str]] = ..., salt: _Optional[bytes] = ..., stored_key: _Optional[bytes] = ..., server_key: _Optional[bytes] = ..., iterations: _Optional[int] = ...) -> None: ...
+
+class RemoveUserScramCredentialRecord(_message.Message):
+    __slots__ = ("name", "mechanism")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: ScramMechanism
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[_Union[ScramMechanism, str]] = ...) -> None: ...
+
+class AccessControlEntryRecord(_message.Message):
+    __slots__ = ("id", "resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission_type")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    id: bytes
+    resource_type: AclResourceType
+    resource_name: str
+    pattern_type: AclPatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+    def __init__(self, id: _Optional[bytes] = ..., resource_type: _Optional[_Union[AclResourceType, str]] = ..., resource_name: _Optional[str] = ..., pattern_type: _Optional[_Union[AclPatternType, str]] = ..., principal: _Optional[str] = ..., host: _Optional[str] = ..., operation: _Optional[_Union[AclOperation, str]] = ..., permission_type: _Optional[_Union[AclPermissionType, str]] = ...) -> None: ...
+
+class RemoveAccessControlEntryRecord(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: bytes
+    def __init__(self, id: _Optional[bytes] = ...) -> None: ...
+
+class ClientQuotaEntityPart(_message.Message):
+    __slots__ = ("entity_type", "entity_name")
+    ENTITY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_NAME_FIELD_NUMBER: _ClassVar[int]
+    entity_type: str
+    entity_name: str
+    def __init__(self, entity_type: _Optional[str] = ..., entity_name: _Optional[str] = ...) -> None: ...
+
+class ClientQuotaRecord(_message.Message):
+    __slots__ = ("entity", "key", "value")
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    entity: _containers.RepeatedCompositeFieldContainer[ClientQuotaEntityPart]
+    key: str
+    value: float
+    def __init__(self, entity: _Optional[_Iterable[_Union[ClientQuotaEntityPart, _Mapping]]] = ..., key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""Security: principals, TLS, authentication, authorization and quotas (docs/security.md)."""
