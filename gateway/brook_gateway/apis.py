@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from brook.security.principal import ANONYMOUS, Principal
 from brook_gateway.protocol.codec import Message, codec_for
 from brook_gateway.protocol.frames import RequestHeader
 from brook_gateway.protocol.kafka_messages import RESPONSES, ApiKey
@@ -85,10 +86,18 @@ class RequestContext:
     """The broker the connection was made to: the storage node id whose own port
     (kafka.node.port.base + id) accepted it; None on the gateway's PLAINTEXT (bootstrap)
     listener, which stands for every broker the gateway presents."""
+    principal: Principal = ANONYMOUS
+    """Who sent the request: the connection's authenticated principal (SASL user or TLS
+    client certificate), ``User:ANONYMOUS`` on a connection that did not authenticate."""
 
     @property
     def api_version(self) -> int:
         return self.header.api_version
+
+    @property
+    def client_host(self) -> str:
+        """The client's IP address (ACLs name hosts by it)."""
+        return self.peer.rpartition(":")[0] or self.peer
 
 
 Handle = Callable[[Message, RequestContext], Awaitable[Message | None]]
