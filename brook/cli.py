@@ -9,6 +9,7 @@
     brook log-dirs describe        partition logs, cleaned and dirty sizes (brook.tools.log_dirs)
     brook delete-records ...       delete records below offsets (brook.tools.delete_records)
     brook dump-log FILE...         segment, index and snapshot files decoded (brook.tools.dump_log)
+    brook acls --add|--remove|--list ...  ACLs, as kafka-acls (brook.tools.acls)
 
 Each subcommand is one function taking the argparse subparsers object: it adds its parser and
 sets `func`, the handler that receives the parsed arguments and returns the exit status. To add
@@ -29,6 +30,7 @@ from brook.health import add_health_command
 from brook.launcher import add_cluster_command
 from brook.server import ServiceSpec, add_service_arguments, run_service
 from brook.tools import add_tool_commands
+from brook.tools.acls import add_acls_command
 from brook.tools.delete_records import add_delete_records_command
 from brook.tools.dump_log import add_dump_log_command
 from brook.tools.groups import add_groups_command
@@ -108,6 +110,7 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
     add_reassign_command,
     add_delete_records_command,
     add_dump_log_command,
+    add_acls_command,
 )
 
 

@@ -32,6 +32,15 @@ coordinator and merges. Log end offsets come from ListOffsets at each partition'
             print(tp.topic, tp.partition, lag.committed_offset, lag.log_end_offset, lag.lag)
         admin.reset_consumer_group_offsets("billing", ["events"], to="earliest")
 
+ACLs (Kafka's AclBinding / AclBindingFilter, brook.security.acl) through the controllers:
+
+    from brook.security.acl import AclBinding, AclBindingFilter, Operation, PatternType, ...
+
+    with Admin("127.0.0.1:9201") as admin:
+        admin.create_acls([AclBinding(ResourceType.TOPIC, "orders-", PatternType.PREFIXED,
+                                      "User:alice", "*", Operation.WRITE, Permission.ALLOW)])
+        print(admin.describe_acls(AclBindingFilter(principal="User:alice")))
+
 Transactions (Kafka's Admin meanings): ``list_transactions`` asks every coordinator,
 ``describe_transactions`` each id's coordinator (FindCoordinator with key type TRANSACTION),
 ``describe_producers`` and ``abort_transaction`` (an ABORT marker, for a hanging transaction)
@@ -76,6 +85,7 @@ from brook.rpc.quorum import (
     attempts_within,
     call_active_controller_sync,
 )
+from brook.security.acl import AclBinding, AclBindingFilter
 from brook.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -859,6 +869,62 @@ class Admin(Closing):
                 tuple(r.replicas), tuple(r.adding_replicas), tuple(r.removing_replicas)
             )
             for r in response.reassignments
+        }
+
+    # ------------------------------------------------------------------ ACLs
+
+    def create_acls(
+        self, bindings: Sequence[AclBinding], *, timeout_ms: int | None = None
+    ) -> dict[AclBinding, ApiError | None]:
+        """Creates the ACLs; per binding None or its error (INVALID_REQUEST naming what is
+        wrong with it). An ACL that exists already is not stored twice."""
+        request = admin_pb2.CreateAclsRequest(
+            creations=[binding.to_proto() for binding in bindings],
+            timeout_ms=timeout_ms or self._api_timeout_ms,
+        )
+        response = self._call(
+            lambda stub, t: stub.CreateAcls(request, timeout=t),
+            lambda r: [result.error_code for result in r.results],
+            timeout_ms,
+        )
+        return {
+            binding: _error(result.error_code, result.error_message)
+            for binding, result in zip(bindings, response.results, strict=True)
+        }
+
+    def describe_acls(
+        self, acl_filter: AclBindingFilter, *, timeout_ms: int | None = None
+    ) -> list[AclBinding]:
+        """The ACLs the filter matches; ApiError for an invalid filter."""
+        request = admin_pb2.DescribeAclsRequest(filter=acl_filter.to_proto())
+        response = self._call(
+            lambda stub, t: stub.DescribeAcls(request, timeout=t),
+            lambda r: [r.error_code],
+            timeout_ms,
+        )
+        error = _error(response.error_code, response.error_message)
+        if error is not None:
+            raise error
+        return [AclBinding.from_proto(binding) for binding in response.acls]
+
+    def delete_acls(
+        self, filters: Sequence[AclBindingFilter], *, timeout_ms: int | None = None
+    ) -> dict[AclBindingFilter, list[AclBinding] | ApiError]:
+        """Deletes every ACL each filter matches; per filter the ACLs deleted, or its error
+        (then nothing was deleted for it)."""
+        request = admin_pb2.DeleteAclsRequest(
+            filters=[f.to_proto() for f in filters],
+            timeout_ms=timeout_ms or self._api_timeout_ms,
+        )
+        response = self._call(
+            lambda stub, t: stub.DeleteAcls(request, timeout=t),
+            lambda r: [result.error_code for result in r.results],
+            timeout_ms,
+        )
+        return {
+            acl_filter: _error(result.error_code, result.error_message)
+            or [AclBinding.from_proto(binding) for binding in result.matching_acls]
+            for acl_filter, result in zip(filters, response.results, strict=True)
         }
 
     # ------------------------------------------------------------------ consumer groups

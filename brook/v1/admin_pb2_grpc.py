@@ -96,6 +96,21 @@ class AdminServiceStub:
                 request_serializer=brook_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
                 response_deserializer=brook_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/brook.v1.AdminService/CreateAcls',
+                request_serializer=brook_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/brook.v1.AdminService/DescribeAcls',
+                request_serializer=brook_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/brook.v1.AdminService/DeleteAcls',
+                request_serializer=brook_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -181,6 +196,26 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """ACLs (Kafka's CreateAcls / DescribeAcls / DeleteAcls), kept in the metadata log as
+        AccessControlEntryRecords; stored whether or not any service enforces them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -238,6 +273,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.UnregisterBroker,
                     request_deserializer=brook_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.FromString,
                     response_serializer=brook_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=brook_dot_v1_dot_admin__pb2.CreateAclsRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_admin__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=brook_dot_v1_dot_admin__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_admin__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=brook_dot_v1_dot_admin__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_admin__pb2.DeleteAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -544,6 +594,87 @@ class AdminService:
             '/brook.v1.AdminService/UnregisterBroker',
             brook_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
             brook_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.AdminService/CreateAcls',
+            brook_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+            brook_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.AdminService/DescribeAcls',
+            brook_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+            brook_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.AdminService/DeleteAcls',
+            brook_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+            brook_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,6 +24,7 @@ from brook.config import Config, Listener
 from brook.membership import ClusterMembership, MembershipError
 from brook.server import ServiceContext, ServiceSpec
 from brook.v1 import common_pb2
+from brook_gateway.acl_apis import acl_handlers
 from brook_gateway.admin_apis import admin_handlers
 from brook_gateway.api_versions import api_versions_handler
 from brook_gateway.apis import Dispatcher
@@ -53,6 +54,7 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
         handlers = (
             *data_handlers(backend),
             *admin_handlers(backend),
+            *acl_handlers(backend),
             *group_handlers(backend, routers),
             *txn_handlers(backend, routers),
         )

@@ -12,6 +12,10 @@
 //     each sending TXN_RECORDS records per partition: committed; aborted; committed with
 //     offsets for GROUP (sendOffsets); aborted with other offsets for GROUP. Reports what each
 //     sent.
+//   node kafkajs_client.mjs acls BOOTSTRAP PRINCIPAL
+//     creates two ACLs of PRINCIPAL (Write on topics prefixed "kjs-", Read on group
+//     "kjs-group"), describes PRINCIPAL's ACLs, then deletes its topic ACLs; reports
+//     {created, described, deleted} as kafkajs returns them.
 //
 // Each prints one JSON object on stdout; kafkajs's own log goes to stderr. The Python test
 // asserts on the JSON; this script checks nothing itself beyond exiting non-zero on an error.
@@ -22,7 +26,16 @@ import process from "node:process";
 // kafkajs lives in the repository root's node_modules (package.json there; tools/install-dev
 // installs it), so it is resolved from the root whatever the working directory.
 const require = createRequire(new URL("../../package.json", import.meta.url));
-const { Kafka, CompressionTypes, Partitioners, logLevel } = require("kafkajs");
+const {
+  Kafka,
+  CompressionTypes,
+  Partitioners,
+  logLevel,
+  AclResourceTypes,
+  AclOperationTypes,
+  AclPermissionTypes,
+  ResourcePatternTypes,
+} = require("kafkajs");
 
 const PARTITIONS = 2;
 const RECORDS = 15;
@@ -237,7 +250,59 @@ async function transact() {
   return { transactions };
 }
 
-const phases = { produce, consume, transact };
+// The acls phase names the principal where the others name the topic.
+async function acls() {
+  const principal = topic;
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const created = await admin.createAcls({
+      acl: [
+        {
+          resourceType: AclResourceTypes.TOPIC,
+          resourceName: "kjs-",
+          resourcePatternType: ResourcePatternTypes.PREFIXED,
+          principal,
+          host: "*",
+          operation: AclOperationTypes.WRITE,
+          permissionType: AclPermissionTypes.ALLOW,
+        },
+        {
+          resourceType: AclResourceTypes.GROUP,
+          resourceName: "kjs-group",
+          resourcePatternType: ResourcePatternTypes.LITERAL,
+          principal,
+          host: "*",
+          operation: AclOperationTypes.READ,
+          permissionType: AclPermissionTypes.ALLOW,
+        },
+      ],
+    });
+    const described = await admin.describeAcls({
+      resourceType: AclResourceTypes.ANY,
+      resourcePatternType: ResourcePatternTypes.ANY,
+      principal,
+      operation: AclOperationTypes.ANY,
+      permissionType: AclPermissionTypes.ANY,
+    });
+    const deleted = await admin.deleteAcls({
+      filters: [
+        {
+          resourceType: AclResourceTypes.TOPIC,
+          resourcePatternType: ResourcePatternTypes.ANY,
+          principal,
+          operation: AclOperationTypes.ANY,
+          permissionType: AclPermissionTypes.ANY,
+        },
+      ],
+    });
+    return { created, described, deleted };
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+const phases = { produce, consume, transact, acls };
 try {
   if (!(phase in phases)) throw new Error(`unknown phase ${phase}`);
   process.stdout.write(`${JSON.stringify(await phases[phase]())}\n`);

@@ -42,6 +42,9 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
@@ -1620,6 +1623,168 @@ TXN_OFFSET_COMMIT_RESPONSE: Final = MessageSpec(
 )
 
 
+DESCRIBE_ACLS_REQUEST: Final = MessageSpec(
+    "DescribeAclsRequest",
+    29,
+    (0, 3),
+    (2, HI),
+    (
+        F("resource_type_filter", "int8", (0, HI)),
+        F("resource_name_filter", "string", (0, HI), nullable=(0, HI)),
+        F("pattern_type_filter", "int8", (1, HI), default=3),
+        F("principal_filter", "string", (0, HI), nullable=(0, HI)),
+        F("host_filter", "string", (0, HI), nullable=(0, HI)),
+        F("operation", "int8", (0, HI)),
+        F("permission_type", "int8", (0, HI)),
+    ),
+)
+
+
+DESCRIBE_ACLS_RESPONSE: Final = MessageSpec(
+    "DescribeAclsResponse",
+    29,
+    (0, 3),
+    (2, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F("error_code", "int16", (0, HI)),
+        F("error_message", "string", (0, HI), nullable=(0, HI)),
+        F(
+            "resources",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("resource_type", "int8", (0, HI)),
+                F("resource_name", "string", (0, HI)),
+                F("pattern_type", "int8", (1, HI), default=3),
+                F(
+                    "acls",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("principal", "string", (0, HI)),
+                        F("host", "string", (0, HI)),
+                        F("operation", "int8", (0, HI)),
+                        F("permission_type", "int8", (0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+CREATE_ACLS_REQUEST: Final = MessageSpec(
+    "CreateAclsRequest",
+    30,
+    (0, 3),
+    (2, HI),
+    (
+        F(
+            "creations",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("resource_type", "int8", (0, HI)),
+                F("resource_name", "string", (0, HI)),
+                F("resource_pattern_type", "int8", (1, HI), default=3),
+                F("principal", "string", (0, HI)),
+                F("host", "string", (0, HI)),
+                F("operation", "int8", (0, HI)),
+                F("permission_type", "int8", (0, HI)),
+            ),
+        ),
+    ),
+)
+
+
+CREATE_ACLS_RESPONSE: Final = MessageSpec(
+    "CreateAclsResponse",
+    30,
+    (0, 3),
+    (2, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "results",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("error_code", "int16", (0, HI)),
+                F("error_message", "string", (0, HI), nullable=(0, HI)),
+            ),
+        ),
+    ),
+)
+
+
+DELETE_ACLS_REQUEST: Final = MessageSpec(
+    "DeleteAclsRequest",
+    31,
+    (0, 3),
+    (2, HI),
+    (
+        F(
+            "filters",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("resource_type_filter", "int8", (0, HI)),
+                F("resource_name_filter", "string", (0, HI), nullable=(0, HI)),
+                F("pattern_type_filter", "int8", (1, HI), default=3),
+                F("principal_filter", "string", (0, HI), nullable=(0, HI)),
+                F("host_filter", "string", (0, HI), nullable=(0, HI)),
+                F("operation", "int8", (0, HI)),
+                F("permission_type", "int8", (0, HI)),
+            ),
+        ),
+    ),
+)
+
+
+DELETE_ACLS_RESPONSE: Final = MessageSpec(
+    "DeleteAclsResponse",
+    31,
+    (0, 3),
+    (2, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "filter_results",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("error_code", "int16", (0, HI)),
+                F("error_message", "string", (0, HI), nullable=(0, HI)),
+                F(
+                    "matching_acls",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("error_code", "int16", (0, HI)),
+                        F("error_message", "string", (0, HI), nullable=(0, HI)),
+                        F("resource_type", "int8", (0, HI)),
+                        F("resource_name", "string", (0, HI)),
+                        F("pattern_type", "int8", (1, HI), default=3),
+                        F("principal", "string", (0, HI)),
+                        F("host", "string", (0, HI)),
+                        F("operation", "int8", (0, HI)),
+                        F("permission_type", "int8", (0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
 DESCRIBE_CONFIGS_REQUEST: Final = MessageSpec(
     "DescribeConfigsRequest",
     32,
@@ -2204,6 +2369,9 @@ REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.END_TXN: END_TXN_REQUEST,
     ApiKey.WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_REQUEST,
     ApiKey.TXN_OFFSET_COMMIT: TXN_OFFSET_COMMIT_REQUEST,
+    ApiKey.DESCRIBE_ACLS: DESCRIBE_ACLS_REQUEST,
+    ApiKey.CREATE_ACLS: CREATE_ACLS_REQUEST,
+    ApiKey.DELETE_ACLS: DELETE_ACLS_REQUEST,
     ApiKey.DESCRIBE_CONFIGS: DESCRIBE_CONFIGS_REQUEST,
     ApiKey.ALTER_CONFIGS: ALTER_CONFIGS_REQUEST,
     ApiKey.SASL_AUTHENTICATE: SASL_AUTHENTICATE_REQUEST,
@@ -2244,6 +2412,9 @@ RESPONSES: Final[dict[int, MessageSpec]] = {
     ApiKey.END_TXN: END_TXN_RESPONSE,
     ApiKey.WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_RESPONSE,
     ApiKey.TXN_OFFSET_COMMIT: TXN_OFFSET_COMMIT_RESPONSE,
+    ApiKey.DESCRIBE_ACLS: DESCRIBE_ACLS_RESPONSE,
+    ApiKey.CREATE_ACLS: CREATE_ACLS_RESPONSE,
+    ApiKey.DELETE_ACLS: DELETE_ACLS_RESPONSE,
     ApiKey.DESCRIBE_CONFIGS: DESCRIBE_CONFIGS_RESPONSE,
     ApiKey.ALTER_CONFIGS: ALTER_CONFIGS_RESPONSE,
     ApiKey.SASL_AUTHENTICATE: SASL_AUTHENTICATE_RESPONSE,

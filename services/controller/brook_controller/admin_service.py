@@ -12,6 +12,8 @@ AlterPartitionReassignments starts, retargets or cancels moves of partitions bet
 (reassignment.py); each partition succeeds or fails on its own, and the request is answered
 once the first step is committed, not when the data has moved: ListPartitionReassignments
 shows what is still moving.
+
+CreateAcls, DescribeAcls and DeleteAcls keep Kafka's ACLs in the metadata log (acls.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Final, TypeVar
 
 from brook.errors import BrookError, ErrorCode
 from brook.v1 import admin_pb2, admin_pb2_grpc, metadata_pb2, storage_pb2
+from brook_controller.acls import create_acls, delete_acls, describe_acls
 from brook_controller.changes import ChangeSet
 from brook_controller.election import preferred_election, unclean_election
 from brook_controller.quorum_controller import QuorumController
@@ -455,6 +458,45 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             )
         self._controller.leases.forget(request.node_id)
         return admin_pb2.UnregisterBrokerResponse()
+
+    # ------------------------------------------------------------------ ACLs
+
+    async def CreateAcls(
+        self, request: admin_pb2.CreateAclsRequest, context: Any
+    ) -> admin_pb2.CreateAclsResponse:
+        results = await _guarded(
+            lambda: self._controller.write(
+                lambda changes: create_acls(changes, request.creations),
+                self._deadline(request.timeout_ms),
+            ),
+            request.creations,
+            lambda _: admin_pb2.CreateAclsResult(),
+            "CreateAcls",
+        )
+        return admin_pb2.CreateAclsResponse(results=results)
+
+    async def DescribeAcls(
+        self, request: admin_pb2.DescribeAclsRequest, context: Any
+    ) -> admin_pb2.DescribeAclsResponse:
+        try:
+            await self._controller.read_point(self._controller.deadline())
+        except BrookError as error:
+            return _fail(admin_pb2.DescribeAclsResponse(), error)  # type: ignore[no-any-return]
+        return describe_acls(self._controller.view.image.acls.values(), request.filter)
+
+    async def DeleteAcls(
+        self, request: admin_pb2.DeleteAclsRequest, context: Any
+    ) -> admin_pb2.DeleteAclsResponse:
+        results = await _guarded(
+            lambda: self._controller.write(
+                lambda changes: delete_acls(changes, request.filters),
+                self._deadline(request.timeout_ms),
+            ),
+            request.filters,
+            lambda _: admin_pb2.DeleteAclsFilterResult(),
+            "DeleteAcls",
+        )
+        return admin_pb2.DeleteAclsResponse(results=results)
 
 
 def _refused_auto_creations(

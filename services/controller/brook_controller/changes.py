@@ -15,6 +15,7 @@ from brook.v1 import metadata_pb2
 from brook_controller.commands import state_digest
 from brook_controller.image import (
     ControllerImage,
+    acls_key,
     broker_key,
     cluster_key,
     configs_key,
@@ -131,6 +132,18 @@ class ChangeSet:
         key = coordinator_key(coordinator.offsets_partition)
         self.require(key)
         self._records[key] = metadata_pb2.MetadataRecord(coordinator=coordinator)
+
+    def put_acl(self, acl: metadata_pb2.AccessControlEntryRecord) -> None:
+        self.require(acls_key())
+        self._records[f"{acls_key()}/{acl.id.hex()}"] = metadata_pb2.MetadataRecord(
+            access_control_entry=acl
+        )
+
+    def remove_acl(self, acl_id: bytes) -> None:
+        self.require(acls_key())
+        self._records[f"{acls_key()}/{acl_id.hex()}"] = metadata_pb2.MetadataRecord(
+            remove_access_control_entry=metadata_pb2.RemoveAccessControlEntryRecord(id=acl_id)
+        )
 
     # ------------------------------------------------------------------ result
 

@@ -28,6 +28,7 @@ __all__ = [
     "TOPIC",
     "ConfigKey",
     "ControllerImage",
+    "acls_key",
     "broker_key",
     "cluster_key",
     "configs_key",
@@ -78,6 +79,12 @@ def producer_ids_key() -> str:
 
 def coordinator_key(offsets_partition: int) -> str:
     return f"coordinator/{offsets_partition}"
+
+
+def acls_key() -> str:
+    """Every ACL at once: ACL changes are rare, and CreateAcls' duplicate check reads them
+    all."""
+    return "acls"
 
 
 def _serialize(message: Message) -> bytes:
@@ -147,6 +154,9 @@ class ControllerImage(MetadataImage):
             message = self.producer_ids
         elif kind == "coordinator":
             message = self.coordinators.get(int(rest))
+        elif kind == "acls":
+            # An ACL never changes under its id: the set of ids is the state.
+            return b"".join(sorted(self.acls))
         else:
             raise ValueError(f"unknown object key {key!r}")
         # An absent object and an empty one must differ.
