@@ -34,6 +34,7 @@ __all__ = [
     "coordinator_key",
     "partition_key",
     "producer_ids_key",
+    "scram_credential_key",
     "topic_family_key",
     "topic_name_key",
 ]
@@ -78,6 +79,11 @@ def producer_ids_key() -> str:
 
 def coordinator_key(offsets_partition: int) -> str:
     return f"coordinator/{offsets_partition}"
+
+
+def scram_credential_key(name: str, mechanism: int) -> str:
+    """A user's credential for one mechanism (the name last: it may hold '/')."""
+    return f"scram/{mechanism}/{name}"
 
 
 def _serialize(message: Message) -> bytes:
@@ -147,6 +153,9 @@ class ControllerImage(MetadataImage):
             message = self.producer_ids
         elif kind == "coordinator":
             message = self.coordinators.get(int(rest))
+        elif kind == "scram":
+            mechanism, _, name = rest.partition("/")
+            message = self.scram_credentials.get((name, int(mechanism)))
         else:
             raise ValueError(f"unknown object key {key!r}")
         # An absent object and an empty one must differ.
