@@ -66,6 +66,8 @@ APIS: Final = (
     "IncrementalAlterConfigs",
     "AlterPartitionReassignments",
     "ListPartitionReassignments",
+    "DescribeUserScramCredentials",
+    "AlterUserScramCredentials",
     "DescribeProducers",
     "DescribeTransactions",
     "ListTransactions",
