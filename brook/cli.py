@@ -9,6 +9,7 @@
     brook log-dirs describe        partition logs, cleaned and dirty sizes (brook.tools.log_dirs)
     brook delete-records ...       delete records below offsets (brook.tools.delete_records)
     brook dump-log FILE...         segment, index and snapshot files decoded (brook.tools.dump_log)
+    brook users add|delete|list    users' SCRAM credentials (brook.tools.users)
 
 Each subcommand is one function taking the argparse subparsers object: it adds its parser and
 sets `func`, the handler that receives the parsed arguments and returns the exit status. To add
@@ -35,6 +36,7 @@ from brook.tools.groups import add_groups_command
 from brook.tools.log_dirs import add_log_dirs_command
 from brook.tools.reassign import add_reassign_command
 from brook.tools.transactions import add_transactions_command
+from brook.tools.users import add_users_command
 
 __all__ = ["COMMANDS", "SERVICE_PACKAGES", "installed_version", "load_service_spec", "main"]
 
@@ -108,6 +110,7 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
     add_reassign_command,
     add_delete_records_command,
     add_dump_log_command,
+    add_users_command,
 )
 
 
