@@ -11,8 +11,9 @@ In order:
    TLS (over plaintext the password has been exposed on the wire: the call is refused, so the
    mistake shows at once). The password is checked against the user's SCRAM credentials in the
    metadata image (brook.security.scram.verify_password; either mechanism's will do): the
-   stored keys only prove a password, never reveal it. An unknown user costs the same PBKDF2
-   as a wrong password, so timing does not tell which users exist.
+   stored keys only prove a password, never reveal it. An unknown user's password is checked
+   against decoy credentials (both mechanisms, default iterations), so timing does not tell
+   which users exist.
 3. Nothing: ``User:ANONYMOUS``.
 
 A bad or malformed credential aborts the call with UNAUTHENTICATED and a message naming the
@@ -84,7 +85,8 @@ class GrpcIdentity:
         # Keys the password hashes of the cache: they match nothing outside this process.
         self._cache_key = secrets.token_bytes(32)
         # What an unknown user's password is checked against (see the module doc).
-        self._decoy = new_credential(MECHANISMS["SCRAM-SHA-512"], "", secrets.token_hex(16))
+        decoy_password = secrets.token_hex(16)
+        self._decoys = [new_credential(m, "", decoy_password) for m in MECHANISMS.values()]
 
     async def principal_of(self, context: grpc.aio.ServicerContext) -> Principal:
         """The call's principal; aborts the call (UNAUTHENTICATED) for a bad credential."""
@@ -107,11 +109,13 @@ class GrpcIdentity:
                 context, "the authorization metadata is not 'Basic base64(user:password)'"
             )
         name, password = credentials
-        if not await self._check(name, password):
+        if not await self.password_matches(name, password):
             await _refuse(context, "authentication failed: wrong user name or password")
         return user(name)
 
-    async def _check(self, name: str, password: str) -> bool:
+    async def password_matches(self, name: str, password: str) -> bool:
+        """Whether ``password`` is ``name``'s by any of its SCRAM credentials in the image (a
+        check of the kind SASL PLAIN needs too): from the cache, else in a worker thread."""
         image = self._image()
         credentials = [
             found
@@ -125,7 +129,7 @@ class GrpcIdentity:
                 self._verified.move_to_end(key)
                 return True
         async with self._checks:
-            for credential in credentials or [self._decoy]:
+            for credential in credentials or self._decoys:
                 if await asyncio.to_thread(verify_password, credential, password):
                     if credentials:
                         self._remember((name, secret, credential.stored_key))

@@ -242,9 +242,9 @@ def test_the_cache_is_bounded() -> None:
 
     async def scenario() -> None:
         for name in users:
-            assert await identity._check(name, "pw")
+            assert await identity.password_matches(name, "pw")
             assert identity.cached_checks <= 2
-        assert not await identity._check(users[0], "other")
+        assert not await identity.password_matches(users[0], "other")
 
     asyncio.run(scenario())
 
@@ -268,7 +268,7 @@ def test_checks_run_off_the_event_loop() -> None:
 
         ticking = asyncio.create_task(ticker())
         started = loop.time()
-        results = await asyncio.gather(*(identity._check("bob", "pw") for _ in range(6)))
+        results = await asyncio.gather(*(identity.password_matches("bob", "pw") for _ in range(6)))
         elapsed = loop.time() - started
         done.set()
         await ticking
