@@ -10,6 +10,7 @@
     brook delete-records ...       delete records below offsets (brook.tools.delete_records)
     brook dump-log FILE...         segment, index and snapshot files decoded (brook.tools.dump_log)
     brook acls --add|--remove|--list ...  ACLs, as kafka-acls (brook.tools.acls)
+    brook users add|delete|list    users' SCRAM credentials (brook.tools.users)
 
 Each subcommand is one function taking the argparse subparsers object: it adds its parser and
 sets `func`, the handler that receives the parsed arguments and returns the exit status. To add
@@ -37,6 +38,7 @@ from brook.tools.groups import add_groups_command
 from brook.tools.log_dirs import add_log_dirs_command
 from brook.tools.reassign import add_reassign_command
 from brook.tools.transactions import add_transactions_command
+from brook.tools.users import add_users_command
 
 __all__ = ["COMMANDS", "SERVICE_PACKAGES", "installed_version", "load_service_spec", "main"]
 
@@ -111,6 +113,7 @@ COMMANDS: Final[Sequence[Callable[[Any], None]]] = (
     add_delete_records_command,
     add_dump_log_command,
     add_acls_command,
+    add_users_command,
 )
 
 

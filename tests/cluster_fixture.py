@@ -27,6 +27,7 @@ import grpc
 import pytest
 
 from brook.launcher import DEFAULT_HOST, LocalCluster, ProcessSpec, Role, Topology
+from brook.metadata.image import MetadataImage
 from brook.ports import port_is_free
 from brook.rpc.channels import sync_channel
 from brook.v1 import controller_pb2, controller_pb2_grpc
@@ -91,9 +92,9 @@ def wait_until(
     return time.monotonic() - started
 
 
-def coordinator_owners(cluster: LocalCluster) -> dict[int, int]:
-    """__consumer_offsets partition -> the group coordinator the controllers assign it to, as
-    the first reachable controller's metadata snapshot says ({} if none answers)."""
+def metadata_image(cluster: LocalCluster) -> MetadataImage | None:
+    """The metadata image of the first reachable controller's snapshot (None if none
+    answers)."""
     request = controller_pb2.WatchMetadataRequest(node_id=-1, after_offset=-1)
     for address in cluster.controller_bootstrap_servers.split(","):
         with sync_channel(address) as channel:
@@ -105,12 +106,17 @@ def coordinator_owners(cluster: LocalCluster) -> dict[int, int]:
                 continue
             finally:
                 stream.cancel()
-            return {
-                r.coordinator.offsets_partition: r.coordinator.coordinator_id
-                for r in first.records
-                if r.WhichOneof("record") == "coordinator"
-            }
-    return {}
+            return MetadataImage.from_records(first.records, first.offset)
+    return None
+
+
+def coordinator_owners(cluster: LocalCluster) -> dict[int, int]:
+    """__consumer_offsets partition -> the group coordinator the controllers assign it to, as
+    the first reachable controller's metadata snapshot says ({} if none answers)."""
+    image = metadata_image(cluster)
+    if image is None:
+        return {}
+    return {index: c.coordinator_id for index, c in image.coordinators.items()}
 
 
 def wait_for_coordinator_balance(

@@ -69,6 +69,8 @@ APIS: Final = (
     "IncrementalAlterConfigs",
     "AlterPartitionReassignments",
     "ListPartitionReassignments",
+    "DescribeUserScramCredentials",
+    "AlterUserScramCredentials",
     "DescribeProducers",
     "DescribeTransactions",
     "ListTransactions",

@@ -41,6 +41,15 @@ ACLs (Kafka's AclBinding / AclBindingFilter, brook.security.acl) through the con
                                       "User:alice", "*", Operation.WRITE, Permission.ALLOW)])
         print(admin.describe_acls(AclBindingFilter(principal="User:alice")))
 
+Users' SCRAM credentials (Kafka's AlterUserScramCredentials / DescribeUserScramCredentials):
+``alter_user_scram_credentials`` salts and hashes each password here (the password never
+leaves the client) and sends the SaltedPassword; ``describe_user_scram_credentials`` tells the
+mechanisms and iteration counts, never more.
+
+    with Admin("127.0.0.1:9201") as admin:
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion("alice", password)])
+        print(admin.describe_user_scram_credentials(["alice"])["alice"])
+
 Transactions (Kafka's Admin meanings): ``list_transactions`` asks every coordinator,
 ``describe_transactions`` each id's coordinator (FindCoordinator with key type TRANSACTION),
 ``describe_producers`` and ``abort_transaction`` (an ABORT marker, for a hanging transaction)
@@ -85,6 +94,7 @@ from brook.rpc.quorum import (
     attempts_within,
     call_active_controller_sync,
 )
+from brook.security import scram
 from brook.security.acl import AclBinding, AclBindingFilter
 from brook.v1 import (
     admin_pb2,
@@ -120,10 +130,13 @@ __all__ = [
     "PartitionLag",
     "PartitionReassignment",
     "ProducerState",
+    "ScramCredentialInfo",
     "TopicDescription",
     "TransactionDescription",
     "TransactionListing",
     "TransactionState",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "check_topic_names",
 ]
 
@@ -237,6 +250,56 @@ class ConfigEntry:
     type: str
     synonyms: tuple[tuple[str, str | None, str], ...] = ()
     documentation: str = ""
+
+
+@dataclass(frozen=True)
+class UserScramCredentialUpsertion:
+    """A user's credential for one mechanism (SCRAM-SHA-256 or SCRAM-SHA-512), added or
+    replaced; made from ``password`` with a fresh random salt."""
+
+    user: str
+    password: str = field(repr=False)
+    mechanism: str = "SCRAM-SHA-512"
+    iterations: int = scram.ITERATIONS_DEFAULT
+
+
+@dataclass(frozen=True)
+class UserScramCredentialDeletion:
+    """A user's credential for one mechanism, removed."""
+
+    user: str
+    mechanism: str = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class ScramCredentialInfo:
+    """What is told of a stored credential: its mechanism and iteration count."""
+
+    mechanism: str
+    iterations: int
+
+
+def _scram_mechanism(name: str) -> scram.ScramMechanism:
+    mechanism = scram.MECHANISMS.get(name)
+    if mechanism is None:
+        raise ValueError(f"{name!r} is not a SCRAM mechanism ({', '.join(scram.MECHANISMS)})")
+    return mechanism
+
+
+def _upsertion(upsertion: UserScramCredentialUpsertion) -> admin_pb2.ScramCredentialUpsertion:
+    mechanism = _scram_mechanism(upsertion.mechanism)
+    if not upsertion.password:
+        raise ValueError(f"{upsertion.user!r}: the password must not be empty")
+    salt = scram.new_salt()
+    return admin_pb2.ScramCredentialUpsertion(
+        name=upsertion.user,
+        mechanism=mechanism.code,  # type: ignore[arg-type]
+        iterations=upsertion.iterations,
+        salt=salt,
+        salted_password=scram.salted_password(
+            mechanism, upsertion.password, salt, upsertion.iterations
+        ),
+    )
 
 
 class ConsumerGroupState(enum.StrEnum):
@@ -926,6 +989,66 @@ class Admin(Closing):
             or [AclBinding.from_proto(binding) for binding in result.matching_acls]
             for acl_filter, result in zip(filters, response.results, strict=True)
         }
+
+    # ------------------------------------------------------------------ SCRAM credentials
+
+    def alter_user_scram_credentials(
+        self,
+        alterations: Sequence[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[str, ApiError | None]:
+        """Adds, replaces or removes credentials; per user, None or the error that left all
+        of that user's alterations undone (UNACCEPTABLE_CREDENTIAL, DUPLICATE_RESOURCE,
+        RESOURCE_NOT_FOUND for a credential that does not exist, ...). ValueError before
+        anything is sent for an unknown mechanism or an empty password."""
+        request = admin_pb2.AlterUserScramCredentialsRequest(
+            upsertions=[
+                _upsertion(a) for a in alterations if isinstance(a, UserScramCredentialUpsertion)
+            ],
+            deletions=[
+                admin_pb2.ScramCredentialDeletion(
+                    name=a.user,
+                    mechanism=_scram_mechanism(a.mechanism).code,  # type: ignore[arg-type]
+                )
+                for a in alterations
+                if isinstance(a, UserScramCredentialDeletion)
+            ],
+            timeout_ms=timeout_ms or self._api_timeout_ms,
+        )
+        response = self._call(
+            lambda stub, t: stub.AlterUserScramCredentials(request, timeout=t),
+            lambda r: [result.error_code for result in r.results],
+            timeout_ms,
+        )
+        return {r.user: _error(r.error_code, r.error_message) for r in response.results}
+
+    def describe_user_scram_credentials(
+        self, users: Sequence[str] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[str, tuple[ScramCredentialInfo, ...]]:
+        """The mechanisms and iteration counts of the named users' credentials (of every user
+        that has one when None); raises ApiError (RESOURCE_NOT_FOUND) if a user has none."""
+        if users is not None and not users:
+            return {}
+        request = admin_pb2.DescribeUserScramCredentialsRequest(users=list(users or []))
+        response = self._call(
+            lambda stub, t: stub.DescribeUserScramCredentials(request, timeout=t),
+            lambda r: [r.error_code],
+            timeout_ms,
+        )
+        error = _error(response.error_code, response.error_message)
+        if error is not None:
+            raise error
+        described = {}
+        for result in response.results:
+            error = _error(result.error_code, result.error_message)
+            if error is not None:
+                raise error
+            described[result.user] = tuple(
+                ScramCredentialInfo(scram.mechanism_by_code(i.mechanism).name, i.iterations)
+                for i in result.credential_infos
+            )
+        return described
 
     # ------------------------------------------------------------------ consumer groups
 

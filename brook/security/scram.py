@@ -28,6 +28,7 @@ __all__ = [
     "credential",
     "mechanism_by_code",
     "new_credential",
+    "new_salt",
     "salted_password",
     "stored_key",
     "verify_password",
@@ -115,11 +116,16 @@ def credential(
     )
 
 
+def new_salt() -> bytes:
+    """A fresh random salt."""
+    return secrets.token_bytes(SALT_BYTES)
+
+
 def new_credential(
     mechanism: ScramMechanism, name: str, password: str, iterations: int = ITERATIONS_DEFAULT
 ) -> metadata_pb2.UserScramCredentialRecord:
     """A credential with a fresh random salt, from a password."""
-    salt = secrets.token_bytes(SALT_BYTES)
+    salt = new_salt()
     return credential(
         mechanism, name, salted_password(mechanism, password, salt, iterations), salt, iterations
     )

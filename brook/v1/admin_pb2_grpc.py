@@ -111,6 +111,16 @@ class AdminServiceStub:
                 request_serializer=brook_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=brook_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/brook.v1.AdminService/AlterUserScramCredentials',
+                request_serializer=brook_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/brook.v1.AdminService/DescribeUserScramCredentials',
+                request_serializer=brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -216,6 +226,21 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterUserScramCredentials(self, request, context):
+        """Adds, replaces and removes users' SCRAM credentials (Kafka's AlterUserScramCredentials):
+        one result per user; a user with any invalid item changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """The mechanisms and iteration counts of users' SCRAM credentials: never a salt or a key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -288,6 +313,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DeleteAcls,
                     request_deserializer=brook_dot_v1_dot_admin__pb2.DeleteAclsRequest.FromString,
                     response_serializer=brook_dot_v1_dot_admin__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=brook_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -675,6 +710,60 @@ class AdminService:
             '/brook.v1.AdminService/DeleteAcls',
             brook_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
             brook_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.AdminService/AlterUserScramCredentials',
+            brook_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            brook_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.AdminService/DescribeUserScramCredentials',
+            brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

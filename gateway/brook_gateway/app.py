@@ -35,6 +35,7 @@ from brook_gateway.coordinator_routing import Routers
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.group_apis import group_handlers
 from brook_gateway.node_listeners import NodeListeners
+from brook_gateway.scram_apis import scram_handlers
 from brook_gateway.server import KafkaServer, ServerLimits
 from brook_gateway.txn_apis import txn_handlers
 from brook_gateway.upstream import Upstreams
@@ -57,6 +58,7 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
             *acl_handlers(backend),
             *group_handlers(backend, routers),
             *txn_handlers(backend, routers),
+            *scram_handlers(backend),
         )
         for handler in handlers:
             dispatcher.register(handler)

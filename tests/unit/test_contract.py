@@ -57,6 +57,7 @@ def test_every_service_of_the_system_is_defined_with_its_rpcs() -> None:
             "DescribeConfigs", "AlterConfigs", "DescribeCluster", "ElectLeaders",
             "AlterPartitionReassignments", "ListPartitionReassignments", "UnregisterBroker",
             "CreateAcls", "DescribeAcls", "DeleteAcls",
+            "AlterUserScramCredentials", "DescribeUserScramCredentials",
         },
         "GroupCoordinatorService": {
             "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup",

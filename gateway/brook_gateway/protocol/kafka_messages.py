@@ -53,6 +53,8 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -2196,6 +2198,107 @@ LIST_PARTITION_REASSIGNMENTS_RESPONSE: Final = MessageSpec(
 )
 
 
+DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST: Final = MessageSpec(
+    "DescribeUserScramCredentialsRequest",
+    50,
+    (0, 0),
+    (0, HI),
+    (
+        F(
+            "users",
+            "struct",
+            (0, HI),
+            array=True,
+            nullable=(0, HI),
+            fields=(F("name", "string", (0, HI)),),
+        ),
+    ),
+)
+
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE: Final = MessageSpec(
+    "DescribeUserScramCredentialsResponse",
+    50,
+    (0, 0),
+    (0, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F("error_code", "int16", (0, HI)),
+        F("error_message", "string", (0, HI), nullable=(0, HI)),
+        F(
+            "results",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("user", "string", (0, HI)),
+                F("error_code", "int16", (0, HI)),
+                F("error_message", "string", (0, HI), nullable=(0, HI)),
+                F(
+                    "credential_infos",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(F("mechanism", "int8", (0, HI)), F("iterations", "int32", (0, HI))),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+ALTER_USER_SCRAM_CREDENTIALS_REQUEST: Final = MessageSpec(
+    "AlterUserScramCredentialsRequest",
+    51,
+    (0, 0),
+    (0, HI),
+    (
+        F(
+            "deletions",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(F("name", "string", (0, HI)), F("mechanism", "int8", (0, HI))),
+        ),
+        F(
+            "upsertions",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("name", "string", (0, HI)),
+                F("mechanism", "int8", (0, HI)),
+                F("iterations", "int32", (0, HI)),
+                F("salt", "bytes", (0, HI)),
+                F("salted_password", "bytes", (0, HI)),
+            ),
+        ),
+    ),
+)
+
+
+ALTER_USER_SCRAM_CREDENTIALS_RESPONSE: Final = MessageSpec(
+    "AlterUserScramCredentialsResponse",
+    51,
+    (0, 0),
+    (0, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "results",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("user", "string", (0, HI)),
+                F("error_code", "int16", (0, HI)),
+                F("error_message", "string", (0, HI), nullable=(0, HI)),
+            ),
+        ),
+    ),
+)
+
+
 DESCRIBE_PRODUCERS_REQUEST: Final = MessageSpec(
     "DescribeProducersRequest",
     61,
@@ -2380,6 +2483,8 @@ REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_REQUEST,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER_PARTITION_REASSIGNMENTS_REQUEST,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: LIST_PARTITION_REASSIGNMENTS_REQUEST,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
     ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_REQUEST,
     ApiKey.DESCRIBE_TRANSACTIONS: DESCRIBE_TRANSACTIONS_REQUEST,
     ApiKey.LIST_TRANSACTIONS: LIST_TRANSACTIONS_REQUEST,
@@ -2423,6 +2528,8 @@ RESPONSES: Final[dict[int, MessageSpec]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_RESPONSE,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: LIST_PARTITION_REASSIGNMENTS_RESPONSE,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
     ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_RESPONSE,
     ApiKey.DESCRIBE_TRANSACTIONS: DESCRIBE_TRANSACTIONS_RESPONSE,
     ApiKey.LIST_TRANSACTIONS: LIST_TRANSACTIONS_RESPONSE,

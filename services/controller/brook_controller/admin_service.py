@@ -14,6 +14,8 @@ once the first step is committed, not when the data has moved: ListPartitionReas
 shows what is still moving.
 
 CreateAcls, DescribeAcls and DeleteAcls keep Kafka's ACLs in the metadata log (acls.py).
+AlterUserScramCredentials / DescribeUserScramCredentials keep users' SCRAM credentials
+(scram_credentials.py): results per user, never a salt or a key in an answer.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from brook_controller.reassignment import (
     reassigning_partitions,
     start_reassignment,
 )
+from brook_controller.scram_credentials import alter_credentials, describe_credentials
 from brook_controller.topics import (
     alter_configs,
     auto_created_topic,
@@ -497,6 +500,38 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             "DeleteAcls",
         )
         return admin_pb2.DeleteAclsResponse(results=results)
+
+    # ------------------------------------------------------------------ SCRAM credentials
+
+    async def AlterUserScramCredentials(
+        self, request: admin_pb2.AlterUserScramCredentialsRequest, context: Any
+    ) -> admin_pb2.AlterUserScramCredentialsResponse:
+        names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+        users = list(dict.fromkeys(names))
+        results = await _guarded(
+            lambda: self._controller.write(
+                lambda changes: alter_credentials(changes, request.deletions, request.upsertions),
+                self._deadline(request.timeout_ms),
+            ),
+            users,
+            lambda user: admin_pb2.AlterUserScramCredentialsResult(user=user),
+            "AlterUserScramCredentials",
+        )
+        return admin_pb2.AlterUserScramCredentialsResponse(results=results)
+
+    async def DescribeUserScramCredentials(
+        self, request: admin_pb2.DescribeUserScramCredentialsRequest, context: Any
+    ) -> admin_pb2.DescribeUserScramCredentialsResponse:
+        try:
+            await self._controller.read_point(self._controller.deadline())
+        except BrookError as error:
+            return admin_pb2.DescribeUserScramCredentialsResponse(
+                error_code=error.code,  # type: ignore[arg-type]
+                error_message=error.message,
+            )
+        return admin_pb2.DescribeUserScramCredentialsResponse(
+            results=describe_credentials(self._controller.view.image, request.users)
+        )
 
 
 def _refused_auto_creations(

@@ -22,6 +22,7 @@ from brook_controller.image import (
     coordinator_key,
     partition_key,
     producer_ids_key,
+    scram_credential_key,
     topic_name_key,
 )
 
@@ -143,6 +144,28 @@ class ChangeSet:
         self.require(acls_key())
         self._records[f"{acls_key()}/{acl_id.hex()}"] = metadata_pb2.MetadataRecord(
             remove_access_control_entry=metadata_pb2.RemoveAccessControlEntryRecord(id=acl_id)
+        )
+
+    def scram_credential(
+        self, name: str, mechanism: int
+    ) -> metadata_pb2.UserScramCredentialRecord | None:
+        """The committed credential of ``name`` for ``mechanism``."""
+        self.require(scram_credential_key(name, mechanism))
+        return self.image.scram_credentials.get((name, mechanism))
+
+    def put_scram_credential(self, credential: metadata_pb2.UserScramCredentialRecord) -> None:
+        key = scram_credential_key(credential.name, credential.mechanism)
+        self.require(key)
+        self._records[key] = metadata_pb2.MetadataRecord(user_scram_credential=credential)
+
+    def remove_scram_credential(self, name: str, mechanism: int) -> None:
+        key = scram_credential_key(name, mechanism)
+        self.require(key)
+        self._records[key] = metadata_pb2.MetadataRecord(
+            remove_user_scram_credential=metadata_pb2.RemoveUserScramCredentialRecord(
+                name=name,
+                mechanism=mechanism,  # type: ignore[arg-type]
+            )
         )
 
     # ------------------------------------------------------------------ result

@@ -35,6 +35,7 @@ __all__ = [
     "coordinator_key",
     "partition_key",
     "producer_ids_key",
+    "scram_credential_key",
     "topic_family_key",
     "topic_name_key",
 ]
@@ -85,6 +86,11 @@ def acls_key() -> str:
     """Every ACL at once: ACL changes are rare, and CreateAcls' duplicate check reads them
     all."""
     return "acls"
+
+
+def scram_credential_key(name: str, mechanism: int) -> str:
+    """A user's credential for one mechanism (the name last: it may hold '/')."""
+    return f"scram/{mechanism}/{name}"
 
 
 def _serialize(message: Message) -> bytes:
@@ -157,6 +163,9 @@ class ControllerImage(MetadataImage):
         elif kind == "acls":
             # An ACL never changes under its id: the set of ids is the state.
             return b"".join(sorted(self.acls))
+        elif kind == "scram":
+            mechanism, _, name = rest.partition("/")
+            message = self.scram_credentials.get((name, int(mechanism)))
         else:
             raise ValueError(f"unknown object key {key!r}")
         # An absent object and an empty one must differ.
