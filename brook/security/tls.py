@@ -212,6 +212,9 @@ class TlsFiles:
     truststore: Path | None
     key_password: str | None = None
     client_auth: str = "none"
+    certificate: Path | None = None
+    """The certificate chain when it has a file of its own (confluent-kafka's
+    ssl.certificate.location beside ssl.key.location); the key is then the keystore's."""
 
     @classmethod
     def from_config(cls, config: Config) -> TlsFiles:
@@ -230,7 +233,7 @@ class TlsFiles:
     def stamp(self) -> tuple[tuple[int, int], ...]:
         """The files' (modification time, size): changes when a file is replaced."""
         stamps = []
-        for path in (self.keystore, self.truststore):
+        for path in (self.keystore, self.truststore, self.certificate):
             if path is None:
                 continue
             try:
@@ -246,6 +249,9 @@ class TlsFiles:
         if self.keystore is None:
             raise TlsError("ssl.keystore.location is not set: a TLS listener needs a keystore")
         keystore = _read_pem(self.keystore, "ssl.keystore.location")
+        certificates = keystore
+        if self.certificate is not None:
+            certificates = _read_pem(self.certificate, "ssl.certificate.location")
         try:
             key = serialization.load_pem_private_key(
                 keystore,
@@ -254,18 +260,12 @@ class TlsFiles:
         except (ValueError, TypeError) as e:
             raise TlsError(f"{self.keystore}: no usable private key ({e})") from None
         try:
-            chain = x509.load_pem_x509_certificates(keystore)
+            chain = x509.load_pem_x509_certificates(certificates)
         except ValueError as e:
-            raise TlsError(f"{self.keystore}: no certificate ({e})") from None
+            raise TlsError(f"{self.certificate or self.keystore}: no certificate ({e})") from None
         if not _same_key(key, chain[0]):
             raise TlsError(f"{self.keystore}: the first certificate is not the private key's")
-        ca_pem = b""
-        if self.truststore is not None:
-            ca_pem = _read_pem(self.truststore, "ssl.truststore.location")
-            try:
-                x509.load_pem_x509_certificates(ca_pem)
-            except ValueError as e:
-                raise TlsError(f"{self.truststore}: no CA certificate ({e})") from None
+        ca_pem = self.truststore_pem()
         names = chain[0].subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
         return TlsMaterial(
             key_pem=key.private_bytes(
@@ -278,6 +278,17 @@ class TlsFiles:
             subject_common_name=str(names[0].value) if names else "",
             not_after=chain[0].not_valid_after_utc.timestamp(),
         )
+
+    def truststore_pem(self) -> bytes:
+        """The CA bundle, checked (empty: no truststore); raises TlsError."""
+        if self.truststore is None:
+            return b""
+        ca_pem = _read_pem(self.truststore, "ssl.truststore.location")
+        try:
+            x509.load_pem_x509_certificates(ca_pem)
+        except ValueError as e:
+            raise TlsError(f"{self.truststore}: no CA certificate ({e})") from None
+        return ca_pem
 
     def server_context(self) -> ssl.SSLContext:
         """A server-side context from the current files; raises TlsError."""
