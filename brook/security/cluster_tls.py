@@ -19,6 +19,7 @@ certificates required, and SSL for its own channels (security.inter.broker.proto
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,8 @@ class ClusterTls:
         self.folder.mkdir(parents=True, exist_ok=True)
         ca_key = self.folder / "ca.key"
         if not (ca_key.exists() and self.truststore.exists()):
-            authority = CertificateAuthority.create(f"Brook local CA ({self.directory})")
+            # Named apart from every other cluster's CA (a common name is at most 64 bytes).
+            authority = CertificateAuthority.create(f"Brook local CA {secrets.token_hex(4)}")
             authority.save(ca_key, self.truststore)
             for stale in (self.keystore, self.admin_keystore):
                 stale.unlink(missing_ok=True)

@@ -26,7 +26,6 @@ problem), so the runtime refuses to start with bad TLS files as it does with bad
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,7 +33,7 @@ import grpc
 
 from brook.config import Config, ConfigKey, ConfigType, Importance, OneOf
 from brook.rpc.channels import ChannelSecurity
-from brook.security.tls import TlsError, TlsFiles, TlsMaterial, security_protocol
+from brook.security.tls import ReloadingFiles, TlsError, TlsFiles, security_protocol
 
 __all__ = [
     "GRPC_LISTENER",
@@ -69,49 +68,35 @@ class ReloadingServerCredentials:
 
     def __init__(self, files: TlsFiles) -> None:
         """Reads the files; raises TlsError."""
-        self._files = files
-        self._lock = threading.Lock()
-        self._stamp = files.stamp()
-        self._initial = self._configuration(files.material())
-        self.reloads = 0
+        self._required = files.client_auth == "required"
+        self._configurations = ReloadingFiles(files, self._configuration)
+
+    @property
+    def reloads(self) -> int:
+        return self._configurations.reloads
 
     def credentials(self) -> grpc.ServerCredentials:
         return grpc.dynamic_ssl_server_credentials(
-            self._initial,
+            self._configurations.current,
             self.fetch,
-            require_client_authentication=self._files.client_auth == "required",
+            require_client_authentication=self._required,
         )
 
     def fetch(self) -> Any:
         """New certificates if the files changed since the last look and load, else None
         (gRPC then keeps the ones it has)."""
-        with self._lock:
-            stamp = self._files.stamp()
-            if stamp == self._stamp:
-                return None
-            self._stamp = stamp
-            try:
-                configuration = self._configuration(self._files.material())
-            except TlsError as e:
-                _log.error(
-                    "TLS files changed but cannot be loaded; still serving the previous ones",
-                    extra={"reason": str(e)},
-                )
-                return None
-            self.reloads += 1
-            _log.info("TLS files reloaded", extra={"keystore": str(self._files.keystore)})
-            return configuration
+        return self._configurations.refresh()
 
-    def _configuration(self, material: TlsMaterial) -> Any:
-        required = self._files.client_auth == "required"
-        if required and not material.ca_pem:
+    def _configuration(self, files: TlsFiles) -> Any:
+        material = files.material()
+        if self._required and not material.ca_pem:
             raise TlsError(
                 "ssl.client.auth=required needs ssl.truststore.location to verify client "
                 "certificates"
             )
         return grpc.ssl_server_certificate_configuration(
             [(material.key_pem, material.chain_pem)],
-            root_certificates=material.ca_pem if required else None,
+            root_certificates=material.ca_pem if self._required else None,
         )
 
 

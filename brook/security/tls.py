@@ -29,9 +29,10 @@ import ssl
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -43,6 +44,7 @@ __all__ = [
     "CLIENT_AUTH_VALUES",
     "SECURITY_PROTOCOLS",
     "TLS_KEYS",
+    "ReloadingFiles",
     "ReloadingServerContext",
     "TlsError",
     "TlsFiles",
@@ -53,6 +55,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 CLIENT_AUTH_VALUES: Final = ("none", "requested", "required")
@@ -341,6 +344,42 @@ def _load_chain(context: ssl.SSLContext, material: TlsMaterial) -> None:
         os.unlink(name)
 
 
+class ReloadingFiles(Generic[_T]):
+    """What a listener makes from its TLS files (``make``: a context, gRPC's certificate
+    configuration), made again when the files change (``TlsFiles.stamp``). A renewal that
+    cannot be made is logged and the previous one stays current."""
+
+    def __init__(self, files: TlsFiles, make: Callable[[TlsFiles], _T]) -> None:
+        """Makes the first one; raises TlsError (or ssl.SSLError) for unusable files."""
+        self.files = files
+        self._make = make
+        self._lock = threading.Lock()
+        self._stamp = files.stamp()
+        self.current = make(files)
+        self.reloads = 0
+
+    def refresh(self) -> _T | None:
+        """Makes it again if the files changed since the last look; the new one (now
+        current), or None when the files did not change or the new ones cannot be used."""
+        with self._lock:
+            stamp = self.files.stamp()
+            if stamp == self._stamp:
+                return None
+            self._stamp = stamp
+            try:
+                made = self._make(self.files)
+            except (TlsError, ssl.SSLError, OSError) as e:
+                _log.error(
+                    "TLS files changed but cannot be loaded; still serving the previous ones",
+                    extra={"reason": str(e)},
+                )
+                return None
+            self.current = made
+            self.reloads += 1
+            _log.info("TLS files reloaded", extra={"keystore": str(self.files.keystore)})
+            return made
+
+
 class ReloadingServerContext:
     """The context an asyncio TLS server is created with. Every handshake is switched (in the
     SNI callback, which OpenSSL calls for every ClientHello) to the context made from the
@@ -348,39 +387,24 @@ class ReloadingServerContext:
     the previous context stays."""
 
     def __init__(self, files: TlsFiles) -> None:
-        self._files = files
-        self._stamp = files.stamp()
-        self._current = files.server_context()
+        self._contexts = ReloadingFiles(files, TlsFiles.server_context)
         self._checked = time.monotonic()
-        self._lock = threading.Lock()
         self.context = files.server_context()
         self.context.sni_callback = self._on_hello
-        self.reloads = 0
 
     @property
     def current(self) -> ssl.SSLContext:
         """The context new handshakes use."""
-        return self._current
+        return self._contexts.current
+
+    @property
+    def reloads(self) -> int:
+        return self._contexts.reloads
 
     def reload_if_changed(self) -> bool:
         """Re-reads the files if they changed; True if a new context now serves."""
-        with self._lock:
-            self._checked = time.monotonic()
-            stamp = self._files.stamp()
-            if stamp == self._stamp:
-                return False
-            self._stamp = stamp
-            try:
-                self._current = self._files.server_context()
-            except (TlsError, ssl.SSLError, OSError) as e:
-                _log.error(
-                    "TLS files changed but cannot be loaded; still serving the previous ones",
-                    extra={"reason": str(e)},
-                )
-                return False
-            self.reloads += 1
-            _log.info("TLS files reloaded", extra={"keystore": str(self._files.keystore)})
-            return True
+        self._checked = time.monotonic()
+        return self._contexts.refresh() is not None
 
     def _on_hello(
         self,
@@ -390,4 +414,4 @@ class ReloadingServerContext:
     ) -> None:
         if time.monotonic() - self._checked >= RELOAD_CHECK_INTERVAL_S:
             self.reload_if_changed()
-        connection.context = self._current
+        connection.context = self._contexts.current
