@@ -229,19 +229,25 @@ def test_cluster_up_serves_and_exits_zero_on_sigint_leaving_no_process(tmp_path:
         assert _wait_gone(pids, PROCESS_GONE_TIMEOUT_S) == []
 
 
+def _lines_until_up(launcher: subprocess.Popen[bytes]) -> list[str]:
+    """The text ``brook cluster up`` prints until it says it is up ("Press Ctrl-C ...")."""
+    assert launcher.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + CLUSTER_UP_READY_TIMEOUT_S
+    while not lines or not lines[-1].startswith("Press Ctrl-C"):
+        ready, _, _ = select.select([launcher.stdout], [], [], deadline - time.monotonic())
+        assert ready, f"not up within {CLUSTER_UP_READY_TIMEOUT_S} s: {lines}"
+        lines.append(launcher.stdout.readline().decode().rstrip("\n"))
+    return lines
+
+
 def test_cluster_up_prints_a_line_per_process_as_it_becomes_healthy(tmp_path: Path) -> None:
     brook = str(Path(sys.executable).with_name("brook"))
     command = [brook, "cluster", "up", "--dir", str(tmp_path / "brook"), "--port-offset"]
     command += [str(free_port_offset(tmp_path / "probe")), "--controllers", "1"]
     command += ["--storage-nodes", "1", "--coordinators", "0", "--gateways", "0"]
     with _launcher(command) as (launcher, pids):
-        assert launcher.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + CLUSTER_UP_READY_TIMEOUT_S
-        while not lines or not lines[-1].startswith("Press Ctrl-C"):
-            ready, _, _ = select.select([launcher.stdout], [], [], deadline - time.monotonic())
-            assert ready, f"not up within {CLUSTER_UP_READY_TIMEOUT_S} s: {lines}"
-            lines.append(launcher.stdout.readline().decode().rstrip("\n"))
+        lines = _lines_until_up(launcher)
         serving = [line.split() for line in lines if line.startswith("  serving  ")]
         assert [words[1] for words in serving] == ["controller-1", "storage-node-1"]
         for words in serving:
@@ -272,13 +278,7 @@ def test_cluster_up_tls_runs_a_mutual_tls_cluster_the_cli_reaches_with_its_clien
         )
 
     with _launcher(command) as (launcher, pids):
-        assert launcher.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + CLUSTER_UP_READY_TIMEOUT_S
-        while not lines or not lines[-1].startswith("Press Ctrl-C"):
-            ready, _, _ = select.select([launcher.stdout], [], [], deadline - time.monotonic())
-            assert ready, f"not up within {CLUSTER_UP_READY_TIMEOUT_S} s: {lines}"
-            lines.append(launcher.stdout.readline().decode().rstrip("\n"))
+        lines = _lines_until_up(launcher)
         serving = [line.split() for line in lines if line.startswith("  serving  ")]
         pids.extend(int(words[words.index("pid") + 1]) for words in serving)
         controller = serving[0][serving[0].index("GRPC") + 1]

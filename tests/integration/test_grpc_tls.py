@@ -17,7 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cluster_fixture import ClusterFactory, wait_until
+from cluster_fixture import shared_cluster, wait_until
 from cryptography import x509
 
 from brook.client import BrookClientError, Consumer, Producer, TopicPartition
@@ -43,22 +43,21 @@ REFUSED_TIMEOUT_S = 3.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    factory = ClusterFactory(Path(tmp_path_factory.mktemp("grpc-tls")) / "clusters")
-    failed = True
-    try:
-        started = factory(
-            controllers=1,
-            storage_nodes=1,
-            group_coordinators=0,
-            gateways=0,
-            tls=True,
-            config_overrides={
-                "controller": {
-                    "offsets.topic.replication.factor": "1",
-                    "transaction.state.log.replication.factor": "1",
-                }
-            },
-        )
+    with shared_cluster(
+        tmp_path_factory,
+        "grpc-tls",
+        controllers=1,
+        storage_nodes=1,
+        group_coordinators=0,
+        gateways=0,
+        tls=True,
+        config_overrides={
+            "controller": {
+                "offsets.topic.replication.factor": "1",
+                "transaction.state.log.replication.factor": "1",
+            }
+        },
+    ) as started:
         with _admin(started) as admin:
             assert admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]) == {TOPIC: None}
         wait_until(
@@ -67,12 +66,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             TOPIC_READY_TIMEOUT_S,
         )
         yield started
-        failed = False
-    finally:
-        if failed:
-            for title, text in factory.log_sections():
-                print(f"--- {title} ---\n{text}")
-        factory.close(keep_files=failed)
 
 
 def _tls(cluster: LocalCluster) -> ClusterTls:
