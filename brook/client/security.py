@@ -32,6 +32,7 @@ __all__ = [
     "CLIENT_SECURITY_PROTOCOLS",
     "SASL_MECHANISMS",
     "SECURITY_KEYS",
+    "SECURITY_KEY_NAMES",
     "check_security",
     "security_from_config",
 ]
@@ -105,6 +106,9 @@ SECURITY_KEYS: Final = (
         Importance.MEDIUM,
     ),
 )
+
+
+SECURITY_KEY_NAMES: Final = frozenset(key.name for key in SECURITY_KEYS)
 
 
 def check_security(config: Config) -> str | None:
