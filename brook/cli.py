@@ -5,6 +5,9 @@
     brook config docs SERVICE      print the Markdown table of SERVICE's settings
     brook cluster ...              the local cluster launcher (brook.launcher)
     brook health HOST:PORT         a gRPC health check (brook.health)
+
+Every command that reaches a cluster takes ``--command-config FILE`` (brook.tools.options):
+the client security settings of a TLS cluster, applied here to every channel it opens.
     brook transactions ...         transactions and hanging ones (brook.tools.transactions)
     brook log-dirs describe        partition logs, cleaned and dirty sizes (brook.tools.log_dirs)
     brook delete-records ...       delete records below offsets (brook.tools.delete_records)
@@ -36,6 +39,7 @@ from brook.tools.delete_records import add_delete_records_command
 from brook.tools.dump_log import add_dump_log_command
 from brook.tools.groups import add_groups_command
 from brook.tools.log_dirs import add_log_dirs_command
+from brook.tools.options import UsageError, apply_command_config, report_error
 from brook.tools.reassign import add_reassign_command
 from brook.tools.transactions import add_transactions_command
 from brook.tools.users import add_users_command
@@ -139,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        apply_command_config(args)
+    except UsageError as error:
+        return report_error(args.command, error)
     status = args.func(args)
     assert isinstance(status, int)
     return status

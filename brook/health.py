@@ -18,7 +18,13 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brook.rpc.addresses import parse_address
-from brook.rpc.channels import channel_options, sync_channel
+from brook.rpc.channels import ChannelSecurity, channel_options, sync_channel
+from brook.tools.options import (
+    UsageError,
+    add_command_config_argument,
+    apply_command_config,
+    report_error,
+)
 
 HEALTH_CHECK_TIMEOUT_MS_DEFAULT = 2000
 # One RPC of a wait loop; short so a wait notices a dead process or an interrupt quickly.
@@ -85,13 +91,18 @@ def _check(stub: Any, address: str, service: str, timeout_ms: int) -> HealthResu
 
 
 def check_health(
-    address: str, *, timeout_ms: int = HEALTH_CHECK_TIMEOUT_MS_DEFAULT, service: str = ""
+    address: str,
+    *,
+    timeout_ms: int = HEALTH_CHECK_TIMEOUT_MS_DEFAULT,
+    service: str = "",
+    security: ChannelSecurity | None = None,
 ) -> HealthResult:
-    """One health check of ``service`` ("" is the whole server) at ``address``."""
+    """One health check of ``service`` ("" is the whole server) at ``address``; ``security``
+    None: the process's default channel security."""
     _check_address(address)
     if timeout_ms <= 0:
         raise ValueError(f"timeout_ms must be > 0, got {timeout_ms}")
-    with sync_channel(address, _CHANNEL_OPTIONS) as channel:
+    with sync_channel(address, _CHANNEL_OPTIONS, security) as channel:
         return _check(health_pb2_grpc.HealthStub(channel), address, service, timeout_ms)
 
 
@@ -102,17 +113,19 @@ def wait_until_serving(
     service: str = "",
     poll_interval_ms: int = POLL_INTERVAL_MS_DEFAULT,
     abort_reason: Callable[[], str | None] = lambda: None,
+    security: ChannelSecurity | None = None,
 ) -> HealthResult:
     """Poll ``address`` until it reports SERVING, ``timeout_ms`` passes, or ``abort_reason``
     returns a reason (for example: the process exited). Returns the last result; the caller
-    decides whether anything but SERVING is an error.
+    decides whether anything but SERVING is an error. ``security`` None: the process's
+    default channel security.
     """
     _check_address(address)
     if timeout_ms <= 0:
         raise ValueError(f"timeout_ms must be > 0, got {timeout_ms}")
     deadline = time.monotonic() + timeout_ms / 1000
     result = HealthResult(address, HealthStatus.UNREACHABLE, "not checked yet")
-    with sync_channel(address, _CHANNEL_OPTIONS) as channel:
+    with sync_channel(address, _CHANNEL_OPTIONS, security) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             reason = abort_reason()
@@ -143,6 +156,7 @@ def add_health_command(subparsers: Any) -> None:
         help=f"how long to wait for an answer (default {HEALTH_CHECK_TIMEOUT_MS_DEFAULT})",
     )
     parser.add_argument("--service", default="", help='service name to check (default "": all)')
+    add_command_config_argument(parser)
     parser.set_defaults(func=run_health_command)
 
 
@@ -161,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="brook")
     add_health_command(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["health", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        apply_command_config(args)
+    except UsageError as error:
+        return report_error("health", error)
     return run_health_command(args)
 
 

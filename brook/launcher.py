@@ -13,6 +13,8 @@ Layout of a cluster directory (``./.brook`` for ``brook cluster up``)::
     storage-node-1/...            data/   (log.dirs)
     group-coordinator-1/...       state/  (group.coordinator.state.dir)
     gateway-1/...
+    tls/                          with ``--tls``: the cluster's CA, keystores and the
+                                  operator's client.properties (brook.security.cluster_tls)
 
 Well-known ports (``brook cluster up``; process N of a role, N from 1, plus ``--port-offset``):
 
@@ -67,6 +69,8 @@ from brook.config import ENV_PREFIX, METRICS_LISTENER
 from brook.health import HealthStatus, wait_until_serving
 from brook.ports import allocate_free_port_block, allocate_free_ports, port_is_free
 from brook.rpc.addresses import format_address
+from brook.rpc.channels import ChannelSecurity, set_default_security
+from brook.security.cluster_tls import ClusterTls
 
 _log = logging.getLogger(__name__)
 
@@ -540,9 +544,12 @@ class LocalCluster:
         spawn_prefix: Callable[[ProcessSpec], Sequence[str]] | None = None,
         adopt_detached: bool = False,
         on_serving: Callable[[str], None] | None = None,
+        tls: bool = False,
     ) -> None:
         """``on_serving``: told the name of each process as soon as it reports SERVING while
-        starting (``brook cluster up`` prints a line for it)."""
+        starting (``brook cluster up`` prints a line for it). ``tls``: gRPC over mutual TLS
+        between every process, with a CA and certificates made in ``<dir>/tls``
+        (brook.security.cluster_tls); a directory once started with TLS keeps it."""
         if startup_timeout_ms <= 0 or stop_timeout_ms <= 0:
             raise ValueError("startup_timeout_ms and stop_timeout_ms must be > 0")
         self.base_dir = base_dir.resolve()
@@ -578,12 +585,15 @@ class LocalCluster:
             bases = _recorded_node_port_bases(layout, layout_path)
             if isinstance(layout.get("quorum_password"), str) and layout["quorum_password"]:
                 self._quorum_password = layout["quorum_password"]
+            tls = tls or layout.get("tls") is True
         else:
             ports = _plan_ports(self.topology, host, port_offset)
             bases = None
         if bases is None:
             taken = (port for listeners in ports.values() for port in listeners.values())
             bases = _plan_node_port_bases(self.topology, host, port_offset, taken)
+        self.tls = ClusterTls(self.base_dir, host) if tls else None
+        self._client_security: ChannelSecurity | None = None
         self._specs: dict[str, ProcessSpec] = {}
         for role in START_ORDER:
             for index in range(1, self.topology.count(role) + 1):
@@ -678,6 +688,10 @@ class LocalCluster:
             settings["group.coordinator.state.dir"] = str(spec.directory / "state")
         if spec.role is Role.GATEWAY:
             settings[KAFKA_NODE_PORT_BASE] = str(spec.kafka_node_port_base)
+            # Engineer C's SSL / SASL_SSL Kafka listeners go here with --tls; until then the
+            # gateway's Kafka listener stays PLAINTEXT (only its GRPC listener is TLS).
+        if self.tls is not None:
+            settings.update(self.tls.service_settings())
         settings.update(self._overrides.get(ALL_PROCESSES, {}))
         settings.update(self._overrides.get(spec.role.value, {}))
         settings.update(self._overrides.get(name, {}))
@@ -793,6 +807,7 @@ class LocalCluster:
         self._refuse_stale_process(spec)
         self._refuse_ports_in_use([spec])
         spec.directory.mkdir(parents=True, exist_ok=True)
+        self._prepare_tls()
         self._write_config(spec)
         command = self._command(spec)
         if self._spawn_prefix is not None:
@@ -1096,9 +1111,24 @@ class LocalCluster:
         """Write the cluster layout and every process's config file; start nothing.
         ``start()`` does this itself; on its own it shows what would run, and where."""
         self._write_layout()
+        self._prepare_tls()
         for spec in self._specs.values():
             spec.directory.mkdir(parents=True, exist_ok=True)
             self._write_config(spec)
+
+    def _prepare_tls(self) -> None:
+        """With TLS: the CA, keystores and client properties exist, and the launcher's own
+        health checks use the operator's certificate."""
+        if self.tls is None or self._client_security is not None:
+            return
+        self.tls.ensure(self.bootstrap_servers(Role.STORAGE_NODE))
+        self._client_security = self.tls.admin_security()
+
+    def client_security(self) -> ChannelSecurity | None:
+        """How the operator's tools reach this cluster: its admin certificate with TLS, None
+        (the process's default, plaintext) without."""
+        self._prepare_tls()
+        return self._client_security
 
     def _write_layout(self) -> None:
         """Records this plan. Processes another launcher recorded meanwhile (a node added
@@ -1116,6 +1146,7 @@ class LocalCluster:
                     "topology": replace(self.topology, storage_nodes=storage).as_dict(),
                     "port_offset": self.port_offset,
                     "quorum_password": self._quorum_password,
+                    "tls": self.tls is not None,
                 }
             )
             removed = set(layout.get(_REMOVED, [])) | self._removed
@@ -1146,7 +1177,10 @@ class LocalCluster:
 
         remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
         result = wait_until_serving(
-            spec.grpc_address, timeout_ms=remaining_ms, abort_reason=abort_reason
+            spec.grpc_address,
+            timeout_ms=remaining_ms,
+            abort_reason=abort_reason,
+            security=self._client_security,
         )
         if result.status is HealthStatus.SERVING:
             return
@@ -1346,6 +1380,13 @@ def add_cluster_command(subparsers: Any) -> None:
         "process (storage-node-2); repeatable",
     )
     up.add_argument(
+        "--tls",
+        action="store_true",
+        help="gRPC over mutual TLS between every process: a local CA and certificates in "
+        "DIR/tls, and DIR/tls/client.properties for brook COMMAND --command-config (a "
+        "directory once started with --tls keeps it)",
+    )
+    up.add_argument(
         "--json",
         action="store_true",
         help="print JSON lines instead of text: a serving event per process as it becomes "
@@ -1466,6 +1507,9 @@ def _remove_node_command(args: argparse.Namespace) -> int:
     except ClusterLayoutError as error:
         print(f"brook cluster remove-node: {error}", file=sys.stderr)
         return 2
+    security = cluster.client_security()
+    if security is not None:
+        set_default_security(security)
     try:
         decommission(
             cluster.controller_bootstrap_servers,
@@ -1532,6 +1576,10 @@ def _print_up(cluster: LocalCluster) -> None:
         print(f"  try:  kcat -b {first} -L")
     controllers = cluster.controller_bootstrap_servers
     print(f"gRPC clients:   controller.quorum.bootstrap.servers={controllers}")
+    if cluster.tls is not None:
+        properties = cluster.tls.client_properties
+        print(f"  gRPC is mutual TLS; tools and clients use {properties}")
+        print(f"  try:  brook topics list --command-config {properties}")
     print("Press Ctrl-C to stop.", flush=True)
 
 
@@ -1583,6 +1631,7 @@ def run_cluster_command(args: argparse.Namespace) -> int:
                 interrupted=lambda: requests.count > 0,
                 on_serving=lambda name: _print_serving(cluster_ref, name, as_json=args.json),
                 adopt_detached=True,
+                tls=args.tls,
             )
         except (ClusterLayoutError, ValueError) as error:
             print(f"brook cluster up: {error}", file=sys.stderr)

@@ -9,9 +9,12 @@ A service is a small object (the `Service` protocol) described by a `ServiceSpec
 3. creates the grpc.aio server with the configured limits (and a span and latency per call of
    the services in `spec.traced_services`, brook/rpc/server_telemetry.py), registers
    grpc.health.v1.Health (every name NOT_SERVING) and server reflection
-   (`_reflection_names`) and binds the GRPC listener, then serves /metrics on the METRICS
-   listener if there is one (brook/metrics_endpoint.py) and starts measuring the event loop's
-   idle share (brook/loop_idle.py); a bind failure exits with status 1;
+   (`_reflection_names`) and binds the GRPC listener (TLS when it is mapped to SSL, and the
+   process's channels TLS when security.inter.broker.protocol is SSL:
+   brook/security/grpc_tls.py; bad TLS files exit with status 2 like bad settings), then
+   serves /metrics on the METRICS listener if there is one (brook/metrics_endpoint.py) and
+   starts measuring the event loop's idle share (brook/loop_idle.py); a bind failure exits
+   with status 1;
 4. awaits `service.start(context)`: the service registers its servicers on `context.server` and
    starts its background tasks through `context.tasks`;
 5. starts the server and reports SERVING for "" and every name in `spec.health_names`;
@@ -53,7 +56,10 @@ from brook.config import METRICS_LISTENER, Config, ConfigDef, ConfigError, Liste
 from brook.logs import configure_logging
 from brook.loop_idle import LoopIdleMonitor
 from brook.metrics_endpoint import MetricsEndpoint
+from brook.rpc.channels import default_security, set_default_security
 from brook.rpc.server_telemetry import ServerTelemetryInterceptor
+from brook.security.grpc_tls import GrpcSecurity
+from brook.security.tls import TlsError
 from brook.telemetry import Telemetry, TelemetrySettings, meter
 
 __all__ = [
@@ -333,10 +339,34 @@ async def serve(
     *,
     stop: asyncio.Event,
     metrics_registry: CollectorRegistry | None = None,
+    grpc_security: GrpcSecurity | None = None,
 ) -> int:
     """Runs one service until `stop` is set (or a background task fails); returns the exit
     status. Signal handling is the caller's job (see `run_service`), so tests can drive this
-    in-process. `metrics_registry` is what the METRICS listener serves (required with one)."""
+    in-process. `metrics_registry` is what the METRICS listener serves (required with one).
+    `grpc_security`: the TLS `run_service` already read (None: read it from `config`); its
+    channel security is the process's default while the service runs."""
+    if grpc_security is None:
+        try:
+            grpc_security = GrpcSecurity.from_config(config)
+        except TlsError as e:
+            _logger.error("invalid TLS configuration", extra={"reason": str(e)})
+            return EXIT_CONFIG
+    previous_security = default_security()
+    set_default_security(grpc_security.channels)
+    try:
+        return await _serve(spec, config, stop, metrics_registry, grpc_security)
+    finally:
+        set_default_security(previous_security)
+
+
+async def _serve(
+    spec: ServiceSpec,
+    config: Config,
+    stop: asyncio.Event,
+    metrics_registry: CollectorRegistry | None,
+    grpc_security: GrpcSecurity,
+) -> int:
     loop = asyncio.get_running_loop()
     failed = False
 
@@ -352,7 +382,10 @@ async def serve(
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     reflection.enable_server_reflection(_reflection_names(spec), server)
     try:
-        server.add_insecure_port(listener.address)
+        if grpc_security.server is None:
+            server.add_insecure_port(listener.address)
+        else:
+            server.add_secure_port(listener.address, grpc_security.server.credentials())
     except RuntimeError:
         _logger.error(
             "cannot listen",
@@ -492,7 +525,10 @@ def _telemetry_settings(spec: ServiceSpec, config: Config) -> TelemetrySettings:
 
 
 async def _serve_until_signalled(
-    spec: ServiceSpec, config: Config, metrics_registry: CollectorRegistry | None
+    spec: ServiceSpec,
+    config: Config,
+    metrics_registry: CollectorRegistry | None,
+    grpc_security: GrpcSecurity,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -514,7 +550,9 @@ async def _serve_until_signalled(
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        return await serve(spec, config, stop=stop, metrics_registry=metrics_registry)
+        return await serve(
+            spec, config, stop=stop, metrics_registry=metrics_registry, grpc_security=grpc_security
+        )
     finally:
         for signum in handled:
             loop.remove_signal_handler(signum)
@@ -545,13 +583,18 @@ def run_service(
         log_format=config.get_string("logging.format"),
     )
     _warn_unknown_keys(config)
+    try:
+        grpc_security = GrpcSecurity.from_config(config)
+    except TlsError as e:
+        print(f"{shown_prog}: invalid TLS configuration: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
     for name, value, source in config.non_default_items():
         _logger.info("configured", extra={"key": name, "value": value, "source": source})
     telemetry = Telemetry.create(_telemetry_settings(spec, config))
     telemetry.install()
     try:
         exit_status, stuck = _run_event_loop(
-            _serve_until_signalled(spec, config, telemetry.prometheus_registry)
+            _serve_until_signalled(spec, config, telemetry.prometheus_registry, grpc_security)
         )
     finally:
         budget_ms = config.get_int("shutdown.timeout.ms")

@@ -266,9 +266,11 @@ class ClusterFactory:
         start: bool = True,
         spawn_prefix: Callable[[ProcessSpec], Sequence[str]] | None = None,
         host: str = DEFAULT_HOST,
+        tls: bool = False,
     ) -> LocalCluster:
         """A new cluster in its own directory, every process bound to and advertising
-        ``host``; started (all SERVING) unless ``start=False``."""
+        ``host``; started (all SERVING) unless ``start=False``. ``tls``: gRPC over mutual TLS
+        (``brook cluster up --tls``'s certificates, in the cluster's ``tls/``)."""
         overrides = {role: dict(values) for role, values in (config_overrides or {}).items()}
         overrides.setdefault("controller", {}).setdefault(
             "transaction.state.log.num.partitions", str(TRANSACTION_STATE_PARTITIONS)
@@ -281,6 +283,7 @@ class ClusterFactory:
             startup_timeout_ms=self.startup_timeout_ms,
             stop_timeout_ms=self.stop_timeout_ms,
             spawn_prefix=spawn_prefix,
+            tls=tls,
         )
         self.clusters.append(cluster)
         if start:

@@ -39,6 +39,7 @@ from brook.client.admin import (
     TransactionListing,
     TransactionState,
 )
+from brook.client.config import channel_security
 from brook.client.consumer import AsyncConsumer, Consumer
 from brook.client.errors import (
     ApiError,
@@ -116,4 +117,5 @@ __all__ = [
     "TransactionState",
     "TransactionStateError",
     "UnknownTopicOrPartitionError",
+    "channel_security",
 ]

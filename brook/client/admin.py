@@ -77,7 +77,7 @@ from brook.errors import ErrorCode, error_code
 from brook.reserved import OFFSETS_TOPIC
 from brook.rpc.addresses import format_address, listener_address
 from brook.rpc.backoff import RetryBackoff
-from brook.rpc.channels import ChannelPoolClosedError, SyncChannelPool
+from brook.rpc.channels import ChannelPoolClosedError, ChannelSecurity, SyncChannelPool
 from brook.rpc.coordinators import (
     COORDINATOR_ERRORS,
     Coordinator,
@@ -521,7 +521,11 @@ class Admin(Closing):
         default_api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS_DEFAULT,
         retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
         bootstrap_role: Literal["controller", "storage_node"] = "controller",
+        security: ChannelSecurity | None = None,
     ) -> None:
+        """``security``: how to reach the cluster (TLS, a client certificate, credentials;
+        ``brook.client.channel_security`` makes one from confluent-kafka's settings); None:
+        the process's default (plaintext unless set)."""
         entries = (
             [e.strip() for e in bootstrap_servers.split(",")]
             if isinstance(bootstrap_servers, str)
@@ -554,7 +558,7 @@ class Admin(Closing):
         self._api_timeout_ms = default_api_timeout_ms
         self._backoff_s = retry_backoff_ms / 1000
         self._retry_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_ms)
-        self._channels = SyncChannelPool()
+        self._channels = SyncChannelPool(security=security)
         self._from_storage_nodes = bootstrap_role == "storage_node"
         self._quorum = None if self._from_storage_nodes else ControllerQuorum(entries)
         # (key type, group or transactional id) -> its coordinator, as last found.

@@ -6,6 +6,10 @@ keyword arguments with ``_`` for ``.``, or both (naming one setting in both is a
     Producer({"bootstrap.servers": "127.0.0.1:9101", "linger.ms": 10})
     Producer(bootstrap_servers="127.0.0.1:9101", linger_ms=10, compression_type="lz4")
 
+Every client also takes confluent-kafka's security settings (``security.protocol``, ``ssl.*``,
+``sasl.*``: brook.client.security); ``channel_security`` makes them into the
+``ChannelSecurity`` an ``Admin`` client takes.
+
 Values may be written as Kafka writes them (strings) or as Python values (int, bool, a list of
 hosts). Every value is parsed and validated by ``brook.config`` before anything starts; an
 unknown name is an error rather than Kafka's warning, because a mistyped client setting
@@ -19,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from brook.client.security import SECURITY_KEYS, check_security, security_from_config
 from brook.config import (
     INT32_MAX,
     Config,
@@ -37,6 +42,7 @@ from brook.config import (
 )
 from brook.record import Compression
 from brook.rpc.backoff import RetryBackoff
+from brook.rpc.channels import ChannelSecurity
 from brook.v1 import common_pb2, storage_pb2
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "ConsumerConfig",
     "OffsetResetStrategy",
     "ProducerConfig",
+    "channel_security",
     "consumer_config",
     "producer_config",
 ]
@@ -140,6 +147,7 @@ def _common_keys() -> tuple[ConfigKey, ...]:
             _L,
             Range(0),
         ),
+        *SECURITY_KEYS,
     )
 
 
@@ -369,7 +377,7 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             _M,
         ),
     ),
-    (_check_delivery_timeout, _check_idempotence, _check_two_phase),
+    (_check_delivery_timeout, _check_idempotence, _check_two_phase, check_security),
 )
 
 
@@ -381,6 +389,7 @@ def _check_assignors_listed(config: Config) -> str | None:
 
 _CONSUMER_CHECKS: tuple[ConfigCheck, ...] = (
     _check_assignors_listed,
+    check_security,
     check_not_greater(
         "fetch.max.wait.ms",
         "request.timeout.ms",
@@ -577,6 +586,8 @@ class ClientCommon:
     reconnect_backoff_ms: int
     reconnect_backoff_max_ms: int
     metadata_max_age_ms: int
+    security: ChannelSecurity | None
+    """The channels' security; None: the process's default (security.protocol not given)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -684,8 +695,8 @@ def consumer_config(settings: ClientSettings | None = None, **kwargs: object) ->
 
 def _common_fields(
     config: Config,
-) -> tuple[tuple[str, ...], str, int, RetryBackoff, int, int, int]:
-    """The ClientCommon fields, in their order."""
+) -> tuple[tuple[str, ...], str, int, RetryBackoff, int, int, int, ChannelSecurity | None]:
+    """The ClientCommon fields, in their order; raises ConfigError for unusable TLS files."""
     backoff_ms = config.get_int("retry.backoff.ms")
     backoff_max_ms = config.get_int("retry.backoff.max.ms")
     return (
@@ -696,7 +707,20 @@ def _common_fields(
         config.get_int("reconnect.backoff.ms"),
         config.get_int("reconnect.backoff.max.ms"),
         config.get_int("metadata.max.age.ms"),
+        security_from_config(config),
     )
+
+
+_SECURITY_CONFIG_DEF: Final = ConfigDef(SECURITY_KEYS, (check_security,))
+
+
+def channel_security(
+    settings: ClientSettings | None = None, **kwargs: object
+) -> ChannelSecurity | None:
+    """The ChannelSecurity of confluent-kafka's security settings (``security.protocol``,
+    ``ssl.*``, ``sasl.*``; None when security.protocol is not given: the process's default),
+    for an ``Admin`` client; raises ConfigError naming every problem."""
+    return security_from_config(_parse(_SECURITY_CONFIG_DEF, "security", settings, kwargs))
 
 
 def _parse(

@@ -54,7 +54,8 @@ class ClientCore(abc.ABC):
                 receive_bytes_max=receive_bytes_max,
                 reconnect_backoff_ms=config.reconnect_backoff_ms,
                 reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
-            )
+            ),
+            config.security,
         )
         self.metadata = Metadata(
             bootstrap_servers=config.bootstrap_servers,

@@ -13,11 +13,22 @@ offsets log): one HTTP/2 connection multiplexes them all. ``SyncChannelPool`` is
 blocking callers (Admin). ``sync_channel`` opens one blocking channel for a one-off call
 (health checks, probes, tools). Nothing else in Brook opens a channel
 (``tests/static/test_import_graph.py``).
+
+``ChannelSecurity`` says how a channel reaches its server: plaintext, or TLS (the server's
+certificate checked against given CA certificates or the system's, and the server's name
+against the address's host), optionally with a client certificate (mutual TLS) and a user name
+and password sent with every call as ``authorization: Basic base64(user:password)``, which is
+only ever sent over TLS. Every pool and channel takes one; those given none use the process's
+default (``default_security``), which the service runtime sets once from its configuration
+(``security.inter.broker.protocol``) and ``brook``'s ``--command-config`` from the operator's
+client properties. Until then it is plaintext.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from typing import Any, Final, TypeAlias, TypeVar
 
@@ -43,8 +54,11 @@ __all__ = [
     "ChannelOptions",
     "ChannelPool",
     "ChannelPoolClosedError",
+    "ChannelSecurity",
     "SyncChannelPool",
     "channel_options",
+    "default_security",
+    "set_default_security",
     "sync_channel",
 ]
 
@@ -112,13 +126,105 @@ def channel_options(
     return options
 
 
-def sync_channel(address: str, options: ChannelOptions | None = None) -> grpc.Channel:
+@dataclass(frozen=True, slots=True)
+class ChannelSecurity:
+    """How channels reach servers. ``tls`` False: plaintext, and nothing else may be set.
+    ``tls`` True: the server's certificate must chain to ``ca_pem`` (a PEM bundle; None: the
+    system's CAs) and name the address's host; ``key_pem`` with ``chain_pem`` (PEM, the key
+    unencrypted) is the client certificate for servers that require one; ``username`` with
+    ``password`` are sent with every call (``authorization: Basic``)."""
+
+    tls: bool = False
+    ca_pem: bytes | None = None
+    key_pem: bytes | None = field(default=None, repr=False)
+    chain_pem: bytes | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.tls and any(
+            v is not None
+            for v in (self.ca_pem, self.key_pem, self.chain_pem, self.username, self.password)
+        ):
+            raise ValueError(
+                "certificates and credentials need TLS: a plaintext channel would send them "
+                "in the clear"
+            )
+        if (self.key_pem is None) != (self.chain_pem is None):
+            raise ValueError("a client certificate needs both its private key and its chain")
+        if (self.username is None) != (self.password is None):
+            raise ValueError("credentials need both a user name and a password")
+        if self.username is not None and ":" in self.username:
+            raise ValueError(f"a user name must not contain ':' ({self.username!r})")
+
+    @property
+    def authorization(self) -> str | None:
+        """The ``authorization`` metadata value sent with every call, None without
+        credentials."""
+        if self.username is None or self.password is None:
+            return None
+        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode("ascii")
+        return f"Basic {token}"
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """gRPC's channel credentials (None: plaintext)."""
+        if not self.tls:
+            return None
+        transport = grpc.ssl_channel_credentials(
+            root_certificates=self.ca_pem,
+            private_key=self.key_pem,
+            certificate_chain=self.chain_pem,
+        )
+        authorization = self.authorization
+        if authorization is None:
+            return transport
+        return grpc.composite_channel_credentials(
+            transport, grpc.metadata_call_credentials(_BasicAuthorization(authorization))
+        )
+
+
+class _BasicAuthorization:
+    """A gRPC ``AuthMetadataPlugin``: adds the ``authorization`` header to every call (gRPC
+    runs call credentials only on TLS channels)."""
+
+    def __init__(self, value: str) -> None:
+        self._metadata = (("authorization", value),)
+
+    def __call__(
+        self, context: grpc.AuthMetadataContext, callback: grpc.AuthMetadataPluginCallback
+    ) -> None:
+        callback(self._metadata, None)
+
+
+_default_security = ChannelSecurity()
+
+
+def default_security() -> ChannelSecurity:
+    """The security of the channels that name none: plaintext until set."""
+    return _default_security
+
+
+def set_default_security(security: ChannelSecurity) -> None:
+    """Sets the process's default channel security. The service runtime calls it once at
+    start-up (``security.inter.broker.protocol``), ``brook`` once per command
+    (``--command-config``); channels and pools already made keep theirs."""
+    global _default_security
+    _default_security = security
+
+
+def sync_channel(
+    address: str,
+    options: ChannelOptions | None = None,
+    security: ChannelSecurity | None = None,
+) -> grpc.Channel:
     """A blocking channel to ``address`` (host:port) for a one-off call; the caller closes it
     (``with sync_channel(...) as channel:``). ``options`` None: ``channel_options()``; an
-    empty list: gRPC's own defaults."""
-    return grpc.insecure_channel(
-        address, options=list(channel_options() if options is None else options)
-    )
+    empty list: gRPC's own defaults. ``security`` None: ``default_security()``."""
+    listed = list(channel_options() if options is None else options)
+    credentials = (security or _default_security).credentials()
+    if credentials is None:
+        return grpc.insecure_channel(address, options=listed)
+    return grpc.secure_channel(address, credentials, options=listed)
 
 
 class ChannelPoolClosedError(RuntimeError):
@@ -127,10 +233,12 @@ class ChannelPoolClosedError(RuntimeError):
 
 class ChannelPool:
     """One asyncio channel per address, and the stubs over it. Create, use and close it on
-    the owner's event loop."""
+    the owner's event loop. ``security`` None: ``default_security()`` as it is when the pool
+    is made."""
 
-    def __init__(self, options: ChannelOptions) -> None:
+    def __init__(self, options: ChannelOptions, security: ChannelSecurity | None = None) -> None:
         self._options = list(options)
+        self.security = security or _default_security
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[Callable[[Any], Any], str], Any] = {}
         self._closed = False
@@ -141,15 +249,21 @@ class ChannelPool:
         if channel is None:
             if self._closed:
                 raise ChannelPoolClosedError(f"the channels are closed (asked for {address})")
-            channel = self.dedicated(address, self._options)
+            channel = self.dedicated(address, self._options, self.security)
             self._channels[address] = channel
         return channel
 
     @staticmethod
-    def dedicated(address: str, options: ChannelOptions) -> grpc.aio.Channel:
+    def dedicated(
+        address: str, options: ChannelOptions, security: ChannelSecurity | None = None
+    ) -> grpc.aio.Channel:
         """A channel of its own to ``address``, outside any pool, for traffic that must not
-        share a connection (the replica fetcher's streams); the caller closes it."""
-        return grpc.aio.insecure_channel(address, options=list(options))
+        share a connection (the replica fetcher's streams); the caller closes it.
+        ``security`` None: ``default_security()``."""
+        credentials = (security or _default_security).credentials()
+        if credentials is None:
+            return grpc.aio.insecure_channel(address, options=list(options))
+        return grpc.aio.secure_channel(address, credentials, options=list(options))
 
     def _stub(self, factory: Callable[[grpc.aio.Channel], _Stub], address: str) -> _Stub:
         stub: _Stub | None = self._stubs.get((factory, address))
@@ -189,10 +303,14 @@ class ChannelPool:
 
 class SyncChannelPool(Closing):
     """``ChannelPool`` for blocking callers: one channel per address; not thread-safe.
-    ``options`` None: ``channel_options()``; an empty list: gRPC's own defaults."""
+    ``options`` None: ``channel_options()``; an empty list: gRPC's own defaults. ``security``
+    None: ``default_security()`` as it is when the pool is made."""
 
-    def __init__(self, options: ChannelOptions | None = None) -> None:
+    def __init__(
+        self, options: ChannelOptions | None = None, security: ChannelSecurity | None = None
+    ) -> None:
         self._options = list(channel_options() if options is None else options)
+        self._security = security or _default_security
         self._channels: dict[str, grpc.Channel] = {}
         self._closed = False
 
@@ -201,7 +319,7 @@ class SyncChannelPool(Closing):
             raise ChannelPoolClosedError(f"the channels are closed (asked for {address})")
         channel = self._channels.get(address)
         if channel is None:
-            channel = sync_channel(address, self._options)
+            channel = sync_channel(address, self._options, self._security)
             self._channels[address] = channel
         return channel
 

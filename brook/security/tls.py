@@ -29,9 +29,10 @@ import ssl
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -43,6 +44,7 @@ __all__ = [
     "CLIENT_AUTH_VALUES",
     "SECURITY_PROTOCOLS",
     "TLS_KEYS",
+    "ReloadingFiles",
     "ReloadingServerContext",
     "TlsError",
     "TlsFiles",
@@ -53,6 +55,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 CLIENT_AUTH_VALUES: Final = ("none", "requested", "required")
@@ -212,6 +215,9 @@ class TlsFiles:
     truststore: Path | None
     key_password: str | None = None
     client_auth: str = "none"
+    certificate: Path | None = None
+    """The certificate chain when it has a file of its own (confluent-kafka's
+    ssl.certificate.location beside ssl.key.location); the key is then the keystore's."""
 
     @classmethod
     def from_config(cls, config: Config) -> TlsFiles:
@@ -230,7 +236,7 @@ class TlsFiles:
     def stamp(self) -> tuple[tuple[int, int], ...]:
         """The files' (modification time, size): changes when a file is replaced."""
         stamps = []
-        for path in (self.keystore, self.truststore):
+        for path in (self.keystore, self.truststore, self.certificate):
             if path is None:
                 continue
             try:
@@ -246,6 +252,9 @@ class TlsFiles:
         if self.keystore is None:
             raise TlsError("ssl.keystore.location is not set: a TLS listener needs a keystore")
         keystore = _read_pem(self.keystore, "ssl.keystore.location")
+        certificates = keystore
+        if self.certificate is not None:
+            certificates = _read_pem(self.certificate, "ssl.certificate.location")
         try:
             key = serialization.load_pem_private_key(
                 keystore,
@@ -254,18 +263,12 @@ class TlsFiles:
         except (ValueError, TypeError) as e:
             raise TlsError(f"{self.keystore}: no usable private key ({e})") from None
         try:
-            chain = x509.load_pem_x509_certificates(keystore)
+            chain = x509.load_pem_x509_certificates(certificates)
         except ValueError as e:
-            raise TlsError(f"{self.keystore}: no certificate ({e})") from None
+            raise TlsError(f"{self.certificate or self.keystore}: no certificate ({e})") from None
         if not _same_key(key, chain[0]):
             raise TlsError(f"{self.keystore}: the first certificate is not the private key's")
-        ca_pem = b""
-        if self.truststore is not None:
-            ca_pem = _read_pem(self.truststore, "ssl.truststore.location")
-            try:
-                x509.load_pem_x509_certificates(ca_pem)
-            except ValueError as e:
-                raise TlsError(f"{self.truststore}: no CA certificate ({e})") from None
+        ca_pem = self.truststore_pem()
         names = chain[0].subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
         return TlsMaterial(
             key_pem=key.private_bytes(
@@ -278,6 +281,17 @@ class TlsFiles:
             subject_common_name=str(names[0].value) if names else "",
             not_after=chain[0].not_valid_after_utc.timestamp(),
         )
+
+    def truststore_pem(self) -> bytes:
+        """The CA bundle, checked (empty: no truststore); raises TlsError."""
+        if self.truststore is None:
+            return b""
+        ca_pem = _read_pem(self.truststore, "ssl.truststore.location")
+        try:
+            x509.load_pem_x509_certificates(ca_pem)
+        except ValueError as e:
+            raise TlsError(f"{self.truststore}: no CA certificate ({e})") from None
+        return ca_pem
 
     def server_context(self) -> ssl.SSLContext:
         """A server-side context from the current files; raises TlsError."""
@@ -330,6 +344,42 @@ def _load_chain(context: ssl.SSLContext, material: TlsMaterial) -> None:
         os.unlink(name)
 
 
+class ReloadingFiles(Generic[_T]):
+    """What a listener makes from its TLS files (``make``: a context, gRPC's certificate
+    configuration), made again when the files change (``TlsFiles.stamp``). A renewal that
+    cannot be made is logged and the previous one stays current."""
+
+    def __init__(self, files: TlsFiles, make: Callable[[TlsFiles], _T]) -> None:
+        """Makes the first one; raises TlsError (or ssl.SSLError) for unusable files."""
+        self.files = files
+        self._make = make
+        self._lock = threading.Lock()
+        self._stamp = files.stamp()
+        self.current = make(files)
+        self.reloads = 0
+
+    def refresh(self) -> _T | None:
+        """Makes it again if the files changed since the last look; the new one (now
+        current), or None when the files did not change or the new ones cannot be used."""
+        with self._lock:
+            stamp = self.files.stamp()
+            if stamp == self._stamp:
+                return None
+            self._stamp = stamp
+            try:
+                made = self._make(self.files)
+            except (TlsError, ssl.SSLError, OSError) as e:
+                _log.error(
+                    "TLS files changed but cannot be loaded; still serving the previous ones",
+                    extra={"reason": str(e)},
+                )
+                return None
+            self.current = made
+            self.reloads += 1
+            _log.info("TLS files reloaded", extra={"keystore": str(self.files.keystore)})
+            return made
+
+
 class ReloadingServerContext:
     """The context an asyncio TLS server is created with. Every handshake is switched (in the
     SNI callback, which OpenSSL calls for every ClientHello) to the context made from the
@@ -337,39 +387,24 @@ class ReloadingServerContext:
     the previous context stays."""
 
     def __init__(self, files: TlsFiles) -> None:
-        self._files = files
-        self._stamp = files.stamp()
-        self._current = files.server_context()
+        self._contexts = ReloadingFiles(files, TlsFiles.server_context)
         self._checked = time.monotonic()
-        self._lock = threading.Lock()
         self.context = files.server_context()
         self.context.sni_callback = self._on_hello
-        self.reloads = 0
 
     @property
     def current(self) -> ssl.SSLContext:
         """The context new handshakes use."""
-        return self._current
+        return self._contexts.current
+
+    @property
+    def reloads(self) -> int:
+        return self._contexts.reloads
 
     def reload_if_changed(self) -> bool:
         """Re-reads the files if they changed; True if a new context now serves."""
-        with self._lock:
-            self._checked = time.monotonic()
-            stamp = self._files.stamp()
-            if stamp == self._stamp:
-                return False
-            self._stamp = stamp
-            try:
-                self._current = self._files.server_context()
-            except (TlsError, ssl.SSLError, OSError) as e:
-                _log.error(
-                    "TLS files changed but cannot be loaded; still serving the previous ones",
-                    extra={"reason": str(e)},
-                )
-                return False
-            self.reloads += 1
-            _log.info("TLS files reloaded", extra={"keystore": str(self._files.keystore)})
-            return True
+        self._checked = time.monotonic()
+        return self._contexts.refresh() is not None
 
     def _on_hello(
         self,
@@ -379,4 +414,4 @@ class ReloadingServerContext:
     ) -> None:
         if time.monotonic() - self._checked >= RELOAD_CHECK_INTERVAL_S:
             self.reload_if_changed()
-        connection.context = self._current
+        connection.context = self._contexts.current

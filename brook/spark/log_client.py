@@ -51,7 +51,8 @@ class LogClient(Closing):
                 receive_bytes_max=max(config.fetch_max_bytes, config.max_partition_fetch_bytes),
                 reconnect_backoff_ms=config.reconnect_backoff_ms,
                 reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
-            )
+            ),
+            config.security,
         )
         self._cluster = EMPTY_CLUSTER
         self._request_timeout_s = config.request_timeout_ms / 1000

@@ -63,8 +63,10 @@ from brook.client import (
     Producer,
     TopicPartition,
     TransactionState,
+    channel_security,
 )
 from brook.client.admin import OffsetAndMetadata
+from brook.client.security import SECURITY_KEY_NAMES
 from brook.errors import ErrorCode
 from brook.spark.arrow_writes import check_write_schema, send_arrow_batch
 from brook.spark.options import OptionError, client_config, option
@@ -291,8 +293,14 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
 
     def _admin(self) -> Admin:
         """The driver's admin client: it finds the coordinators through the storage nodes
-        (``kafka.bootstrap.servers``, as every Brook source and sink)."""
-        return Admin(self._client["bootstrap.servers"], bootstrap_role="storage_node")
+        (``kafka.bootstrap.servers``, as every Brook source and sink), as securely as the
+        sink's producers (``kafka.security.protocol``, ``kafka.ssl.*``, ``kafka.sasl.*``)."""
+        security = channel_security(
+            {name: value for name, value in self._client.items() if name in SECURITY_KEY_NAMES}
+        )
+        return Admin(
+            self._client["bootstrap.servers"], bootstrap_role="storage_node", security=security
+        )
 
 
 def _prefix(options: Mapping[str, str]) -> str:

@@ -3,8 +3,14 @@ the look-up of a topic's partitions, and where the cluster is.
 
 Every tool takes one ``--bootstrap-server`` (``add_bootstrap_argument``): GRPC addresses of
 controllers or of storage nodes, whichever the operator has at hand; without the option,
-``$BROOK_BOOTSTRAP_SERVERS``, else 127.0.0.1:9201 (the first controller of ``brook cluster
-up``). ``find_cluster`` asks what each address is and where the rest of the cluster is: a
+the ``bootstrap.servers`` of ``--command-config``, else ``$BROOK_BOOTSTRAP_SERVERS``, else
+127.0.0.1:9201 (the first controller of ``brook cluster up``). ``--command-config FILE`` (Kafka
+tools' option) is a properties file of the SDK's security settings (``security.protocol``,
+``ssl.*``, ``sasl.*``: brook.client.security) and optionally ``bootstrap.servers``;
+``apply_command_config`` makes it the security of every channel the command opens
+(``brook cluster up --tls`` writes one in ``DIR/tls/client.properties``).
+
+``find_cluster`` asks what each address is and where the rest of the cluster is: a
 storage node names the controllers it knows (GetMetadata), a controller lists the storage nodes
 (DescribeCluster).
 
@@ -19,6 +25,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Literal
 
 __all__ = [
@@ -36,6 +43,8 @@ __all__ = [
     "ToolError",
     "UsageError",
     "add_bootstrap_argument",
+    "add_command_config_argument",
+    "apply_command_config",
     "bootstrap_servers",
     "checked_cluster_options",
     "client_settings",
@@ -223,13 +232,51 @@ class PrintFormat:
 
 
 def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
-    """The ``--bootstrap-server`` option every tool has (read it with ``bootstrap_servers``)."""
+    """The ``--bootstrap-server`` and ``--command-config`` options every tool has (read them
+    with ``bootstrap_servers``; ``brook`` applies ``--command-config`` itself)."""
     parser.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT[,...]",
-        help="GRPC addresses of controllers or storage nodes (default: "
-        f"${BOOTSTRAP_SERVERS_ENV}, else {DEFAULT_BOOTSTRAP_SERVERS})",
+        help="GRPC addresses of controllers or storage nodes (default: the command config's "
+        f"bootstrap.servers, else ${BOOTSTRAP_SERVERS_ENV}, else {DEFAULT_BOOTSTRAP_SERVERS})",
     )
+    add_command_config_argument(parser)
+
+
+def add_command_config_argument(parser: argparse.ArgumentParser) -> None:
+    """``--command-config FILE``: how to reach a secured cluster (``apply_command_config``)."""
+    parser.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="FILE",
+        help="a properties file with the client's security settings (security.protocol, "
+        "ssl.ca.location, ssl.certificate.location, ssl.key.location, ssl.key.password, "
+        "sasl.mechanism, sasl.username, sasl.password) and optionally bootstrap.servers, as "
+        "brook cluster up --tls writes in DIR/tls/client.properties",
+    )
+
+
+def apply_command_config(args: argparse.Namespace) -> None:
+    """Applies a command's ``--command-config`` (if it has one): its security becomes the
+    default of every channel the command opens, and its ``bootstrap.servers`` the command's
+    ``--bootstrap-server`` when that is not given. UsageError for a file that cannot be read,
+    an unknown setting or unusable TLS files."""
+    path: Path | None = getattr(args, "command_config", None)
+    if path is None:
+        return
+    from brook.client.config import channel_security
+    from brook.config import ConfigError, load_properties
+    from brook.rpc.channels import ChannelSecurity, set_default_security
+
+    try:
+        settings = {name: raw.value for name, raw in load_properties(path).items()}
+        bootstrap = settings.pop("bootstrap.servers", None)
+        security = channel_security(settings)
+    except ConfigError as error:
+        raise UsageError(f"--command-config {path}: {error}") from None
+    if bootstrap is not None and getattr(args, "bootstrap_server", "") is None:
+        args.bootstrap_server = bootstrap
+    set_default_security(security or ChannelSecurity())
 
 
 def bootstrap_servers(option: str | None) -> list[str]:

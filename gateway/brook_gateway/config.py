@@ -22,6 +22,8 @@ from brook.config import (
     service_config_def,
 )
 from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
+from brook.security.grpc_tls import INTER_BROKER_PROTOCOL
+from brook.security.tls import TLS_KEYS
 from brook_gateway.cluster_view import PORT_MAX
 
 __all__ = ["CONFIG_DEF", "KAFKA_NODE_PORT_BASE"]
@@ -77,6 +79,8 @@ CONFIG_DEF: Final = service_config_def(
         ),
         REQUEST_TIMEOUT_MS,
         *MEMBERSHIP_KEYS,
+        *TLS_KEYS,
+        INTER_BROKER_PROTOCOL,
     ),
     checks=MEMBERSHIP_CHECKS,
 )

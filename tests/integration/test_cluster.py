@@ -229,25 +229,71 @@ def test_cluster_up_serves_and_exits_zero_on_sigint_leaving_no_process(tmp_path:
         assert _wait_gone(pids, PROCESS_GONE_TIMEOUT_S) == []
 
 
+def _lines_until_up(launcher: subprocess.Popen[bytes]) -> list[str]:
+    """The text ``brook cluster up`` prints until it says it is up ("Press Ctrl-C ...")."""
+    assert launcher.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + CLUSTER_UP_READY_TIMEOUT_S
+    while not lines or not lines[-1].startswith("Press Ctrl-C"):
+        ready, _, _ = select.select([launcher.stdout], [], [], deadline - time.monotonic())
+        assert ready, f"not up within {CLUSTER_UP_READY_TIMEOUT_S} s: {lines}"
+        lines.append(launcher.stdout.readline().decode().rstrip("\n"))
+    return lines
+
+
 def test_cluster_up_prints_a_line_per_process_as_it_becomes_healthy(tmp_path: Path) -> None:
     brook = str(Path(sys.executable).with_name("brook"))
     command = [brook, "cluster", "up", "--dir", str(tmp_path / "brook"), "--port-offset"]
     command += [str(free_port_offset(tmp_path / "probe")), "--controllers", "1"]
     command += ["--storage-nodes", "1", "--coordinators", "0", "--gateways", "0"]
     with _launcher(command) as (launcher, pids):
-        assert launcher.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + CLUSTER_UP_READY_TIMEOUT_S
-        while not lines or not lines[-1].startswith("Press Ctrl-C"):
-            ready, _, _ = select.select([launcher.stdout], [], [], deadline - time.monotonic())
-            assert ready, f"not up within {CLUSTER_UP_READY_TIMEOUT_S} s: {lines}"
-            lines.append(launcher.stdout.readline().decode().rstrip("\n"))
+        lines = _lines_until_up(launcher)
         serving = [line.split() for line in lines if line.startswith("  serving  ")]
         assert [words[1] for words in serving] == ["controller-1", "storage-node-1"]
         for words in serving:
             pids.append(int(words[words.index("pid") + 1]))
             grpc = words[words.index("GRPC") + 1]
             assert check_health(grpc, timeout_ms=5_000).status is HealthStatus.SERVING
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S) == 0
+
+
+def test_cluster_up_tls_runs_a_mutual_tls_cluster_the_cli_reaches_with_its_client_config(
+    tmp_path: Path,
+) -> None:
+    brook = str(Path(sys.executable).with_name("brook"))
+    directory = tmp_path / "brook"
+    command = [brook, "cluster", "up", "--tls", "--dir", str(directory), "--port-offset"]
+    command += [str(free_port_offset(tmp_path / "probe")), "--controllers", "1"]
+    command += ["--storage-nodes", "1", "--coordinators", "0", "--gateways", "0"]
+    properties = directory / "tls" / "client.properties"
+
+    def tool(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [brook, *arguments, "--timeout-ms", "5000"],
+            capture_output=True,
+            text=True,
+            timeout=LAUNCHER_EXIT_TIMEOUT_S,
+            check=False,
+        )
+
+    with _launcher(command) as (launcher, pids):
+        lines = _lines_until_up(launcher)
+        serving = [line.split() for line in lines if line.startswith("  serving  ")]
+        pids.extend(int(words[words.index("pid") + 1]) for words in serving)
+        controller = serving[0][serving[0].index("GRPC") + 1]
+        assert any(f"--command-config {properties}" in line for line in lines)
+
+        config = ["--command-config", str(properties)]
+        created = tool("topics", "create", "--topic", "over-tls", "--partitions", "1", *config)
+        assert created.returncode == 0, created.stderr
+        listed = tool("topics", "list", *config)
+        assert listed.returncode == 0 and "over-tls" in listed.stdout.split(), listed.stderr
+        # Without the client's certificate the cluster does not answer.
+        refused = tool("topics", "list", "--bootstrap-server", controller)
+        assert refused.returncode == 1 and "over-tls" not in refused.stdout
+        assert tool("health", controller, *config).returncode == 0
+
         launcher.send_signal(signal.SIGINT)
         assert launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S) == 0
 

@@ -275,6 +275,31 @@ def test_malformed_listeners_exit_2_naming_the_setting(
     assert not (workdir / ".brook").exists()
 
 
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_unusable_tls_files_exit_2_naming_the_file(
+    name: str, launch: Launch, workdir: Path
+) -> None:
+    service = SERVICES[name]
+    missing = workdir / "missing.pem"
+    process = launch(
+        _python_module(
+            service.package,
+            *_overrides(_settings(service)),
+            "--override",
+            "listener.security.protocol.map=GRPC:SSL",
+            "--override",
+            f"ssl.keystore.location={missing}",
+        )
+    )
+
+    assert process.wait(CONFIG_ERROR_EXIT_TIMEOUT_S) == 2
+    assert (
+        f"brook-{name}: invalid TLS configuration: ssl.keystore.location={missing}: "
+        "No such file or directory\n"
+    ) in process.stderr()
+    assert not (workdir / ".brook").exists()
+
+
 @contextlib.contextmanager
 def _port_held(address: str) -> Iterator[None]:
     host, port = address.split(":")

@@ -17,6 +17,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brook.config import Config, RawSetting, service_config_def
+from brook.security.grpc_tls import INTER_BROKER_PROTOCOL
+from brook.security.tls import TLS_KEYS
 from brook.server import EXIT_FAILURE, EXIT_OK, ServiceContext, ServiceSpec, TaskOwner, serve
 
 SERVE_TIMEOUT_S = 10.0
@@ -25,7 +27,9 @@ RPC_TIMEOUT_S = 5.0
 POLL_INTERVAL_S = 0.02
 
 DEFINITION = service_config_def(
-    listener_names=("GRPC",), default_listeners="GRPC://127.0.0.1:1", keys=()
+    listener_names=("GRPC",),
+    default_listeners="GRPC://127.0.0.1:1",
+    keys=(*TLS_KEYS, INTER_BROKER_PROTOCOL),
 )
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -30,6 +30,8 @@ from brook.config import (
     service_config_def,
     service_data_dir_default,
 )
+from brook.security.grpc_tls import INTER_BROKER_PROTOCOL
+from brook.security.tls import TLS_KEYS
 
 __all__ = ["CONFIG_DEF", "quorum_grpc_endpoints"]
 
@@ -386,6 +388,8 @@ CONFIG_DEF: Final = service_config_def(
             _H,
             Range(1),
         ),
+        *TLS_KEYS,
+        INTER_BROKER_PROTOCOL,
     ),
     checks=(
         _check_voters_include_this_node,

@@ -31,6 +31,8 @@ from brook.config import (
     service_data_dir_default,
 )
 from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
+from brook.security.grpc_tls import INTER_BROKER_PROTOCOL
+from brook.security.tls import TLS_KEYS
 
 __all__ = ["CONFIG_DEF"]
 
@@ -167,6 +169,8 @@ CONFIG_DEF: Final = service_config_def(
             Range(1),
         ),
         *MEMBERSHIP_KEYS,
+        *TLS_KEYS,
+        INTER_BROKER_PROTOCOL,
         REQUEST_TIMEOUT_MS,
     ),
     checks=(

@@ -36,6 +36,8 @@ from brook.config import (
 )
 from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 from brook.record import BATCH_OVERHEAD
+from brook.security.grpc_tls import INTER_BROKER_PROTOCOL
+from brook.security.tls import TLS_KEYS
 from brook.topic_config import (
     CLEANUP_COMPACT,
     CLEANUP_DELETE,
@@ -537,6 +539,8 @@ CONFIG_DEF: Final = service_config_def(
             Range(1024),
         ),
         *MEMBERSHIP_KEYS,
+        *TLS_KEYS,
+        INTER_BROKER_PROTOCOL,
         REQUEST_TIMEOUT_MS,
         ConfigKey(
             "queued.max.request.bytes",
