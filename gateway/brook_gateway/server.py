@@ -536,6 +536,7 @@ class _Connection(asyncio.Protocol):
         self._listener = listener
         self._broker_id = broker_id
         self._auth = authenticator
+        self._tls = False
         # Who the connection is without SASL: a verified TLS client certificate's CN.
         self._tls_principal = ANONYMOUS
         self._idle_s = self._limits.idle_timeout_ms / 1000
@@ -577,6 +578,7 @@ class _Connection(asyncio.Protocol):
         self._idle_timer = self._loop.call_at(self._last_active_s + self._idle_s, self._on_timer)
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
+            self._tls = True
             self._tls_principal = _certificate_principal(ssl_object.getpeercert())
 
     def data_received(self, data: bytes) -> None:
@@ -588,10 +590,11 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         # The client finished sending: answer what it asked, then close (a frame cut short
-        # closes at once). True keeps our side open for the answers.
+        # closes at once). True keeps our side open for the answers; TLS has no half-close
+        # (asyncio closes the transport whatever we return, and warns if we say True).
         self._eof = True
         self._close_if_answered()
-        return True
+        return not self._tls
 
     def pause_writing(self) -> None:
         self._write_paused = True

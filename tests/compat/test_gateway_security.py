@@ -11,16 +11,23 @@ per-broker ports on each: every client is shown the broker at its own listener's
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import ssl
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from brook_gateway.protocol.codec import Message
+from brook_gateway.protocol.frames import encode_request
 from brook_gateway.protocol.kafka_messages import ApiKey
 from cluster_fixture import shared_cluster
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from node_scripts import run_node_json
 from sasl_client import KafkaConnection, ScramClient, authenticate, plain_token
 from security_support import (
@@ -375,3 +382,143 @@ def test_kcat_with_a_wrong_password_fails(secured: Secured) -> None:
     )
     assert done.returncode != 0
     assert "Authentication failed" in done.stderr, done.stderr
+
+
+# -- hostile bytes at the TLS and SASL listeners
+
+FUZZ_EXAMPLES: Final = 300
+# Every example ends (the gateway answers what it can, then closes) within this.
+FUZZ_EXAMPLE_TIMEOUT_S: Final = 10.0
+
+
+def _frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def _client_hello() -> bytes:
+    """The first flight of a real TLS client: its ClientHello."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    context = ssl.create_default_context()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+CLIENT_HELLO: Final = _client_hello()
+_SCRAM_FIRST: Final = ScramClient("SCRAM-SHA-512", "alice", "x", nonce="fuzz").first()
+
+
+def _request(api_key: ApiKey, version: int, body: Message) -> bytes:
+    return encode_request(api_key, version, 1, "fuzz", body)
+
+
+def _handshake(mechanism: str, version: int = 1) -> bytes:
+    return _request(ApiKey.SASL_HANDSHAKE, version, {"mechanism": mechanism})
+
+
+@st.composite
+def _sasl_payloads(draw: st.DrawFn) -> bytes:
+    """What a hostile client sends on a SASL listener: random bytes, handshakes for random
+    mechanisms, random or mutated tokens after a valid handshake (framed or raw), SCRAM
+    exchanges broken at the second step, oversized frames; possibly cut anywhere."""
+    mechanism = draw(st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]))
+    token = draw(
+        st.one_of(
+            st.binary(max_size=300),
+            st.builds(
+                lambda data, at: data[:at] + bytes([data[at % len(data)] ^ 0x41]) + data[at + 1 :],
+                st.just(_SCRAM_FIRST),
+                st.integers(0, len(_SCRAM_FIRST) - 1),
+            ),
+        )
+    )
+    authenticate = _request(
+        ApiKey.SASL_AUTHENTICATE, draw(st.integers(0, 1)), {"auth_bytes": token}
+    )
+    payload = draw(
+        st.sampled_from(
+            [
+                draw(st.binary(max_size=200)),
+                _handshake(draw(st.text(max_size=40)), draw(st.integers(0, 1))),
+                _handshake(mechanism) + authenticate,
+                _handshake(mechanism, 0) + _frame(token),
+                _handshake("SCRAM-SHA-512")
+                + _request(ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": _SCRAM_FIRST})
+                + _request(ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": token}),
+                _handshake(mechanism)
+                + authenticate
+                + _request(ApiKey.METADATA, 1, {"topics": None}),
+                (100_000).to_bytes(4, "big") + token,
+                _request(ApiKey.METADATA, 1, {"topics": None}),
+            ]
+        )
+    )
+    cut = draw(st.integers(0, len(payload)))
+    return payload[: cut if draw(st.booleans()) else len(payload)]
+
+
+@st.composite
+def _tls_payloads(draw: st.DrawFn) -> bytes:
+    """What a hostile client sends on a TLS listener: random bytes, a real ClientHello cut
+    short or with a byte changed, a Kafka request in the clear."""
+    at = draw(st.integers(0, len(CLIENT_HELLO) - 1))
+    return draw(
+        st.sampled_from(
+            [
+                draw(st.binary(max_size=400)),
+                CLIENT_HELLO[:at],
+                CLIENT_HELLO[:at] + bytes([CLIENT_HELLO[at] ^ 0xFF]) + CLIENT_HELLO[at + 1 :],
+                _handshake("PLAIN"),
+            ]
+        )
+    )
+
+
+def _send_and_wait_for_close(sock: socket.socket, payload: bytes) -> None:
+    """Sends ``payload``, half-closes, and reads until the gateway closes: it must within
+    FUZZ_EXAMPLE_TIMEOUT_S."""
+    sock.settimeout(FUZZ_EXAMPLE_TIMEOUT_S)
+    with contextlib.suppress(ConnectionResetError, BrokenPipeError, ssl.SSLError):
+        sock.sendall(payload)
+        sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + FUZZ_EXAMPLE_TIMEOUT_S
+        while sock.recv(4096):
+            assert time.monotonic() < deadline, "the gateway kept the connection open"
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    target=st.one_of(
+        st.tuples(st.just("SASL_PLAINTEXT"), _sasl_payloads()),
+        st.tuples(st.just("SASL_SSL"), _sasl_payloads()),
+        st.tuples(st.sampled_from(["SSL", "SASL_SSL"]), _tls_payloads()),
+    )
+)
+def test_hostile_bytes_at_the_tls_and_sasl_listeners_close_only_their_connection(
+    secured: Secured, target: tuple[str, bytes]
+) -> None:
+    listener, payload = target
+    address = ("127.0.0.1", secured.gateway.ports[listener])
+    sock = socket.create_connection(address, timeout=FUZZ_EXAMPLE_TIMEOUT_S)
+    try:
+        if listener == "SASL_SSL" and not payload.startswith(CLIENT_HELLO[:3]):
+            # SASL garbage inside a real TLS session.
+            sock = secured.tls_context().wrap_socket(sock, server_hostname="127.0.0.1")
+        _send_and_wait_for_close(sock, payload)
+    finally:
+        sock.close()
+    assert secured.gateway.alive(), secured.gateway.log.read_text()[-4000:]
+
+
+def test_after_the_fuzzing_a_good_client_is_still_served(secured: Secured) -> None:
+    # Runs after the fuzz test (file order), on the same gateway process.
+    assert secured.gateway.alive()
+    topic = "after-fuzzing"
+    bootstrap, config = _new_topic(secured, topic)
+    confluent_produce(bootstrap, topic, {"acks": "all", **config})
+    check_round_trip(topic, confluent_read_back(bootstrap, topic, config))
