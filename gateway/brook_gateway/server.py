@@ -24,10 +24,11 @@ Who a connection is (`RequestContext.principal`, read by authorization and quota
 listener (SSL) the subject common name of a verified client certificate, `User:<CN>`; on a
 SASL listener the user it authenticated as (brook_gateway.sasl), and until it has, nothing but
 ApiVersions, SaslHandshake and SaslAuthenticate is served, one request at a time, each frame
-at most `SASL_FRAME_BYTES_MAX`; otherwise `User:ANONYMOUS`. A TLS handshake must complete
-within `TLS_HANDSHAKE_TIMEOUT_S` (a connection is counted against max.connections once it
-has); one that fails (garbage, a plaintext client, a certificate the trust store does not
-vouch for or that has expired) closes that connection only.
+at most `SASL_FRAME_BYTES_MAX`, and one that has not authenticated within
+`ServerLimits.authentication_timeout_ms` is closed; otherwise `User:ANONYMOUS`. A TLS
+handshake must complete within `TLS_HANDSHAKE_TIMEOUT_S` (a connection is counted against
+max.connections once it has); one that fails (garbage, a plaintext client, a certificate the
+trust store does not vouch for or that has expired) closes that connection only.
 
 Bad input closes only the connection that sent it, with the reason logged: a malformed frame,
 an unknown API key or a version without a schema (as Kafka does). A known API at a version the
@@ -82,7 +83,13 @@ from brook_gateway.sasl import (
     SaslError,
 )
 
-__all__ = ["TLS_HANDSHAKE_TIMEOUT_S", "KafkaListener", "KafkaServer", "ServerLimits"]
+__all__ = [
+    "SASL_AUTHENTICATION_TIMEOUT_MS",
+    "TLS_HANDSHAKE_TIMEOUT_S",
+    "KafkaListener",
+    "KafkaServer",
+    "ServerLimits",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -90,6 +97,9 @@ _logger = logging.getLogger(__name__)
 _CLOSE_TIMEOUT_S: Final = 1.0
 TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
 """A TLS connection whose handshake has not completed in this long is closed."""
+SASL_AUTHENTICATION_TIMEOUT_MS: Final = 30_000
+"""A connection to a SASL listener that has not authenticated in this long is closed
+(`ServerLimits.authentication_timeout_ms`'s default)."""
 # Span names by API key: "kafka.Produce", ...
 _SPAN_NAMES: Final = {
     key: f"kafka.{spec.name.removesuffix('Request')}" for key, spec in REQUESTS.items()
@@ -114,6 +124,7 @@ class ServerLimits:
     in_flight_per_connection_max: int
     idle_timeout_ms: int
     request_timeout_ms: int
+    authentication_timeout_ms: int = SASL_AUTHENTICATION_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         assert self.request_bytes_max >= REQUEST_PREFIX_BYTES
@@ -121,6 +132,7 @@ class ServerLimits:
         assert self.in_flight_per_connection_max >= 1
         assert self.idle_timeout_ms >= 1
         assert self.request_timeout_ms >= 1
+        assert self.authentication_timeout_ms >= 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,6 +568,7 @@ class _Connection(asyncio.Protocol):
         self._frame_started_s: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._abort_timer: asyncio.TimerHandle | None = None
+        self._authentication_timer: asyncio.TimerHandle | None = None
         self._done: asyncio.Future[None] = self._loop.create_future()
 
     # -- asyncio.Protocol
@@ -576,6 +589,10 @@ class _Connection(asyncio.Protocol):
             return
         connections.add(self)
         self._idle_timer = self._loop.call_at(self._last_active_s + self._idle_s, self._on_timer)
+        if self._auth is not None:
+            self._authentication_timer = self._loop.call_later(
+                self._limits.authentication_timeout_ms / 1000, self._on_authentication_timeout
+            )
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             self._tls = True
@@ -611,7 +628,7 @@ class _Connection(asyncio.Protocol):
             _logger.debug("connection lost", extra={"peer": self._peer})
         self._closing = True
         self._server._connections.discard(self)
-        for timer in (self._idle_timer, self._abort_timer):
+        for timer in (self._idle_timer, self._abort_timer, self._authentication_timer):
             if timer is not None:
                 timer.cancel()
         for task in self._pending:
@@ -786,6 +803,13 @@ class _Connection(asyncio.Protocol):
     def _close_for(self, reason: str) -> None:
         _logger.warning("closing connection", extra={"peer": self._peer, "reason": reason})
         self.close()
+
+    def _on_authentication_timeout(self) -> None:
+        if not self._closing and self._auth is not None and not self._auth.complete:
+            self._close_for(
+                f"not authenticated within {self._limits.authentication_timeout_ms} ms of "
+                "connecting"
+            )
 
     def _on_timer(self) -> None:
         """connections.max.idle.ms: nothing in flight and nothing received for that long, or a

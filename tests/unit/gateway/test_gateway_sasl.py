@@ -289,3 +289,21 @@ def test_before_authentication_a_large_frame_or_another_request_closes_the_conne
             assert c.closed_by_peer()
 
     _serve(scenario, listeners)
+
+
+def test_a_connection_that_does_not_authenticate_in_time_is_closed() -> None:
+    listeners = [KafkaListener("SASL_PLAINTEXT", "127.0.0.1", 0, None, ("PLAIN",))]
+
+    def scenario(ports: dict[str, int]) -> None:
+        with KafkaConnection(("127.0.0.1", ports["SASL_PLAINTEXT"])) as c:
+            versions = c.request(ApiKey.API_VERSIONS, 0, {})
+            assert versions is not None and versions["error_code"] == 0
+            assert c.closed_by_peer()  # within the 0.2 s bound (the read waits up to 10 s)
+
+    async def run() -> None:
+        async with running_server(
+            _principal_echo(), listeners, _lookup({}), authentication_timeout_ms=200
+        ) as server:
+            await asyncio.to_thread(scenario, server.ports)
+
+    asyncio.run(run())
