@@ -408,7 +408,10 @@ class SaslAuthenticator:
             return
         if self._stage is _Stage.AUTHENTICATE and api_key == ApiKey.SASL_AUTHENTICATE:
             return
-        name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else str(api_key)
+        try:
+            name = ApiKey(api_key).name
+        except ValueError:
+            name = f"API key {api_key}"
         raise SaslError(f"unexpected request {name} during the SASL exchange ({self._stage.name})")
 
     async def respond(self, frame: bytes) -> bytearray:
