@@ -976,10 +976,14 @@ def _check_otlp_available(config: Config) -> str | None:
 
 
 def common_keys(
-    *, listener_names: tuple[str, ...], default_listeners: str
+    *,
+    listener_names: tuple[str, ...],
+    default_listeners: str,
+    optional_listener_names: tuple[str, ...] = (),
 ) -> tuple[tuple[ConfigKey, ...], tuple[ConfigCheck, ...]]:
-    """The settings every Brook service has, and the rules that span them."""
-    optional = (METRICS_LISTENER,)
+    """The settings every Brook service has, and the rules that span them.
+    ``optional_listener_names``: listeners the service may have besides METRICS."""
+    optional = (*optional_listener_names, METRICS_LISTENER)
     listeners_validator = Listeners(listener_names, optional=optional)
     keys = (
         ConfigKey(
@@ -1115,10 +1119,13 @@ def service_config_def(
     default_listeners: str,
     keys: Iterable[ConfigKey],
     checks: Iterable[ConfigCheck] = (),
+    optional_listener_names: tuple[str, ...] = (),
 ) -> ConfigDef:
     """A service's definition: the common keys, then its own."""
     common, common_checks = common_keys(
-        listener_names=listener_names, default_listeners=default_listeners
+        listener_names=listener_names,
+        default_listeners=default_listeners,
+        optional_listener_names=optional_listener_names,
     )
     return ConfigDef((*common, *keys), (*common_checks, *checks))
 

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Final
 
 from brook.security.principal import ANONYMOUS, Principal
+from brook_gateway.cluster_view import KAFKA_LISTENER
 from brook_gateway.protocol.codec import Message, codec_for
 from brook_gateway.protocol.frames import RequestHeader
 from brook_gateway.protocol.kafka_messages import RESPONSES, ApiKey
@@ -94,6 +95,10 @@ class RequestContext:
     principal: Principal = ANONYMOUS
     """Who sent the request: the connection's authenticated principal (SASL user or TLS
     client certificate), ``User:ANONYMOUS`` on a connection that did not authenticate."""
+    listener: str = KAFKA_LISTENER
+    """The name of the Kafka listener the connection was made to (PLAINTEXT, SSL,
+    SASL_PLAINTEXT, SASL_SSL): Metadata and FindCoordinator show brokers at that listener's
+    addresses, so a client stays on the security protocol it chose."""
 
     @property
     def api_version(self) -> int:

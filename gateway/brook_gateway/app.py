@@ -1,9 +1,11 @@
 """The gateway service: speaks the Kafka binary protocol to Kafka clients, gRPC to Brook.
 
-It serves health on its GRPC listener and the Kafka protocol on its PLAINTEXT listener, and,
-with kafka.node.port.base set, on a port of its own for each storage node it presents as a
-broker (brook_gateway.node_listeners), which it registers as its PLAINTEXT_NODES endpoint
-(advertised PLAINTEXT host, port the base) so that every gateway shows those addresses.
+It serves health on its GRPC listener and the Kafka protocol on each of its Kafka listeners
+(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL: TLS with the ssl.* files, re-read when they change;
+SASL against the SCRAM credentials of its metadata), and, with kafka.node.port.base set, on a
+port of its own for each storage node it presents as a broker, per Kafka listener
+(brook_gateway.node_listeners), which it registers as its ``<listener>_NODES`` endpoints
+(the listener's advertised host, port its base) so that every gateway shows those addresses.
 The gateway joins the cluster as a GATEWAY (brook.membership: registration, heartbeats, the
 WatchMetadata stream that feeds the metadata cache) and reports SERVING only once it has, like
 every other Brook process: a gateway that is not yet a broker in its own metadata would hand
@@ -22,6 +24,7 @@ import logging
 
 from brook.config import Config, Listener
 from brook.membership import ClusterMembership, MembershipError
+from brook.security.tls import ReloadingServerContext, TlsFiles, security_protocol, uses_tls
 from brook.server import ServiceContext, ServiceSpec
 from brook.v1 import common_pb2
 from brook_gateway.acl_apis import acl_handlers
@@ -29,14 +32,21 @@ from brook_gateway.admin_apis import admin_handlers
 from brook_gateway.api_versions import api_versions_handler
 from brook_gateway.apis import Dispatcher
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import KAFKA_LISTENER, KAFKA_NODES_LISTENER, ClusterImage
-from brook_gateway.config import CONFIG_DEF, KAFKA_NODE_PORT_BASE
+from brook_gateway.cluster_view import ClusterImage, node_port_ceiling, nodes_listener
+from brook_gateway.config import (
+    CONFIG_DEF,
+    KAFKA_NODE_PORT_BASE,
+    KAFKA_NODE_PORT_STRIDE,
+    SASL_ENABLED_MECHANISMS,
+    kafka_listeners,
+)
 from brook_gateway.coordinator_routing import Routers
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.group_apis import group_handlers
 from brook_gateway.node_listeners import NodeListeners
+from brook_gateway.sasl import CredentialLookup, sasl_handlers
 from brook_gateway.scram_apis import scram_handlers
-from brook_gateway.server import KafkaServer, ServerLimits
+from brook_gateway.server import KafkaListener, KafkaServer, ServerLimits
 from brook_gateway.txn_apis import txn_handlers
 from brook_gateway.upstream import Upstreams
 
@@ -45,11 +55,19 @@ __all__ = ["SPEC", "Gateway", "kafka_server"]
 _log = logging.getLogger(__name__)
 
 
+def _no_credentials(name: str, mechanism: int) -> None:
+    del name, mechanism
+
+
 def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
-    """The Kafka-protocol server the configuration describes: ApiVersions, plus every API
-    that reaches Brook when a ``backend`` is given."""
+    """The Kafka-protocol server the configuration describes: ApiVersions and the SASL APIs,
+    plus every API that reaches Brook when a ``backend`` is given (whose metadata holds the
+    SCRAM credentials SASL listeners check; without one nobody can authenticate). Raises
+    TlsError when a TLS listener's files are missing or invalid."""
     dispatcher = Dispatcher()
     dispatcher.register(api_versions_handler(dispatcher))
+    for handler in sasl_handlers():
+        dispatcher.register(handler)
     if backend is not None:
         routers = Routers.of(backend)
         handlers = (
@@ -62,7 +80,9 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
         )
         for handler in handlers:
             dispatcher.register(handler)
-    listener = config.listener(KAFKA_LISTENER)
+    credentials: CredentialLookup = (
+        backend.image.scram_credential if backend is not None else _no_credentials
+    )
     limits = ServerLimits(
         request_bytes_max=config.get_int("socket.request.max.bytes"),
         connections_max=config.get_int("max.connections"),
@@ -70,21 +90,50 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
         idle_timeout_ms=config.get_int("connections.max.idle.ms"),
         request_timeout_ms=config.get_int("request.timeout.ms"),
     )
-    return KafkaServer(dispatcher, limits, listener.host, listener.port)
+    return KafkaServer(dispatcher, limits, _kafka_listeners(config), credentials=credentials)
+
+
+def _kafka_listeners(config: Config) -> list[KafkaListener]:
+    """The Kafka listeners, each with its TLS context and SASL mechanisms (one context shared
+    by every TLS listener: they serve the same files)."""
+    tls: ReloadingServerContext | None = None
+    listeners = []
+    for listener in kafka_listeners(config):
+        protocol = security_protocol(config, listener.name)
+        context = None
+        if uses_tls(protocol):
+            if tls is None:
+                tls = ReloadingServerContext(TlsFiles.from_config(config))
+            context = tls
+        mechanisms = (
+            config.get_list(SASL_ENABLED_MECHANISMS) if protocol.startswith("SASL_") else ()
+        )
+        listeners.append(
+            KafkaListener(listener.name, listener.host, listener.port, context, mechanisms)
+        )
+    return listeners
+
+
+def node_port_bases(config: Config) -> dict[str, int]:
+    """Kafka listener name -> the base of its per-broker ports (kafka.node.port.base, then
+    kafka.node.port.stride apart in listeners order); {} when they are off."""
+    base = config.get_int(KAFKA_NODE_PORT_BASE)
+    if base <= 0:
+        return {}
+    stride = config.get_int(KAFKA_NODE_PORT_STRIDE)
+    return {listener.name: base + i * stride for i, listener in enumerate(kafka_listeners(config))}
 
 
 class Gateway:
     def __init__(self, config: Config) -> None:
         self._config = config
         self._kafka: KafkaServer | None = None
-        self._node_listeners: NodeListeners | None = None
-        self._node_port_base = config.get_int(KAFKA_NODE_PORT_BASE)
-        extra_endpoints = []
-        if self._node_port_base > 0:
-            advertised = config.listener(KAFKA_LISTENER, advertised=True)
-            extra_endpoints.append(
-                Listener(KAFKA_NODES_LISTENER, advertised.host, self._node_port_base)
-            )
+        self._node_listeners: list[NodeListeners] = []
+        self._node_port_bases = node_port_bases(config)
+        extra_endpoints = [
+            Listener(nodes_listener(name), config.listener(name, advertised=True).host, base)
+            for name, base in self._node_port_bases.items()
+        ]
         self._membership = ClusterMembership(
             config, common_pb2.NODE_ROLE_GATEWAY, extra_endpoints=extra_endpoints
         )
@@ -109,12 +158,21 @@ class Gateway:
         # clients see a cluster without brokers or topics and retry, as with a starting Kafka.
         self._kafka = kafka_server(config, backend)
         await self._kafka.start()
-        if self._node_port_base > 0:
-            self._node_listeners = NodeListeners(
-                self._kafka, self.image, backend.node_id, self._node_port_base
+        bases = self._node_port_bases
+        self._node_listeners = [
+            NodeListeners(
+                self._kafka,
+                self.image,
+                backend.node_id,
+                base,
+                name,
+                node_port_ceiling(bases.values(), base),
             )
+            for name, base in bases.items()
+        ]
+        if self._node_listeners:
             self._bind_retries = context.tasks.spawn(
-                self._node_listeners.retry_failed_binds(), name="node-listener-binds"
+                self._retry_failed_binds(), name="node-listener-binds"
             )
         # After the server started: the follower opens the per-broker listeners on it.
         self._follower = context.tasks.spawn(self._follow(), name="metadata-follower")
@@ -145,9 +203,12 @@ class Gateway:
         async for message in self._membership.watcher.updates():
             self.image.apply(message.snapshot, message.offset, message.records)
             self._membership.applied.advance(message.offset)
-            if self._node_listeners is not None:
-                await self._node_listeners.sync()
+            for node_listeners in self._node_listeners:
+                await node_listeners.sync()
             self._first_snapshot.set()
+
+    async def _retry_failed_binds(self) -> None:
+        await asyncio.gather(*(n.retry_failed_binds() for n in self._node_listeners))
 
     async def stop(self) -> None:
         # The follower and the bind retries first, so that no listener opens on a server that

@@ -243,7 +243,7 @@ def coordinators_listed_here(backend: Backend, context: RequestContext) -> list[
     (decisions.md, "ListGroups is split by broker"). A connection to a broker's own port asks
     for that broker; one to the bootstrap listener for every broker this gateway presents."""
     image = backend.image
-    brokers = image.kafka_brokers()
+    brokers = image.kafka_brokers(context.listener)
     mine = []
     for node_id, address in backend.group_coordinator_nodes():
         broker = image.coordinator_broker(brokers, node_id)

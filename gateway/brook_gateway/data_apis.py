@@ -75,7 +75,7 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         affinity.refreshed(context.peer)
         image = backend.image
-        presented = image.kafka_brokers()
+        presented = image.kafka_brokers(context.listener)
         brokers = [
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
             for b in presented

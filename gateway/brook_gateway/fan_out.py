@@ -121,12 +121,13 @@ def current_leader(
     return {"leader_id": hint.leader_id, "leader_epoch": hint.leader_epoch}
 
 
-def leader_endpoints(image: ClusterImage, leaders: set[int]) -> list[Message]:
-    """Kafka's NodeEndpoints of the brokers named in current_leader fields."""
+def leader_endpoints(image: ClusterImage, leaders: set[int], listener: str) -> list[Message]:
+    """Kafka's NodeEndpoints of the brokers named in current_leader fields, at the addresses
+    of Kafka listener ``listener``."""
     if not leaders:
         return []
     return [
         {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in image.kafka_brokers()
+        for b in image.kafka_brokers(listener)
         if b.node_id in leaders
     ]

@@ -89,7 +89,7 @@ def _find_coordinator(backend: Backend, routers: Routers) -> ApiHandler:
             "port": broker.port if broker else -1,
         }
 
-    async def find(key: str, key_type: int) -> Message:
+    async def find(key: str, key_type: int, listener: str) -> Message:
         router = by_key_type.get(key_type)
         if router is None:
             return answer(int(ErrorCode.INVALID_REQUEST), f"unknown key type {key_type}")
@@ -99,7 +99,7 @@ def _find_coordinator(backend: Backend, routers: Routers) -> ApiHandler:
         except CoordinatorRouteError as e:
             return answer(int(e.code), str(e) or None)
         image = backend.image
-        broker = image.coordinator_broker(image.kafka_brokers(), owner.node_id)
+        broker = image.coordinator_broker(image.kafka_brokers(listener), owner.node_id)
         if broker is None:
             return answer(int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "no gateway is registered")
         return answer(int(ErrorCode.NONE), None, broker)
@@ -117,9 +117,11 @@ def _find_coordinator(backend: Backend, routers: Routers) -> ApiHandler:
     async def handle(request: Message, context: RequestContext) -> Message:
         key_type = request["key_type"]
         if context.api_version < _FIND_COORDINATOR_BATCH_MIN_VERSION:
-            return await find(request["key"], key_type)
+            return await find(request["key"], key_type, context.listener)
         keys = request["coordinator_keys"]
-        found = await gather_bounded([partial(find, key, key_type) for key in keys])
+        found = await gather_bounded(
+            [partial(find, key, key_type, context.listener) for key in keys]
+        )
         return batched(keys, found)
 
     def error(request: Message, context: RequestContext, code: int) -> Message:

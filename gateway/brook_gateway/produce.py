@@ -694,7 +694,9 @@ class _ProduceRequest:
                 for t in self.request["topic_data"]
             ],
             "throttle_time_ms": 0,
-            "node_endpoints": leader_endpoints(self.handler.backend.image, self.leaders),
+            "node_endpoints": leader_endpoints(
+                self.handler.backend.image, self.leaders, self.context.listener
+            ),
         }
 
 

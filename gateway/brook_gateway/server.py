@@ -12,12 +12,23 @@ Limits, each from configuration:
 - `request.timeout.ms`: a handler running longer (plus the wait its request may ask for,
   `ApiHandler.wait_ms`) is answered with REQUEST_TIMED_OUT.
 
-Besides its PLAINTEXT (bootstrap) listener the server may listen on one port per broker id it
-presents (`open_node_listener`, kafka.node.port.base + id): a connection accepted there is a
-connection to that broker (`RequestContext.broker_id`). Every listener shares the limits above
-(one count of connections, one idle timeout); closing a broker's listener stops accepting on
-its port and leaves the connections it accepted to end as any other (the client closes them,
-or they idle out); `stop` closes them all.
+The server listens on one or more Kafka listeners (`KafkaListener`: PLAINTEXT, SSL,
+SASL_PLAINTEXT, SASL_SSL, each its own port), and besides each may listen on one port per
+broker id it presents (`open_node_listener`, kafka.node.port.base + id): a connection accepted
+there is a connection to that broker (`RequestContext.broker_id`) on that listener. Every
+listener shares the limits above (one count of connections, one idle timeout); closing a
+broker's listener stops accepting on its port and leaves the connections it accepted to end
+as any other (the client closes them, or they idle out); `stop` closes them all.
+
+Who a connection is (`RequestContext.principal`, read by authorization and quotas): on a TLS
+listener (SSL) the subject common name of a verified client certificate, `User:<CN>`; on a
+SASL listener the user it authenticated as (brook_gateway.sasl), and until it has, nothing but
+ApiVersions, SaslHandshake and SaslAuthenticate is served, one request at a time, each frame
+at most `SASL_FRAME_BYTES_MAX`, and one that has not authenticated within
+`ServerLimits.authentication_timeout_ms` is closed; otherwise `User:ANONYMOUS`. A TLS
+handshake must complete within `TLS_HANDSHAKE_TIMEOUT_S` (a connection is counted against
+max.connections once it has); one that fails (garbage, a plaintext client, a certificate the
+trust store does not vouch for or that has expired) closes that connection only.
 
 Bad input closes only the connection that sent it, with the reason logged: a malformed frame,
 an unknown API key or a version without a schema (as Kafka does). A known API at a version the
@@ -40,15 +51,19 @@ import functools
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from opentelemetry import trace
 
 from brook.errors import ErrorCode
+from brook.security.principal import ANONYMOUS, Principal, user
+from brook.security.tls import ReloadingServerContext
 from brook.telemetry import meter, records_root_spans, tracer
 from brook_gateway.api_versions import unsupported_version_response
 from brook_gateway.apis import ApiHandler, Dispatcher, RequestContext
+from brook_gateway.cluster_view import KAFKA_LISTENER
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.frames import (
     FRAME_SIZE_BYTES,
@@ -61,13 +76,30 @@ from brook_gateway.protocol.frames import (
 from brook_gateway.protocol.kafka_messages import REQUESTS, ApiKey
 from brook_gateway.protocol.primitives import ProtocolError
 from brook_gateway.protocol.schema import in_range
+from brook_gateway.sasl import (
+    SASL_FRAME_BYTES_MAX,
+    CredentialLookup,
+    SaslAuthenticator,
+    SaslError,
+)
 
-__all__ = ["KafkaServer", "ServerLimits"]
+__all__ = [
+    "SASL_AUTHENTICATION_TIMEOUT_MS",
+    "TLS_HANDSHAKE_TIMEOUT_S",
+    "KafkaListener",
+    "KafkaServer",
+    "ServerLimits",
+]
 
 _logger = logging.getLogger(__name__)
 
 # How long a closing connection may take to flush what the kernel has not yet sent.
 _CLOSE_TIMEOUT_S: Final = 1.0
+TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
+"""A TLS connection whose handshake has not completed in this long is closed."""
+SASL_AUTHENTICATION_TIMEOUT_MS: Final = 30_000
+"""A connection to a SASL listener that has not authenticated in this long is closed
+(`ServerLimits.authentication_timeout_ms`'s default)."""
 # Span names by API key: "kafka.Produce", ...
 _SPAN_NAMES: Final = {
     key: f"kafka.{spec.name.removesuffix('Request')}" for key, spec in REQUESTS.items()
@@ -92,6 +124,7 @@ class ServerLimits:
     in_flight_per_connection_max: int
     idle_timeout_ms: int
     request_timeout_ms: int
+    authentication_timeout_ms: int = SASL_AUTHENTICATION_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         assert self.request_bytes_max >= REQUEST_PREFIX_BYTES
@@ -99,6 +132,20 @@ class ServerLimits:
         assert self.in_flight_per_connection_max >= 1
         assert self.idle_timeout_ms >= 1
         assert self.request_timeout_ms >= 1
+        assert self.authentication_timeout_ms >= 1
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaListener:
+    """One Kafka listener: its name (Kafka's: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), where
+    it binds, its TLS context (SSL, SASL_SSL) and its SASL mechanisms (SASL_*: the
+    enabled ones; empty without SASL)."""
+
+    name: str
+    host: str
+    port: int
+    tls: ReloadingServerContext | None = None
+    sasl_mechanisms: tuple[str, ...] = ()
 
 
 class _Deadlines:
@@ -149,21 +196,26 @@ class _CloseConnection(Exception):
 
 
 class KafkaServer:
-    """Serves `dispatcher`'s APIs on host:port (port 0 picks a free one: see `port`)."""
+    """Serves `dispatcher`'s APIs on each of `listeners` (port 0 picks a free one: see
+    `ports`)."""
 
     def __init__(
         self,
         dispatcher: Dispatcher,
         limits: ServerLimits,
-        host: str,
-        port: int,
+        listeners: Sequence[KafkaListener],
         tracer_provider: trace.TracerProvider | None = None,
+        credentials: CredentialLookup | None = None,
     ):
-        """`tracer_provider`: where request spans go; None is the process's (brook.telemetry)."""
+        """`tracer_provider`: where request spans go; None is the process's (brook.telemetry).
+        `credentials`: the SCRAM credentials SASL listeners check (required with one)."""
+        assert listeners, "a Kafka server needs a listener"
+        assert len({listener.name for listener in listeners}) == len(listeners)
+        assert credentials is not None or not any(lst.sasl_mechanisms for lst in listeners)
         self._dispatcher = dispatcher
         self._limits = limits
-        self._host = host
-        self._port = port
+        self._listeners = tuple(listeners)
+        self._credentials = credentials
         self._tracer_provider = tracer_provider
         self._tracer = (
             tracer(__name__) if tracer_provider is None else tracer_provider.get_tracer(__name__)
@@ -173,18 +225,24 @@ class KafkaServer:
             unit="ms",
             description="Kafka request latency, from its frame read to its response encoded",
         )
-        self._server: asyncio.Server | None = None
-        # broker id -> the listener on its own port (kafka.node.port.base + id).
-        self._node_servers: dict[int, asyncio.Server] = {}
+        # listener name -> its server, in the order given.
+        self._servers: dict[str, asyncio.Server] = {}
+        # (listener name, broker id) -> the listener on its own port (kafka.node.port.base + id).
+        self._node_servers: dict[tuple[str, int], asyncio.Server] = {}
         self._connections: set[_Connection] = set()
         self._deadlines = _Deadlines(_DEADLINE_TICK_S)
 
     @property
     def port(self) -> int:
-        if self._server is None:
+        """The port of the first listener."""
+        return self.ports[self._listeners[0].name]
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """listener name -> the port it listens on."""
+        if not self._servers:
             raise RuntimeError("the server is not started")
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
+        return {name: server.sockets[0].getsockname()[1] for name, server in self._servers.items()}
 
     @property
     def connection_count(self) -> int:
@@ -192,36 +250,73 @@ class KafkaServer:
 
     @property
     def node_ports(self) -> dict[int, int]:
-        """broker id -> port of every broker listener open now."""
+        """broker id -> port of every broker listener of the first listener open now."""
+        return self.listener_node_ports(self._listeners[0].name)
+
+    def listener_node_ports(self, listener: str) -> dict[int, int]:
+        """broker id -> port of every broker listener of ``listener`` open now."""
         return {
             broker_id: server.sockets[0].getsockname()[1]
-            for broker_id, server in self._node_servers.items()
+            for (name, broker_id), server in self._node_servers.items()
+            if name == listener
         }
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._protocol, self._host, self._port)
+        """Opens every listener; OSError if one cannot be bound (those opened are closed)."""
+        try:
+            for listener in self._listeners:
+                self._servers[listener.name] = await self._listen(listener, None, listener.port)
+        except OSError:
+            for server in self._servers.values():
+                server.close()
+            self._servers.clear()
+            raise
 
-    async def open_node_listener(self, broker_id: int, port: int) -> None:
-        """Listens on ``port`` (same host as PLAINTEXT) for connections to broker
-        ``broker_id``; OSError when the port cannot be bound."""
-        assert self._server is not None, "open_node_listener before start"
-        assert broker_id not in self._node_servers, f"broker {broker_id} already listens"
+    async def _listen(
+        self, listener: KafkaListener, broker_id: int | None, port: int
+    ) -> asyncio.Server:
         loop = asyncio.get_running_loop()
-        protocol = functools.partial(self._protocol, broker_id)
-        self._node_servers[broker_id] = await loop.create_server(protocol, self._host, port)
+        protocol = functools.partial(self._protocol, listener, broker_id)
+        if listener.tls is None:
+            return await loop.create_server(protocol, listener.host, port)
+        return await loop.create_server(
+            protocol,
+            listener.host,
+            port,
+            ssl=listener.tls.context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+        )
 
-    def close_node_listener(self, broker_id: int) -> None:
-        """Stops accepting on broker ``broker_id``'s port at once (the port is free on return);
-        connections it accepted carry on."""
-        server = self._node_servers.pop(broker_id, None)
+    async def open_node_listener(
+        self, broker_id: int, port: int, listener: str | None = None
+    ) -> None:
+        """Listens on ``port`` (same host and security as ``listener``, the first when None)
+        for connections to broker ``broker_id``; OSError when the port cannot be bound."""
+        assert self._servers, "open_node_listener before start"
+        spec = self._listener(listener)
+        key = (spec.name, broker_id)
+        assert key not in self._node_servers, f"broker {broker_id} already listens on {key[0]}"
+        self._node_servers[key] = await self._listen(spec, broker_id, port)
+
+    def close_node_listener(self, broker_id: int, listener: str | None = None) -> None:
+        """Stops accepting on broker ``broker_id``'s port of ``listener`` (the first when None)
+        at once (the port is free on return); connections it accepted carry on."""
+        server = self._node_servers.pop((self._listener(listener).name, broker_id), None)
         if server is not None:
             server.close()
+
+    def _listener(self, name: str | None) -> KafkaListener:
+        if name is None:
+            return self._listeners[0]
+        for listener in self._listeners:
+            if listener.name == name:
+                return listener
+        raise KeyError(f"no Kafka listener {name}")
 
     async def stop(self) -> None:
         """Stops accepting, closes every connection (its requests cancelled), waits for them
         to end, then closes the handlers (`Dispatcher.close`)."""
-        servers = [s for s in (self._server, *self._node_servers.values()) if s is not None]
+        servers = [*self._servers.values(), *self._node_servers.values()]
         self._node_servers.clear()
         for server in servers:
             server.close()
@@ -235,22 +330,41 @@ class KafkaServer:
         self._deadlines.close()
         await self._dispatcher.close()
 
-    def _protocol(self, broker_id: int | None = None) -> _Connection:
-        return _Connection(self, broker_id)
+    def _protocol(self, listener: KafkaListener, broker_id: int | None) -> _Connection:
+        authenticator = None
+        if listener.sasl_mechanisms:
+            assert self._credentials is not None
+            authenticator = SaslAuthenticator(listener.sasl_mechanisms, self._credentials)
+        return _Connection(self, listener.name, broker_id, authenticator)
 
     async def respond(
-        self, frame: bytes, peer: str, broker_id: int | None = None
+        self,
+        frame: bytes,
+        peer: str,
+        broker_id: int | None = None,
+        listener: str = KAFKA_LISTENER,
+        principal: Principal = ANONYMOUS,
     ) -> bytearray | None:
         """The response frame to one request frame, None if none is due (acks=0). Raises
         _CloseConnection when the request cannot be answered. ``broker_id``: the broker whose
-        port accepted the connection (None: the bootstrap listener)."""
+        port accepted the connection (None: the bootstrap listener); ``listener``: the Kafka
+        listener that accepted it; ``principal``: the connection's."""
         api_key, api_version, correlation_id = peek_request(frame)
         started = time.perf_counter()
+        respond = functools.partial(
+            self._respond,
+            frame,
+            peer,
+            broker_id,
+            listener,
+            principal,
+            api_key,
+            api_version,
+            correlation_id,
+        )
         try:
             if not records_root_spans(self._tracer_provider):
-                return await self._respond(
-                    frame, peer, broker_id, api_key, api_version, correlation_id, None
-                )
+                return await respond(None)
             with self._tracer.start_as_current_span(
                 _SPAN_NAMES.get(api_key, _UNKNOWN_API_SPAN_NAME),
                 kind=trace.SpanKind.SERVER,
@@ -262,9 +376,7 @@ class KafkaServer:
                     "client.address": peer,
                 },
             ) as span:
-                response = await self._respond(
-                    frame, peer, broker_id, api_key, api_version, correlation_id, span
-                )
+                response = await respond(span)
                 span.set_attribute("kafka.response_bytes", 0 if response is None else len(response))
                 return response
         finally:
@@ -278,6 +390,8 @@ class KafkaServer:
         frame: bytes,
         peer: str,
         broker_id: int | None,
+        listener: str,
+        principal: Principal,
         api_key: int,
         api_version: int,
         correlation_id: int,
@@ -296,7 +410,7 @@ class KafkaServer:
         except ProtocolError as e:
             name = REQUESTS[api_key].name
             raise _CloseConnection(f"malformed {name} v{api_version}: {e}") from None
-        context = RequestContext(header, peer, broker_id)
+        context = RequestContext(header, peer, broker_id, principal, listener)
         if span is not None and header.client_id is not None:
             span.set_attribute("kafka.client_id", header.client_id)
         handler = self._dispatcher.handler(api_key)
@@ -383,6 +497,16 @@ def _error_code(message: Any, depth: int) -> int | None:
     return code
 
 
+def _certificate_principal(certificate: Any) -> Principal:
+    """``User:<subject CN>`` of a verified client certificate (``SSLObject.getpeercert()``,
+    empty when the client sent none), else ANONYMOUS."""
+    for rdn in (certificate or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and value:
+                return user(str(value))
+    return ANONYMOUS
+
+
 def _error_response(
     handler: ApiHandler | None, request: Message, context: RequestContext, error: ErrorCode
 ) -> Message:
@@ -406,12 +530,27 @@ class _Connection(asyncio.Protocol):
     Reading stops (the transport is paused) while `max.in.flight.requests.per.connection`
     requests are unanswered or the client does not take its answers (the transport's write
     buffer is over its high-water mark), so memory stays bounded either way. One timer per
-    connection, moved lazily, enforces `connections.max.idle.ms`."""
+    connection, moved lazily, enforces `connections.max.idle.ms`.
 
-    def __init__(self, server: KafkaServer, broker_id: int | None) -> None:
+    On a SASL listener the frames go to the connection's `SaslAuthenticator` until it is
+    complete, one at a time and each at most `SASL_FRAME_BYTES_MAX`; an answer that reports a
+    failed authentication is the connection's last."""
+
+    def __init__(
+        self,
+        server: KafkaServer,
+        listener: str,
+        broker_id: int | None,
+        authenticator: SaslAuthenticator | None,
+    ) -> None:
         self._server = server
         self._limits = server._limits
+        self._listener = listener
         self._broker_id = broker_id
+        self._auth = authenticator
+        self._tls = False
+        # Who the connection is without SASL: a verified TLS client certificate's CN.
+        self._tls_principal = ANONYMOUS
         self._idle_s = self._limits.idle_timeout_ms / 1000
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
@@ -429,6 +568,7 @@ class _Connection(asyncio.Protocol):
         self._frame_started_s: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._abort_timer: asyncio.TimerHandle | None = None
+        self._authentication_timer: asyncio.TimerHandle | None = None
         self._done: asyncio.Future[None] = self._loop.create_future()
 
     # -- asyncio.Protocol
@@ -449,6 +589,14 @@ class _Connection(asyncio.Protocol):
             return
         connections.add(self)
         self._idle_timer = self._loop.call_at(self._last_active_s + self._idle_s, self._on_timer)
+        if self._auth is not None:
+            self._authentication_timer = self._loop.call_later(
+                self._limits.authentication_timeout_ms / 1000, self._on_authentication_timeout
+            )
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            self._tls = True
+            self._tls_principal = _certificate_principal(ssl_object.getpeercert())
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -459,10 +607,11 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         # The client finished sending: answer what it asked, then close (a frame cut short
-        # closes at once). True keeps our side open for the answers.
+        # closes at once). True keeps our side open for the answers; TLS has no half-close
+        # (asyncio closes the transport whatever we return, and warns if we say True).
         self._eof = True
         self._close_if_answered()
-        return True
+        return not self._tls
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -479,7 +628,7 @@ class _Connection(asyncio.Protocol):
             _logger.debug("connection lost", extra={"peer": self._peer})
         self._closing = True
         self._server._connections.discard(self)
-        for timer in (self._idle_timer, self._abort_timer):
+        for timer in (self._idle_timer, self._abort_timer, self._authentication_timer):
             if timer is not None:
                 timer.cancel()
         for task in self._pending:
@@ -525,7 +674,16 @@ class _Connection(asyncio.Protocol):
             if not self._may_read():
                 break
             size = int.from_bytes(buffer[:FRAME_SIZE_BYTES], "big", signed=True)
-            if size < REQUEST_PREFIX_BYTES:
+            auth = self._auth
+            authenticating = auth is not None and not auth.complete
+            if authenticating and not 0 <= size <= SASL_FRAME_BYTES_MAX:
+                self._close_for(
+                    f"frame of {size} bytes before authentication (at most {SASL_FRAME_BYTES_MAX})"
+                )
+                return
+            if authenticating and auth is not None and auth.expects_raw_token:
+                pass  # a bare SASL token: any size within the bound above
+            elif size < REQUEST_PREFIX_BYTES:
                 self._close_for(f"frame of {size} bytes is shorter than a request header")
                 return
             if size > self._limits.request_bytes_max:
@@ -540,7 +698,17 @@ class _Connection(asyncio.Protocol):
             frame = bytes(buffer[FRAME_SIZE_BYTES:end])
             del buffer[:end]
             self._frame_started_s = None
-            task = self._loop.create_task(self._server.respond(frame, self._peer, self._broker_id))
+            if authenticating:
+                task = self._loop.create_task(self._authenticate(frame))
+            else:
+                principal = self._tls_principal
+                if auth is not None:
+                    principal = auth.principal or ANONYMOUS
+                task = self._loop.create_task(
+                    self._server.respond(
+                        frame, self._peer, self._broker_id, self._listener, principal
+                    )
+                )
             self._pending.append(task)
             task.add_done_callback(self._answered)
         self._update_reading()
@@ -549,7 +717,25 @@ class _Connection(asyncio.Protocol):
         elif self._frame_started_s is None:
             self._frame_started_s = self._loop.time()
 
+    async def _authenticate(self, frame: bytes) -> bytearray | None:
+        """The answer to a frame of the SASL exchange (ApiVersions among them)."""
+        auth = self._auth
+        assert auth is not None
+        try:
+            if not auth.expects_raw_token:
+                api_key = peek_request(frame)[0]
+                auth.check_request(api_key)
+                if api_key == ApiKey.API_VERSIONS:
+                    return await self._server.respond(
+                        frame, self._peer, self._broker_id, self._listener
+                    )
+            return await auth.respond(frame)
+        except SaslError as e:
+            raise _CloseConnection(str(e)) from None
+
     def _may_read(self) -> bool:
+        if self._auth is not None and not self._auth.complete and self._pending:
+            return False  # the SASL exchange is one request at a time
         return not self._write_paused and (
             len(self._pending) < self._limits.in_flight_per_connection_max
         )
@@ -595,6 +781,9 @@ class _Connection(asyncio.Protocol):
             if response is not None and transport is not None:
                 transport.write(response)
                 self._last_active_s = self._loop.time()
+            if self._auth is not None and self._auth.failed:
+                self._close_for(f"SASL authentication failed: {self._auth.failure}")
+                return
         if self._closing:
             return
         self._take_requests()
@@ -614,6 +803,13 @@ class _Connection(asyncio.Protocol):
     def _close_for(self, reason: str) -> None:
         _logger.warning("closing connection", extra={"peer": self._peer, "reason": reason})
         self.close()
+
+    def _on_authentication_timeout(self) -> None:
+        if not self._closing and self._auth is not None and not self._auth.complete:
+            self._close_for(
+                f"not authenticated within {self._limits.authentication_timeout_ms} ms of "
+                "connecting"
+            )
 
     def _on_timer(self) -> None:
         """connections.max.idle.ms: nothing in flight and nothing received for that long, or a

@@ -32,7 +32,7 @@ from brook_gateway.cluster_view import ClusterImage
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
-from brook_gateway.server import KafkaServer, ServerLimits
+from brook_gateway.server import KafkaListener, KafkaServer, ServerLimits
 from brook_gateway.upstream import Upstreams
 from test_gateway_fuzz import KafkaGateways, create_topic, kafka_gateways, kafka_request
 from test_kafka_clients import PARTITIONS, RECORDS, confluent_produce
@@ -189,7 +189,7 @@ async def misrouting_gateway(cluster: LocalCluster, topic: str) -> AsyncIterator
     dispatcher.register(api_versions_handler(dispatcher))
     for handler in data_handlers(backend):
         dispatcher.register(handler)
-    server = KafkaServer(dispatcher, LIMITS, "127.0.0.1", 0)
+    server = KafkaServer(dispatcher, LIMITS, [KafkaListener("PLAINTEXT", "127.0.0.1", 0)])
     await server.start()
     try:
         yield ("127.0.0.1", server.port)

@@ -120,10 +120,14 @@ def _wait_until_partitions_answer(bootstrap: str, topic: str) -> None:
         consumer.close()
 
 
-def create_topic_confluent(bootstrap: str, topic: str) -> None:
+def create_topic_confluent(
+    bootstrap: str, topic: str, config: dict[str, Any] | None = None
+) -> None:
+    """Creates ``topic`` (PARTITIONS partitions) with a confluent-kafka AdminClient configured
+    with ``config`` besides the bootstrap servers."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
     futures = admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
     futures[topic].result(CLIENT_TIMEOUT_MS / 1000)
 
@@ -202,9 +206,11 @@ def _confluent_round_trip(bootstrap: str, topic: str, compression: str, acks: st
     check_round_trip(topic, confluent_read_back(bootstrap, topic))
 
 
-def confluent_read_back(bootstrap: str, topic: str) -> Consumed:
+def confluent_read_back(
+    bootstrap: str, topic: str, config: dict[str, Any] | None = None
+) -> Consumed:
     """The RECORDS records of ``topic``'s PARTITIONS partitions, read from offset 0 by a
-    confluent-kafka Consumer with manual assignment."""
+    confluent-kafka Consumer with manual assignment (configured with ``config`` too)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -212,6 +218,7 @@ def confluent_read_back(bootstrap: str, topic: str) -> Consumed:
             "bootstrap.servers": bootstrap,
             "group.id": f"{topic}-reader",
             "enable.auto.commit": False,
+            **(config or {}),
         }
     )
     consumed: Consumed = []

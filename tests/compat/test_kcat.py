@@ -114,8 +114,10 @@ def _parse(output: str) -> list[Record]:
     return records
 
 
-def _consume_from_beginning(gateway: KafkaGateways, topic: str) -> list[Record]:
-    output = _kcat(gateway, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", CONSUME_FORMAT)
+def _consume_from_beginning(gateway: KafkaGateways, topic: str, *options: str) -> list[Record]:
+    output = _kcat(
+        gateway, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", CONSUME_FORMAT, *options
+    )
     return _parse(output)
 
 

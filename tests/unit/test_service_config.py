@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from brook_controller.config import CONFIG_DEF as CONTROLLER
 from brook_gateway.config import CONFIG_DEF as GATEWAY
+from brook_gateway.config import kafka_listeners
 from brook_group_coordinator.config import CONFIG_DEF as GROUP_COORDINATOR
 from brook_storage_node.config import CONFIG_DEF as STORAGE_NODE
 from brook_storage_node.log.node_config import log_retention_ms, log_roll_jitter_ms, log_roll_ms
@@ -216,9 +217,47 @@ def test_controller_requires_its_raft_listener() -> None:
     assert "lacks the RAFT listener" in message
 
 
-def test_gateway_requires_its_kafka_listener() -> None:
+def test_gateway_requires_a_kafka_listener() -> None:
     message = _problem(GATEWAY, {"node.id": "1", "listeners": "GRPC://127.0.0.1:9501"})
-    assert "lacks the PLAINTEXT listener" in message
+    assert "listeners has no Kafka listener" in message
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"listeners": "GRPC://127.0.0.1:1,SSL://127.0.0.1:2"}, "set ssl.keystore.location"),
+        (
+            {
+                "listeners": "GRPC://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2",
+                "sasl.enabled.mechanisms": "",
+            },
+            "sasl.enabled.mechanisms must not be empty",
+        ),
+        ({"sasl.enabled.mechanisms": "GSSAPI"}, "is not one of PLAIN"),
+        ({"listeners": "GRPC://127.0.0.1:1,INTERNAL://127.0.0.1:2"}, "unknown listener"),
+        (
+            {
+                "listeners": "GRPC://127.0.0.1:1,PLAINTEXT://127.0.0.1:2",
+                "listener.security.protocol.map": "PLAINTEXT:SSL",
+            },
+            "the PLAINTEXT listener uses TLS",
+        ),
+    ],
+)
+def test_gateway_security_settings_must_be_usable(settings: dict[str, str], expected: str) -> None:
+    assert expected in _problem(GATEWAY, {"node.id": "1", **settings})
+
+
+def test_gateway_takes_any_of_kafkas_listener_names() -> None:
+    config = _load(
+        GATEWAY,
+        {
+            "node.id": "1",
+            "listeners": "GRPC://127.0.0.1:1,SASL_SSL://127.0.0.1:2,SSL://127.0.0.1:3",
+            "ssl.keystore.location": "/etc/brook/keystore.pem",
+        },
+    )
+    assert [listener.name for listener in kafka_listeners(config)] == ["SASL_SSL", "SSL"]
 
 
 def test_group_coordinator_session_timeout_bounds_must_be_ordered() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,7 +14,8 @@ from brook_gateway.apis import Dispatcher
 from brook_gateway.protocol.codec import Message, codec_for
 from brook_gateway.protocol.frames import decode_response, encode_request
 from brook_gateway.protocol.schema import MessageSpec
-from brook_gateway.server import KafkaServer, ServerLimits
+from brook_gateway.sasl import CredentialLookup
+from brook_gateway.server import KafkaListener, KafkaServer, ServerLimits
 
 READ_TIMEOUT_S = 5.0
 LIMITS = ServerLimits(
@@ -24,6 +25,8 @@ LIMITS = ServerLimits(
     idle_timeout_ms=10_000,
     request_timeout_ms=5_000,
 )
+LOOPBACK_LISTENERS = (KafkaListener("PLAINTEXT", "127.0.0.1", 0),)
+"""One PLAINTEXT listener on a free loopback port."""
 
 
 def dispatcher_with_api_versions() -> Dispatcher:
@@ -34,12 +37,18 @@ def dispatcher_with_api_versions() -> Dispatcher:
 
 @asynccontextmanager
 async def running_server(
-    dispatcher: Dispatcher | None = None, **limits: Any
+    dispatcher: Dispatcher | None = None,
+    listeners: Sequence[KafkaListener] = LOOPBACK_LISTENERS,
+    credentials: CredentialLookup | None = None,
+    **limits: Any,
 ) -> AsyncIterator[KafkaServer]:
     settings = {name: getattr(LIMITS, name) for name in LIMITS.__slots__}
     settings.update(limits)
     server = KafkaServer(
-        dispatcher or dispatcher_with_api_versions(), ServerLimits(**settings), "127.0.0.1", 0
+        dispatcher or dispatcher_with_api_versions(),
+        ServerLimits(**settings),
+        listeners,
+        credentials=credentials,
     )
     await server.start()
     try:

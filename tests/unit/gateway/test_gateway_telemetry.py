@@ -24,7 +24,7 @@ from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.server import KafkaServer
 from brook_gateway.upstream import Upstreams
 from cluster_fixture import ClusterFactory
-from gateway_support import LIMITS, RawClient
+from gateway_support import LIMITS, LOOPBACK_LISTENERS, RawClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -153,7 +153,7 @@ class TracedGateway:
         dispatcher.register(api_versions_handler(dispatcher))
         for handler in data_handlers(backend):
             dispatcher.register(handler)
-        self.server = KafkaServer(dispatcher, LIMITS, "127.0.0.1", 0, tracer_provider=provider)
+        self.server = KafkaServer(dispatcher, LIMITS, LOOPBACK_LISTENERS, tracer_provider=provider)
 
     async def __aenter__(self) -> TracedGateway:
         await self.server.start()
@@ -344,7 +344,9 @@ def test_a_malformed_request_ends_its_span_as_an_error() -> None:
     provider, exporter = _provider()
 
     async def scenario() -> None:
-        server = KafkaServer(_api_versions_only(), LIMITS, "127.0.0.1", 0, tracer_provider=provider)
+        server = KafkaServer(
+            _api_versions_only(), LIMITS, LOOPBACK_LISTENERS, tracer_provider=provider
+        )
         await server.start()
         try:
             client = await RawClient.connect(server.port)

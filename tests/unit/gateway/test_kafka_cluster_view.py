@@ -10,7 +10,14 @@ from typing import Any
 from brook_gateway.api_versions import api_versions_handler
 from brook_gateway.apis import RECOMMENDED_VERSIONS, Dispatcher
 from brook_gateway.backend import Backend
-from brook_gateway.cluster_view import KAFKA_NODES_LISTENER, NO_NODE, ClusterImage, node_port
+from brook_gateway.cluster_view import (
+    KAFKA_NODES_LISTENER,
+    NO_NODE,
+    ClusterImage,
+    node_port,
+    node_port_ceiling,
+    nodes_listener,
+)
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.frames import decode_response
@@ -143,6 +150,49 @@ def test_a_node_whose_own_port_would_pass_65535_is_shown_at_the_shared_address()
         (2, 65535),
         (3, 12001),
     ]
+
+
+def test_each_kafka_listener_shows_the_brokers_at_its_own_addresses() -> None:
+    image = _image([3001])
+    endpoints = [
+        ("PLAINTEXT", 12001),
+        ("SASL_SSL", 12002),
+        (nodes_listener("PLAINTEXT"), 20000),
+        (nodes_listener("SASL_SSL"), 20002),
+    ]
+    image.apply(
+        False,
+        6,
+        [
+            metadata_pb2.MetadataRecord(
+                broker=metadata_pb2.BrokerRecord(
+                    node_id=3001,
+                    role=common_pb2.NODE_ROLE_GATEWAY,
+                    endpoints=[
+                        common_pb2.Endpoint(listener=name, host="127.0.0.1", port=port)
+                        for name, port in endpoints
+                    ],
+                )
+            )
+        ],
+    )
+    # PLAINTEXT's per-broker ports end where SASL_SSL's begin: node 2 (20002) and 3 would
+    # collide with them, so they are shown at PLAINTEXT's shared address.
+    assert [(b.node_id, b.port) for b in image.kafka_brokers("PLAINTEXT")] == [
+        (1, 20001),
+        (2, 12001),
+        (3, 12001),
+    ]
+    assert [(b.node_id, b.port) for b in image.kafka_brokers("SASL_SSL")] == [
+        (1, 20003),
+        (2, 20004),
+        (3, 20005),
+    ]
+    assert image.kafka_brokers("SSL") == []  # no gateway has it
+    assert image.presented_storage_nodes(3001, "SASL_SSL") == [1, 2, 3]
+    assert image.presented_storage_nodes(3001, "SSL") == []
+    assert node_port_ceiling([20000, 20002], 20000) == 20002
+    assert node_port_ceiling([20000, 20002], 20002) == 65536
 
 
 def test_a_coordinator_is_shown_as_a_broker_picked_by_its_id() -> None:

@@ -482,7 +482,7 @@ def test_a_client_that_stops_reading_is_not_read_and_a_cut_frame_closes_once_it_
 
     async def scenario() -> None:
         async with running_server() as server:
-            connection = _Connection(server, None)
+            connection = _Connection(server, "PLAINTEXT", None, None)
             transport = _Transport()
             connection.connection_made(transport)
             connection.pause_writing()  # the client does not read its answers
