@@ -166,7 +166,9 @@ TLS_KEYS: Final = (
         "ssl.client.auth",
         ConfigType.STRING,
         "none",
-        "Whether TLS listeners ask clients for a certificate: none, requested (verified if "
+        "Whether TLS listeners (GRPC mapped to SSL, the gateway's SSL listener; a SASL_SSL "
+        "listener authenticates by SASL and asks for none, as Kafka since KIP-684) ask clients "
+        "for a certificate: none, requested (verified if "
         "given) or required (connections without a valid one are refused). A client's "
         "certificate names its principal, User:<subject common name>.",
         Importance.MEDIUM,

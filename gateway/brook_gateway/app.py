@@ -19,6 +19,7 @@ reports only the overall status "".
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import logging
 
@@ -94,17 +95,22 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
 
 
 def _kafka_listeners(config: Config) -> list[KafkaListener]:
-    """The Kafka listeners, each with its TLS context and SASL mechanisms (one context shared
-    by every TLS listener: they serve the same files)."""
-    tls: ReloadingServerContext | None = None
+    """The Kafka listeners, each with its TLS context and SASL mechanisms. SSL listeners ask
+    for client certificates as ssl.client.auth says; SASL_SSL listeners authenticate by SASL
+    and ask for none, as Kafka does since KIP-684 (one context per kind, shared by every
+    listener of that kind: they serve the same files)."""
+    contexts: dict[str, ReloadingServerContext] = {}
     listeners = []
     for listener in kafka_listeners(config):
         protocol = security_protocol(config, listener.name)
         context = None
         if uses_tls(protocol):
-            if tls is None:
-                tls = ReloadingServerContext(TlsFiles.from_config(config))
-            context = tls
+            context = contexts.get(protocol)
+            if context is None:
+                files = TlsFiles.from_config(config)
+                if protocol == "SASL_SSL":
+                    files = dataclasses.replace(files, client_auth="none")
+                context = contexts[protocol] = ReloadingServerContext(files)
         mechanisms = (
             config.get_list(SASL_ENABLED_MECHANISMS) if protocol.startswith("SASL_") else ()
         )
