@@ -38,7 +38,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -54,6 +54,8 @@ from brook.logs import configure_logging
 from brook.loop_idle import LoopIdleMonitor
 from brook.metrics_endpoint import MetricsEndpoint
 from brook.rpc.server_telemetry import ServerTelemetryInterceptor
+from brook.security.authorizer import Authorizer
+from brook.security.grpc_authorization import AuthorizationInterceptor, PrincipalOf, anonymous
 from brook.telemetry import Telemetry, TelemetrySettings, meter
 
 __all__ = [
@@ -221,6 +223,10 @@ class ServiceContext:
     grace period is not spent waiting for them."""
     grpc_listener: Listener
     """The GRPC listener the server is bound to."""
+    authorizer: Authorizer = field(default_factory=lambda: Authorizer(enabled=False))
+    """The process's authorizer (authorizer.class.name): the gRPC interceptor asks it about
+    every call; the service feeds it the ACLs (``Authorizer.follow``) as it follows metadata,
+    and asks it about whatever else it serves (the gateway's Kafka APIs)."""
 
 
 async def make_directories(paths: Iterable[str]) -> None:
@@ -234,10 +240,19 @@ async def make_directories(paths: Iterable[str]) -> None:
     await asyncio.to_thread(make)
 
 
-def _grpc_server(config: Config, traced_services: tuple[str, ...]) -> Any:
+GRPC_PRINCIPAL_OF: PrincipalOf = anonymous
+"""The principal of a gRPC call: the one place the call's identity comes from."""
+
+
+def _grpc_server(config: Config, traced_services: tuple[str, ...], authorizer: Authorizer) -> Any:
     request_bytes_max = config.get_int("socket.request.max.bytes")
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if traced_services:
+        interceptors.append(ServerTelemetryInterceptor(traced_services))
+    if authorizer.enabled:
+        interceptors.append(AuthorizationInterceptor(authorizer, GRPC_PRINCIPAL_OF))
     return grpc.aio.server(
-        interceptors=(ServerTelemetryInterceptor(traced_services),) if traced_services else (),
+        interceptors=interceptors,
         options=(
             # grpc enables SO_REUSEPORT by default, which lets a second process bind a port
             # that is in use and silently split its traffic; a busy port must be an error.
@@ -348,7 +363,8 @@ async def serve(
     listener = config.listener(GRPC_LISTENER)
     health = Health(spec.health_names)
     await health.set_all(False)
-    server = _grpc_server(config, spec.traced_services)
+    authorizer = Authorizer.from_config(config)
+    server = _grpc_server(config, spec.traced_services, authorizer)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     reflection.enable_server_reflection(_reflection_names(spec), server)
     try:
@@ -376,7 +392,9 @@ async def serve(
     if monitor.install(loop):
         _loop_idle.monitor = monitor
     try:
-        clean = await _serve_started(spec, config, stop, server, health, listener, on_task_failure)
+        clean = await _serve_started(
+            spec, config, stop, server, health, listener, authorizer, on_task_failure
+        )
     finally:
         if _loop_idle.monitor is monitor:
             _loop_idle.monitor = None
@@ -393,6 +411,7 @@ async def _serve_started(
     server: Any,
     health: Health,
     listener: Listener,
+    authorizer: Authorizer,
     on_task_failure: Callable[[BaseException], None],
 ) -> bool:
     """Starts the service on the bound server, waits for `stop`, shuts down; False if the
@@ -401,7 +420,7 @@ async def _serve_started(
     failed = False
 
     tasks = TaskOwner(on_task_failure)
-    context = ServiceContext(config, server, tasks, health, stop, listener)
+    context = ServiceContext(config, server, tasks, health, stop, listener, authorizer)
     service: Service | None = None
     try:
         service = spec.create(config)
