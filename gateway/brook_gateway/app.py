@@ -22,6 +22,7 @@ import logging
 
 from brook.config import Config, Listener
 from brook.membership import ClusterMembership, MembershipError
+from brook.security.authorizer import Authorizer
 from brook.server import ServiceContext, ServiceSpec
 from brook.v1 import common_pb2
 from brook_gateway.admin_apis import admin_handlers
@@ -38,15 +39,15 @@ from brook_gateway.server import KafkaServer, ServerLimits
 from brook_gateway.txn_apis import txn_handlers
 from brook_gateway.upstream import Upstreams
 
-__all__ = ["SPEC", "Gateway", "kafka_server"]
+__all__ = ["SPEC", "Gateway", "kafka_dispatcher", "kafka_server"]
 
 _log = logging.getLogger(__name__)
 
 
-def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
-    """The Kafka-protocol server the configuration describes: ApiVersions, plus every API
-    that reaches Brook when a ``backend`` is given."""
-    dispatcher = Dispatcher()
+def kafka_dispatcher(backend: Backend | None, authorizer: Authorizer | None) -> Dispatcher:
+    """ApiVersions, plus every API that reaches Brook when a ``backend`` is given, each
+    authorized by ``authorizer`` (None: no authorization)."""
+    dispatcher = Dispatcher(authorizer)
     dispatcher.register(api_versions_handler(dispatcher))
     if backend is not None:
         routers = Routers.of(backend)
@@ -58,6 +59,15 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
         )
         for handler in handlers:
             dispatcher.register(handler)
+    return dispatcher
+
+
+def kafka_server(
+    config: Config, backend: Backend | None = None, authorizer: Authorizer | None = None
+) -> KafkaServer:
+    """The Kafka-protocol server the configuration describes, serving ``kafka_dispatcher``'s
+    APIs."""
+    dispatcher = kafka_dispatcher(backend, authorizer)
     listener = config.listener(KAFKA_LISTENER)
     limits = ServerLimits(
         request_bytes_max=config.get_int("socket.request.max.bytes"),
@@ -103,7 +113,8 @@ class Gateway:
         )
         # Served at once: the gateway stores nothing, and until the first snapshot arrives
         # clients see a cluster without brokers or topics and retry, as with a starting Kafka.
-        self._kafka = kafka_server(config, backend)
+        self.image.feed(context.authorizer)
+        self._kafka = kafka_server(config, backend, context.authorizer)
         await self._kafka.start()
         if self._node_port_base > 0:
             self._node_listeners = NodeListeners(
