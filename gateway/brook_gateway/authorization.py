@@ -64,17 +64,57 @@ __all__ = [
 
 Permits = Callable[[Action], bool]
 """Whether the request's principal, from its host, may take an action."""
-
-
 RequestActions = Callable[[Message, "RequestContext"], Iterable[Action]]
 """What a whole request needs."""
 ItemActions = Callable[[Any, Message, "RequestContext"], Iterable[Action]]
 """What one element of a list in a request (given the request) needs."""
+ResponseFilter = Callable[[Message, Message, "RequestContext", Permits], None]
+"""Removes from a response (given the request) what the caller may not see."""
 
 
 def _no_actions(request: Message, context: RequestContext) -> Iterable[Action]:
     del request, context
     return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Items:
+    """Authorization of each element of one list of the request."""
+
+    request_key: str
+    """The list in the request (``topic_data``, ``topics``, ``groups_names``...)."""
+    response_key: str
+    """Where the response answers each element (the list the handler's ``error_response``
+    builds from the request's)."""
+    actions: ItemActions
+    """What one element (given the request it is part of) needs."""
+    versions: VersionRange = (0, HI)
+    """The versions whose requests carry the list under ``request_key``."""
+    all_or_nothing: bool = False
+    """A denied element fails the whole request: the others are answered
+    OPERATION_NOT_ATTEMPTED and the handler does not run."""
+    serve_empty: bool = False
+    """The handler still runs when every element is denied (Metadata answers the brokers;
+    Produce with acks=0 answers nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Authorization:
+    """An API's authorization declaration (see the module docstring)."""
+
+    summary: str
+    """The rule in words (docs/decisions.md's table)."""
+    request: RequestActions = _no_actions
+    items: tuple[Items, ...] = ()
+    filter_response: ResponseFilter | None = None
+
+    @property
+    def checks_nothing(self) -> bool:
+        return self.request is _no_actions and not self.items and self.filter_response is None
+
+
+NO_AUTHORIZATION: Final = Authorization("none")
+"""For the APIs Kafka serves to anyone (ApiVersions, SaslHandshake, SaslAuthenticate)."""
 
 
 def on_cluster(operation: int) -> RequestActions:
@@ -154,45 +194,6 @@ def topic_items(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Items:
-    """Authorization of each element of one list of the request."""
-
-    request_key: str
-    """The list in the request (``topic_data``, ``topics``, ``groups_names``...)."""
-    response_key: str
-    """Where the response answers each element (the list the handler's ``error_response``
-    builds from the request's)."""
-    actions: ItemActions
-    """What one element (given the request it is part of) needs."""
-    versions: VersionRange = (0, HI)
-    """The versions whose requests carry the list under ``request_key``."""
-    all_or_nothing: bool = False
-    """A denied element fails the whole request: the others are answered
-    OPERATION_NOT_ATTEMPTED and the handler does not run."""
-    serve_empty: bool = False
-    """The handler still runs when every element is denied (Metadata answers the brokers;
-    Produce with acks=0 answers nothing)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Authorization:
-    """An API's authorization declaration (see the module docstring)."""
-
-    summary: str
-    """The rule in words (docs/decisions.md's table)."""
-    request: Callable[[Message, RequestContext], Iterable[Action]] = _no_actions
-    items: tuple[Items, ...] = ()
-    filter_response: ResponseFilter | None = None
-
-    @property
-    def checks_nothing(self) -> bool:
-        return self.request is _no_actions and not self.items and self.filter_response is None
-
-
-ResponseFilter = Callable[[Message, Message, "RequestContext", Permits], None]
-
-
 def only_describable(
     list_key: str,
     resource_type: int,
@@ -220,10 +221,6 @@ def only_describable(
         ]
 
     return filter_response
-
-
-NO_AUTHORIZATION: Final = Authorization("none")
-"""For the APIs Kafka serves to anyone (ApiVersions, SaslHandshake, SaslAuthenticate)."""
 
 
 def authorized(handler: ApiHandler, authorizer: Authorizer) -> ApiHandler:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 from acl_records import acl
+from brook_controller.image import ControllerImage
+from brook_controller.metadata_view import MetadataView
 
 from brook.config import ConfigError, load_config, service_config_def
+from brook.metadata.cache import MetadataCache
 from brook.metadata.delta import MetadataUpdate
-from brook.metadata.image import MetadataImage
 from brook.security.authorizer import (
     ALL,
     ALTER,
@@ -198,32 +200,42 @@ def test_a_disabled_authorizer_allows_everything() -> None:
     assert off.first_denied(ALICE, HOST, [Action(CLUSTER, CLUSTER_NAME, ALTER)]) is None
 
 
-def test_the_index_follows_acl_records_in_the_image() -> None:
-    image = MetadataImage()
+def _grant_record(grant: metadata_pb2.AccessControlEntryRecord) -> metadata_pb2.MetadataRecord:
+    return metadata_pb2.MetadataRecord(access_control_entry=grant)
+
+
+def _revoke_record(grant: metadata_pb2.AccessControlEntryRecord) -> metadata_pb2.MetadataRecord:
+    revoked = metadata_pb2.RemoveAccessControlEntryRecord(id=grant.id)
+    return metadata_pb2.MetadataRecord(remove_access_control_entry=revoked)
+
+
+def test_a_metadata_cache_keeps_the_authorizer_on_its_acls() -> None:
+    """What the storage nodes, coordinators and gateways do (MetadataCache.feed)."""
+    cache = MetadataCache()
     auth = Authorizer(enabled=True)
-    auth.use(image)
+    cache.feed(auth)
     grant = acl(TOPIC, "t", READ)
-    added = image.replay(
-        MetadataUpdate(False, 0, (metadata_pb2.MetadataRecord(access_control_entry=grant),))
-    )
-    assert added.security_changed
-    auth.follow(image, added)
+    cache.replay(MetadataUpdate(False, 0, (_grant_record(grant),)))
     assert may(auth, READ, TOPIC, "t")
-    removed = image.replay(
-        MetadataUpdate(
-            False,
-            1,
-            (
-                metadata_pb2.MetadataRecord(
-                    remove_access_control_entry=metadata_pb2.RemoveAccessControlEntryRecord(
-                        id=grant.id
-                    )
-                ),
-            ),
-        )
-    )
-    auth.follow(image, removed)
+    cache.replay(MetadataUpdate(False, 1, (_revoke_record(grant),)))
     assert not may(auth, READ, TOPIC, "t")
+    cache.replay(MetadataUpdate(True, 5, (_grant_record(grant),)))
+    assert may(auth, READ, TOPIC, "t"), "a snapshot replaces the ACLs"
+
+
+def test_the_controllers_view_keeps_the_authorizer_on_its_acls() -> None:
+    view = MetadataView(retained_records_max=10)
+    auth = Authorizer(enabled=True)
+    view.feed(auth)
+    grant = acl(TOPIC, "t", READ)
+    view.append(0, [_grant_record(grant)])
+    assert may(auth, READ, TOPIC, "t")
+    view.append(1, [_revoke_record(grant)])
+    assert not may(auth, READ, TOPIC, "t")
+    loaded = ControllerImage()
+    loaded.apply(_grant_record(grant))
+    view.reset(loaded)
+    assert may(auth, READ, TOPIC, "t")
 
 
 def _config(settings: dict[str, str]) -> Authorizer:
