@@ -225,8 +225,8 @@ class ServiceContext:
     """The GRPC listener the server is bound to."""
     authorizer: Authorizer = field(default_factory=lambda: Authorizer(enabled=False))
     """The process's authorizer (authorizer.class.name): the gRPC interceptor asks it about
-    every call; the service feeds it the ACLs (``Authorizer.follow``) as it follows metadata,
-    and asks it about whatever else it serves (the gateway's Kafka APIs)."""
+    every call; the service keeps it on the metadata it follows (``MetadataCache.feed``) and
+    asks it about whatever else it serves (the gateway's Kafka APIs)."""
 
 
 async def make_directories(paths: Iterable[str]) -> None:

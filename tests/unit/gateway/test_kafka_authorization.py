@@ -186,6 +186,11 @@ def test_denied_parts_of_a_request_are_refused_and_the_rest_served() -> None:
             9,
             {"acks": -1, "timeout_ms": 1000, "topic_data": _partitions("orders-eu", "secret")},
         ),
+        (
+            ApiKey.FETCH,
+            12,
+            {"topics": [{"topic": "orders-eu", "partitions": [{"partition": 0}]}]},
+        ),
         (ApiKey.METADATA, 12, {"topics": None}),
         (ApiKey.METADATA, 12, {"topics": [{"name": "secret"}, {"name": "public"}]}),
         (
@@ -215,11 +220,14 @@ def test_denied_parts_of_a_request_are_refused_and_the_rest_served() -> None:
         await upstreams.close()
         return answers
 
-    produced, every_topic, named, added = asyncio.run(run())
+    produced, fetched, every_topic, named, added = asyncio.run(run())
     by_topic = {t["name"]: t["partition_responses"][0]["error_code"] for t in produced["responses"]}
     assert by_topic["secret"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
     # Past authorization: the image has no partition to route it to.
     assert by_topic["orders-eu"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # Writing orders-* is not reading it.
+    (fetched_topic,) = fetched["responses"]
+    assert fetched_topic["partitions"][0]["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
     assert sorted(t["name"] for t in every_topic["topics"]) == ["orders-eu", "public"]
     assert {t["name"]: t["error_code"] for t in named["topics"]} == {
         "secret": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
