@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
+from urllib.parse import unquote
 
 import grpc
 
@@ -44,9 +45,10 @@ def anonymous(context: Any) -> Principal:
 
 
 def peer_host(peer: str) -> str:
-    """The IP address in a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``),
-    as ACLs name hosts; the string itself for any other kind of peer (unix sockets)."""
-    kind, _, address = peer.partition(":")
+    """The IP address in a gRPC peer string (``ipv4:127.0.0.1:5000``,
+    ``ipv6:%5B::1%5D:5000``: grpc percent-encodes the brackets), as ACLs name hosts; the
+    string itself for any other kind of peer (unix sockets)."""
+    kind, _, address = unquote(peer).partition(":")
     if kind == "ipv4":
         return address.rpartition(":")[0]
     if kind == "ipv6":

@@ -287,6 +287,7 @@ def test_an_acl_lets_its_principal_through_and_health_stays_open() -> None:
     [
         ("ipv4:127.0.0.1:5000", "127.0.0.1"),
         ("ipv6:[::1]:5000", "::1"),
+        ("ipv6:%5B::1%5D:5000", "::1"),
         ("unix:/tmp/socket", "unix:/tmp/socket"),
     ],
 )
