@@ -23,6 +23,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from cluster_fixture import ClusterFactory, wait_until
+from kafka_round_trip import produce_and_consume
 from offsets_compaction import partition_log_bytes
 
 from brook.client import Admin, NewTopic
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.integration
 
 TOPIC = "orders"
 KAFKA_TIMEOUT_S = 20.0
+RECORDS = 50
 AUTHORIZED = {"authorizer.class.name": "brook"}
 
 
@@ -139,3 +141,33 @@ def test_a_principal_without_acls_is_refused_everything_and_nothing_changes(
     with Admin(cluster.controller_bootstrap_servers) as admin:
         assert sorted(admin.list_topics()) == [TOPIC]
     assert _log_bytes(cluster) == empty
+
+
+def test_a_cluster_with_the_authorizer_on_everywhere_and_no_acl_found_open_serves_clients(
+    cluster_factory: ClusterFactory,
+) -> None:
+    """Every process authorizes every gRPC call (replica fetching, registration, heartbeats,
+    WatchMetadata, the coordinators' writes) and the gateway every Kafka API; with
+    allow.everyone.if.no.acl.found and no ACL they all pass, so a producer and a consumer group
+    work end to end through the authorizing paths (the SDK's Admin creates the topic through the
+    controller's)."""
+
+    open_everything = {**AUTHORIZED, "allow.everyone.if.no.acl.found": "true"}
+    cluster = cluster_factory(
+        controllers=1,
+        storage_nodes=2,
+        group_coordinators=1,
+        gateways=1,
+        config_overrides={
+            "controller": {
+                **open_everything,
+                "offsets.topic.num.partitions": "2",
+                "offsets.topic.replication.factor": "2",
+                "transaction.state.log.num.partitions": "2",
+            },
+            "storage-node": open_everything,
+            "group-coordinator": {**open_everything, "group.initial.rebalance.delay.ms": "0"},
+            "gateway": open_everything,
+        },
+    )
+    produce_and_consume(cluster, TOPIC, 2, RECORDS, "readers", KAFKA_TIMEOUT_S * 2)
