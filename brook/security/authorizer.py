@@ -222,9 +222,11 @@ class Authorizer:
         self._index = index
 
     def use(self, image: MetadataImage) -> None:
-        """Answers from ``image``'s ACLs (loaded now) and resolves topic ids in it."""
+        """Answers from ``image``'s ACLs (loaded now; not at all while off) and resolves topic
+        ids in it."""
         self._image = image
-        self.load(image.acls.values())
+        if self.enabled:
+            self.load(image.acls.values())
 
     def follow(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Keeps up with ``image`` after the update ``delta`` describes: reloads the ACLs if
