@@ -240,3 +240,28 @@ def test_denied_parts_of_a_request_are_refused_and_the_rest_served() -> None:
         "secret": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
         "orders-eu": ErrorCode.OPERATION_NOT_ATTEMPTED,
     }
+
+
+def test_a_denied_produce_with_acks_0_is_not_answered() -> None:
+    """Kafka answers no acks=0 Produce, refused or not: the next request's answer is the next
+    frame on the connection."""
+    dispatcher, upstreams = _dispatcher(Authorizer(enabled=True))
+    produce = codec_for(REQUESTS[ApiKey.PRODUCE], 9).default() | {
+        "acks": 0,
+        "timeout_ms": 1000,
+        "topic_data": _partitions("secret"),
+    }
+
+    async def run() -> int:
+        async with running_server(dispatcher) as server:
+            client = await RawClient.connect(server.port)
+            try:
+                await client.send(ApiKey.PRODUCE, 9, 1, produce)
+                await client.send(ApiKey.API_VERSIONS, 3, 2, filled_request(ApiKey.API_VERSIONS, 3))
+                answered_id, _ = await client.receive(ApiKey.API_VERSIONS, 3)
+            finally:
+                await client.close()
+        await upstreams.close()
+        return answered_id
+
+    assert asyncio.run(run()) == 2
