@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Final, Protocol
 
 from brook.rpc.addresses import format_address, parse_address
+from brook.security.principal import Principal
 
 INT32_MIN: Final = -(2**31)
 INT32_MAX: Final = 2**31 - 1
@@ -1101,7 +1102,7 @@ def common_keys(
             Range(1),
         ),
     )
-    return keys, (_check_otlp_available,)
+    return (*keys, *AUTHORIZATION_KEYS), (_check_otlp_available,)
 
 
 def service_data_dir_default(prefix: str) -> DerivedDefault:
@@ -1170,4 +1171,75 @@ UNCLEAN_LEADER_ELECTION_ENABLE: Final = ConfigKey(
     "Whether a replica outside the ISR may become leader when no ISR member is alive. That "
     "restores availability at the price of losing committed records, so it is off.",
     Importance.HIGH,
+)
+
+
+# Authorization (brook/security/authorizer.py): Kafka's names, on every service.
+
+AUTHORIZER_CLASS_NAME: Final = "authorizer.class.name"
+SUPER_USERS: Final = "super.users"
+ALLOW_EVERYONE_IF_NO_ACL_FOUND: Final = "allow.everyone.if.no.acl.found"
+STANDARD_AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def parse_super_users(text: str) -> tuple[Principal, ...]:
+    """The principals of a super.users value (``User:a;User:b``); raises ValueError naming a
+    malformed one."""
+    return tuple(Principal.parse(part.strip()) for part in text.split(";") if part.strip())
+
+
+@dataclass(frozen=True)
+class _AuthorizerName:
+    def __call__(self, value: ConfigValue) -> str | None:
+        if value in ("", STANDARD_AUTHORIZER, "brook"):
+            return None
+        return f"is not an authorizer this process has (empty, {STANDARD_AUTHORIZER} or brook)"
+
+    def describe(self) -> str:
+        return f"empty, {STANDARD_AUTHORIZER} or brook"
+
+
+@dataclass(frozen=True)
+class _Principals:
+    def __call__(self, value: ConfigValue) -> str | None:
+        try:
+            parse_super_users(str(value))
+        except ValueError as e:
+            return f"is not a semicolon-separated list of principals: {e}"
+        return None
+
+    def describe(self) -> str:
+        return "principals separated by ';' (User:alice;User:bob)"
+
+
+AUTHORIZATION_KEYS: Final = (
+    ConfigKey(
+        AUTHORIZER_CLASS_NAME,
+        ConfigType.STRING,
+        "",
+        "The authorizer of every request (Kafka API and gRPC call) against the ACLs in the "
+        "cluster metadata: empty for none (everything is allowed, as in Kafka), "
+        f"{STANDARD_AUTHORIZER} or its short name brook for Kafka's StandardAuthorizer "
+        "semantics (docs/decisions.md, Security: authorization).",
+        Importance.HIGH,
+        _AuthorizerName(),
+    ),
+    ConfigKey(
+        SUPER_USERS,
+        ConfigType.STRING,
+        "",
+        "Principals allowed everything whatever the ACLs, separated by semicolons "
+        "(User:brook;User:admin). The cluster's own processes authenticate as User:brook by "
+        "default, so it belongs here when authorization is on.",
+        Importance.HIGH,
+        _Principals(),
+    ),
+    ConfigKey(
+        ALLOW_EVERYONE_IF_NO_ACL_FOUND,
+        ConfigType.BOOLEAN,
+        False,
+        "Whether a resource that no ACL names (for anyone) is open to every principal; false "
+        "keeps such resources closed to all but super users.",
+        Importance.MEDIUM,
+    ),
 )

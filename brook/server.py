@@ -41,7 +41,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -58,6 +58,9 @@ from brook.loop_idle import LoopIdleMonitor
 from brook.metrics_endpoint import MetricsEndpoint
 from brook.rpc.channels import default_security, set_default_security
 from brook.rpc.server_telemetry import ServerTelemetryInterceptor
+from brook.security.authorizer import Authorizer
+from brook.security.grpc_authorization import AuthorizationInterceptor
+from brook.security.grpc_identity import GrpcIdentity
 from brook.security.grpc_tls import GrpcSecurity
 from brook.security.tls import TlsError
 from brook.telemetry import Telemetry, TelemetrySettings, meter
@@ -227,6 +230,10 @@ class ServiceContext:
     grace period is not spent waiting for them."""
     grpc_listener: Listener
     """The GRPC listener the server is bound to."""
+    authorizer: Authorizer = field(default_factory=lambda: Authorizer(enabled=False))
+    """The process's authorizer (authorizer.class.name): the gRPC interceptor asks it about
+    every call; the service keeps it on the metadata it follows (``MetadataCache.feed``) and
+    asks it about whatever else it serves (the gateway's Kafka APIs)."""
 
 
 async def make_directories(paths: Iterable[str]) -> None:
@@ -240,10 +247,18 @@ async def make_directories(paths: Iterable[str]) -> None:
     await asyncio.to_thread(make)
 
 
-def _grpc_server(config: Config, traced_services: tuple[str, ...]) -> Any:
+def _grpc_server(config: Config, traced_services: tuple[str, ...], authorizer: Authorizer) -> Any:
     request_bytes_max = config.get_int("socket.request.max.bytes")
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if traced_services:
+        interceptors.append(ServerTelemetryInterceptor(traced_services))
+    if authorizer.enabled:
+        # The one place a gRPC call's identity comes from: its client certificate, or
+        # credentials checked against the SCRAM credentials of the image the authorizer follows.
+        identity = GrpcIdentity(lambda: authorizer.image)
+        interceptors.append(AuthorizationInterceptor(authorizer, identity.principal_of))
     return grpc.aio.server(
-        interceptors=(ServerTelemetryInterceptor(traced_services),) if traced_services else (),
+        interceptors=interceptors,
         options=(
             # grpc enables SO_REUSEPORT by default, which lets a second process bind a port
             # that is in use and silently split its traffic; a busy port must be an error.
@@ -378,7 +393,8 @@ async def _serve(
     listener = config.listener(GRPC_LISTENER)
     health = Health(spec.health_names)
     await health.set_all(False)
-    server = _grpc_server(config, spec.traced_services)
+    authorizer = Authorizer.from_config(config)
+    server = _grpc_server(config, spec.traced_services, authorizer)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     reflection.enable_server_reflection(_reflection_names(spec), server)
     try:
@@ -409,7 +425,9 @@ async def _serve(
     if monitor.install(loop):
         _loop_idle.monitor = monitor
     try:
-        clean = await _serve_started(spec, config, stop, server, health, listener, on_task_failure)
+        clean = await _serve_started(
+            spec, config, stop, server, health, listener, authorizer, on_task_failure
+        )
     finally:
         if _loop_idle.monitor is monitor:
             _loop_idle.monitor = None
@@ -426,6 +444,7 @@ async def _serve_started(
     server: Any,
     health: Health,
     listener: Listener,
+    authorizer: Authorizer,
     on_task_failure: Callable[[BaseException], None],
 ) -> bool:
     """Starts the service on the bound server, waits for `stop`, shuts down; False if the
@@ -434,7 +453,7 @@ async def _serve_started(
     failed = False
 
     tasks = TaskOwner(on_task_failure)
-    context = ServiceContext(config, server, tasks, health, stop, listener)
+    context = ServiceContext(config, server, tasks, health, stop, listener, authorizer)
     service: Service | None = None
     try:
         service = spec.create(config)

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from brook.metadata.delta import MetadataDelta, MetadataUpdate
 from brook.metadata.image import TOPIC, MetadataImage
 from brook.metadata.info import BrokerInfo, PartitionInfo, TopicInfo
+from brook.security.authorizer import Authorizer
 from brook.v1 import metadata_pb2
 
 __all__ = ["MetadataCache"]
@@ -35,6 +36,7 @@ class MetadataCache:
         self._topics_by_id: dict[bytes, TopicInfo] = {}
         # Topic id -> the dict behind its TopicInfo.partitions.
         self._partitions: dict[bytes, dict[int, PartitionInfo]] = {}
+        self._authorizer: Authorizer | None = None
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -80,6 +82,12 @@ class MetadataCache:
 
     # -- applying ---------------------------------------------------------------------------
 
+    def feed(self, authorizer: Authorizer) -> None:
+        """Keeps ``authorizer``'s ACLs this image's from now on (the process's authorizer,
+        whose gRPC interceptor and Kafka APIs ask it)."""
+        self._authorizer = authorizer
+        authorizer.use(self.image)
+
     def replay(self, update: MetadataUpdate, *, compare: bool = True) -> MetadataDelta:
         """Applies a snapshot or a delta to the image, refreshes what it touched and returns
         what changed (``compare``: see ``MetadataImage.replay``; a consumer that does not
@@ -89,6 +97,8 @@ class MetadataCache:
             self._rebuild()
         else:
             self._refresh(delta)
+        if self._authorizer is not None:
+            self._authorizer.follow(self.image, delta)
         return delta
 
     def _rebuild(self) -> None:

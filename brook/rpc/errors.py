@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import grpc
 
-from brook.errors import ErrorCode
+from brook.errors import ErrorCode, error_code
 
-__all__ = ["rpc_error"]
+__all__ = ["ERROR_CODE_METADATA_KEY", "rpc_error"]
+
+ERROR_CODE_METADATA_KEY = "brook-error-code"
+"""Trailing metadata of a refused call naming the Kafka error it stands for (an authorization
+denial's TOPIC_AUTHORIZATION_FAILED, ...), as a decimal number."""
 
 
 def rpc_error(error: grpc.aio.AioRpcError | grpc.Call) -> tuple[ErrorCode, str]:
@@ -31,5 +35,16 @@ def rpc_error(error: grpc.aio.AioRpcError | grpc.Call) -> tuple[ErrorCode, str]:
     if status is grpc.StatusCode.UNIMPLEMENTED:
         return ErrorCode.UNSUPPORTED_VERSION, message
     if status in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, message
+        return _named_error(error) or ErrorCode.CLUSTER_AUTHORIZATION_FAILED, message
     return ErrorCode.UNKNOWN_SERVER_ERROR, message
+
+
+def _named_error(error: grpc.aio.AioRpcError | grpc.Call) -> ErrorCode | None:
+    """The Kafka error a refused call's trailing metadata names, if it names one."""
+    for key, value in error.trailing_metadata() or ():
+        if key == ERROR_CODE_METADATA_KEY:
+            try:
+                return error_code(int(value))
+            except ValueError:
+                return None
+    return None

@@ -19,6 +19,7 @@ from typing import Any, Final
 import grpc
 from opentelemetry import propagate, trace
 
+from brook.rpc.method_handlers import wrapped
 from brook.telemetry import meter, tracer
 
 __all__ = ["RPC_SERVER_DURATION", "ServerTelemetryInterceptor"]
@@ -52,19 +53,12 @@ class ServerTelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mi
             return handler
         carrier = {key: value for key, value in handler_call_details.invocation_metadata or ()}
         call = _Call(self, service, method, carrier)
-        options = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(call.unary(handler.unary_unary), **options)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(call.unary(handler.stream_unary), **options)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                call.stream(handler.unary_stream), **options
-            )
-        return grpc.stream_stream_rpc_method_handler(call.stream(handler.stream_stream), **options)
+        return wrapped(
+            handler,
+            lambda kind, behaviour: (
+                call.unary(behaviour) if kind.endswith("unary") else call.stream(behaviour)
+            ),
+        )
 
 
 class _Call:

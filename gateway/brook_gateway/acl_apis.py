@@ -11,8 +11,10 @@ so it neither creates nor sees PREFIXED ACLs, as with Kafka.
 
 from __future__ import annotations
 
+from brook.security.authorizer import ALTER, DESCRIBE
 from brook.v1 import admin_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.authorization import Authorization, on_cluster
 from brook_gateway.backend import Backend
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
@@ -82,7 +84,12 @@ def _describe_acls(backend: Backend) -> ApiHandler:
             ],
         }
 
-    return ApiHandler(ApiKey.DESCRIBE_ACLS, handle, versions=(0, 3))
+    return ApiHandler(
+        ApiKey.DESCRIBE_ACLS,
+        handle,
+        versions=(0, 3),
+        authorization=Authorization("DESCRIBE on the cluster", request=on_cluster(DESCRIBE)),
+    )
 
 
 def _creations_failed(count: int, code: int, message: str | None) -> Message:
@@ -132,7 +139,13 @@ def _create_acls(backend: Backend) -> ApiHandler:
         del context
         return _creations_failed(len(request["creations"]), code, None)
 
-    return ApiHandler(ApiKey.CREATE_ACLS, handle, versions=(0, 3), error_response=error)
+    return ApiHandler(
+        ApiKey.CREATE_ACLS,
+        handle,
+        versions=(0, 3),
+        error_response=error,
+        authorization=Authorization("ALTER on the cluster", request=on_cluster(ALTER)),
+    )
 
 
 def _matching_acl(binding: admin_pb2.AclBinding) -> Message:
@@ -177,7 +190,13 @@ def _delete_acls(backend: Backend) -> ApiHandler:
         del context
         return _deletions_failed(len(request["filters"]), code, None)
 
-    return ApiHandler(ApiKey.DELETE_ACLS, handle, versions=(0, 3), error_response=error)
+    return ApiHandler(
+        ApiKey.DELETE_ACLS,
+        handle,
+        versions=(0, 3),
+        error_response=error,
+        authorization=Authorization("ALTER on the cluster", request=on_cluster(ALTER)),
+    )
 
 
 def _deletions_failed(count: int, code: int, message: str | None) -> Message:

@@ -14,8 +14,21 @@ from __future__ import annotations
 from typing import Any, Final
 
 from brook.errors import ErrorCode
+from brook.security.authorizer import (
+    ALTER,
+    ALTER_CONFIGS,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    TOPIC,
+    Action,
+    cluster_action,
+    operation_name,
+)
 from brook.v1 import admin_pb2, common_pb2, metadata_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.authorization import Authorization, Items, named, on_cluster, topic_items
 from brook_gateway.backend import Backend
 from brook_gateway.fan_out import Part, fan_out
 from brook_gateway.protocol.codec import Message
@@ -150,8 +163,21 @@ def _create_topics(backend: Backend) -> ApiHandler:
             ],
         }
 
+    def creatable(item: Message, request: Message, context: RequestContext) -> list[Action]:
+        del request, context
+        return [Action(TOPIC, item["name"], CREATE, cluster_grants=True)]
+
     error = _per_topic_error("topics")
-    return ApiHandler(ApiKey.CREATE_TOPICS, handle, versions=(2, 7), error_response=error)
+    return ApiHandler(
+        ApiKey.CREATE_TOPICS,
+        handle,
+        versions=(2, 7),
+        authorization=Authorization(
+            "CREATE on the cluster or on each topic",
+            items=(Items("topics", "topics", creatable),),
+        ),
+        error_response=error,
+    )
 
 
 def _topics_to_delete(request: Message, version: int) -> list[tuple[str | None, bytes]]:
@@ -227,8 +253,27 @@ def _delete_topics(backend: Backend) -> ApiHandler:
 
     # v6 names topics by name or by id; the controller answers UNKNOWN_TOPIC_ID for an id it
     # does not know.
+    def deletable(item: Message, request: Message, context: RequestContext) -> list[Action]:
+        del request, context
+        name = item["name"]
+        if name is None:
+            state = backend.image.topic_by_id(item["topic_id"])
+            # An unknown id is the controller's UNKNOWN_TOPIC_ID, as in Kafka.
+            name = None if state is None else state.name
+        return [] if name is None else [Action(TOPIC, name, DELETE)]
+
     return ApiHandler(
-        ApiKey.DELETE_TOPICS, handle, versions=(0, 6), error_response=_delete_topics_error
+        ApiKey.DELETE_TOPICS,
+        handle,
+        versions=(0, 6),
+        authorization=Authorization(
+            "DELETE on each topic (named or by id)",
+            items=(
+                Items("topic_names", "responses", named(TOPIC, DELETE), versions=(0, 5)),
+                Items("topics", "responses", deletable, versions=(6, 6)),
+            ),
+        ),
+        error_response=_delete_topics_error,
     )
 
 
@@ -278,7 +323,15 @@ def _create_partitions(backend: Backend) -> ApiHandler:
 
     error = _per_topic_error("results")
     # v2 is v1 in the flexible encoding; v3 adds nothing (Kafka's quota semantics).
-    return ApiHandler(ApiKey.CREATE_PARTITIONS, handle, versions=(0, 3), error_response=error)
+    return ApiHandler(
+        ApiKey.CREATE_PARTITIONS,
+        handle,
+        versions=(0, 3),
+        authorization=Authorization(
+            "ALTER on each topic", items=(topic_items("topics", "results", ALTER),)
+        ),
+        error_response=error,
+    )
 
 
 def _resource(resource_type: int, name: str) -> admin_pb2.ConfigResource:
@@ -300,6 +353,22 @@ def _resources_error(list_field: str) -> Any:
         }
 
     return error
+
+
+def _configs_authorization(operation: int, response_key: str) -> Authorization:
+    """Kafka's rule for a configs API: ``operation`` on each topic resource, on the cluster
+    for a broker (or broker logger) resource."""
+
+    def actions(resource: Message, request: Message, context: RequestContext) -> list[Action]:
+        del request, context
+        if resource["resource_type"] == metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC:
+            return [Action(TOPIC, resource["resource_name"], operation)]
+        return [cluster_action(operation)]
+
+    return Authorization(
+        f"{operation_name(operation)} on each topic; on the cluster for a broker",
+        items=(Items("resources", response_key, actions),),
+    )
 
 
 def _describe_configs(backend: Backend) -> ApiHandler:
@@ -363,6 +432,7 @@ def _describe_configs(backend: Backend) -> ApiHandler:
         ApiKey.DESCRIBE_CONFIGS,
         handle,
         versions=(0, 4),
+        authorization=_configs_authorization(DESCRIBE_CONFIGS, "results"),
         error_response=_resources_error("results"),
     )
 
@@ -464,6 +534,7 @@ def _alter_configs(backend: Backend) -> ApiHandler:
         ApiKey.ALTER_CONFIGS,
         handle,
         versions=(0, 2),
+        authorization=_configs_authorization(ALTER_CONFIGS, "responses"),
         error_response=_resources_error("responses"),
     )
 
@@ -508,6 +579,7 @@ def _incremental_alter_configs(backend: Backend) -> ApiHandler:
         ApiKey.INCREMENTAL_ALTER_CONFIGS,
         handle,
         versions=(0, 1),
+        authorization=_configs_authorization(ALTER_CONFIGS, "responses"),
         error_response=_resources_error("responses"),
     )
 
@@ -572,7 +644,11 @@ def _alter_partition_reassignments(backend: Backend) -> ApiHandler:
         return _reassignments_failed(request, code, None)
 
     return ApiHandler(
-        ApiKey.ALTER_PARTITION_REASSIGNMENTS, handle, versions=(0, 0), error_response=error
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        handle,
+        versions=(0, 0),
+        authorization=Authorization("ALTER on the cluster", request=on_cluster(ALTER)),
+        error_response=error,
     )
 
 
@@ -645,7 +721,11 @@ def _list_partition_reassignments(backend: Backend) -> ApiHandler:
         return {"throttle_time_ms": 0, "error_code": code, "topics": []}
 
     return ApiHandler(
-        ApiKey.LIST_PARTITION_REASSIGNMENTS, handle, versions=(0, 0), error_response=error
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
+        handle,
+        versions=(0, 0),
+        authorization=Authorization("DESCRIBE on the cluster", request=on_cluster(DESCRIBE)),
+        error_response=error,
     )
 
 
@@ -716,7 +796,15 @@ def _delete_records(backend: Backend) -> ApiHandler:
         return answer(request, {}, code)
 
     # v2 is v1 in the flexible encoding; v1 adds nothing (Kafka's quota semantics).
-    return ApiHandler(ApiKey.DELETE_RECORDS, handle, versions=(0, 2), error_response=error)
+    return ApiHandler(
+        ApiKey.DELETE_RECORDS,
+        handle,
+        versions=(0, 2),
+        authorization=Authorization(
+            "DELETE on each topic", items=(topic_items("topics", "topics", DELETE),)
+        ),
+        error_response=error,
+    )
 
 
 def admin_handlers(backend: Backend) -> list[ApiHandler]:

@@ -7,6 +7,7 @@ from typing import Final
 
 from brook.errors import ErrorCode
 from brook_gateway.apis import RECOMMENDED_VERSIONS, ApiHandler, Dispatcher, RequestContext
+from brook_gateway.authorization import NO_AUTHORIZATION
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 
@@ -42,7 +43,10 @@ def api_versions_handler(dispatcher: Dispatcher) -> ApiHandler:
         }
 
     return ApiHandler(
-        ApiKey.API_VERSIONS, handle, versions=RECOMMENDED_VERSIONS[ApiKey.API_VERSIONS]
+        ApiKey.API_VERSIONS,
+        handle,
+        versions=RECOMMENDED_VERSIONS[ApiKey.API_VERSIONS],
+        authorization=NO_AUTHORIZATION,
     )
 
 

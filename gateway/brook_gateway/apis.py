@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from brook.security.authorizer import Authorizer
 from brook.security.principal import ANONYMOUS, Principal
+from brook_gateway.authorization import Authorization, authorized
 from brook_gateway.cluster_view import KAFKA_LISTENER
 from brook_gateway.protocol.codec import Message, codec_for
 from brook_gateway.protocol.frames import RequestHeader
@@ -139,6 +141,9 @@ class ApiHandler:
     versions: VersionRange
     """The versions `handle` serves; the rest of the advertised range gets
     UNSUPPORTED_VERSION."""
+    authorization: Authorization
+    """What a request needs from its principal (brook_gateway.authorization); mandatory,
+    ``NO_AUTHORIZATION`` for an API anyone may call."""
     error_response: ErrorResponse = top_level_error_response
     wait_ms: Callable[[Message], int] | None = None
     """How long this request may legitimately wait beyond request.timeout.ms (JoinGroup waits
@@ -149,12 +154,19 @@ class ApiHandler:
 
 
 class Dispatcher:
-    """The registry of handlers, one per API key."""
+    """The registry of handlers, one per API key, each enforcing its authorization declaration
+    with ``authorizer`` (None: no authorization, as with the authorizer off)."""
 
-    def __init__(self) -> None:
+    def __init__(self, authorizer: Authorizer | None = None) -> None:
         self._handlers: dict[int, ApiHandler] = {}
+        self._authorizer = authorizer
 
     def register(self, handler: ApiHandler) -> None:
+        if not isinstance(getattr(handler, "authorization", None), Authorization):
+            raise ValueError(
+                f"{handler.api_key.name} has no authorization declaration "
+                "(brook_gateway.authorization)"
+            )
         advertised = RECOMMENDED_VERSIONS.get(handler.api_key)
         if advertised is None:
             raise ValueError(f"{handler.api_key.name} has no advertised range")
@@ -166,6 +178,8 @@ class Dispatcher:
             )
         if handler.api_key in self._handlers:
             raise ValueError(f"{handler.api_key.name} already has a handler")
+        if self._authorizer is not None:
+            handler = authorized(handler, self._authorizer)
         self._handlers[handler.api_key] = handler
 
     def handler(self, api_key: int) -> ApiHandler | None:

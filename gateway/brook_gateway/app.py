@@ -19,12 +19,13 @@ reports only the overall status "".
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import contextlib
+import dataclasses
 import logging
 
 from brook.config import Config, Listener
 from brook.membership import ClusterMembership, MembershipError
+from brook.security.authorizer import Authorizer
 from brook.security.tls import ReloadingServerContext, TlsFiles, security_protocol, uses_tls
 from brook.server import ServiceContext, ServiceSpec
 from brook.v1 import common_pb2
@@ -51,7 +52,7 @@ from brook_gateway.server import KafkaListener, KafkaServer, ServerLimits
 from brook_gateway.txn_apis import txn_handlers
 from brook_gateway.upstream import Upstreams
 
-__all__ = ["SPEC", "Gateway", "kafka_server"]
+__all__ = ["SPEC", "Gateway", "kafka_dispatcher", "kafka_server"]
 
 _log = logging.getLogger(__name__)
 
@@ -60,12 +61,10 @@ def _no_credentials(name: str, mechanism: int) -> None:
     del name, mechanism
 
 
-def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
-    """The Kafka-protocol server the configuration describes: ApiVersions and the SASL APIs,
-    plus every API that reaches Brook when a ``backend`` is given (whose metadata holds the
-    SCRAM credentials SASL listeners check; without one nobody can authenticate). Raises
-    TlsError when a TLS listener's files are missing or invalid."""
-    dispatcher = Dispatcher()
+def kafka_dispatcher(backend: Backend | None, authorizer: Authorizer | None) -> Dispatcher:
+    """ApiVersions and the SASL APIs, plus every API that reaches Brook when a ``backend`` is
+    given, each authorized by ``authorizer`` (None: no authorization)."""
+    dispatcher = Dispatcher(authorizer)
     dispatcher.register(api_versions_handler(dispatcher))
     for handler in sasl_handlers():
         dispatcher.register(handler)
@@ -81,6 +80,17 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
         )
         for handler in handlers:
             dispatcher.register(handler)
+    return dispatcher
+
+
+def kafka_server(
+    config: Config, backend: Backend | None = None, authorizer: Authorizer | None = None
+) -> KafkaServer:
+    """The Kafka-protocol server the configuration describes, serving ``kafka_dispatcher``'s
+    APIs (the SASL listeners check the SCRAM credentials in the ``backend``'s metadata;
+    without one nobody can authenticate). Raises TlsError when a TLS listener's files are
+    missing or invalid."""
+    dispatcher = kafka_dispatcher(backend, authorizer)
     credentials: CredentialLookup = (
         backend.image.scram_credential if backend is not None else _no_credentials
     )
@@ -162,7 +172,8 @@ class Gateway:
         )
         # Served at once: the gateway stores nothing, and until the first snapshot arrives
         # clients see a cluster without brokers or topics and retry, as with a starting Kafka.
-        self._kafka = kafka_server(config, backend)
+        self.image.feed(context.authorizer)
+        self._kafka = kafka_server(config, backend, context.authorizer)
         await self._kafka.start()
         bases = self._node_port_bases
         self._node_listeners = [

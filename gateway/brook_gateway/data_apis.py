@@ -15,9 +15,11 @@ from typing import Final
 
 from brook.errors import ErrorCode
 from brook.record import CorruptRecordError
+from brook.security.authorizer import CREATE, DESCRIBE, READ, TOPIC, Action
 from brook.topic_name import topic_name_problem
 from brook.v1 import common_pb2, replica_pb2, storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.authorization import Authorization, Items, only_describable, topic_items
 from brook_gateway.auto_create import TopicAutoCreator
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import NO_NODE
@@ -47,7 +49,7 @@ def _client_leader_epoch(partition: Message) -> int | None:
 
 
 # Kafka's value of an authorized-operations bitfield that was not asked for (Metadata v8+):
-# Brook has no ACLs to report.
+# Brook does not report the operations its ACLs authorize.
 _AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
 # Kafka's "no epoch" in leader-epoch fields.
 NO_EPOCH: Final = -1
@@ -180,7 +182,46 @@ def _metadata(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
             ]
         }
 
-    return ApiHandler(ApiKey.METADATA, handle, versions=METADATA_SERVED, error_response=error)
+    return ApiHandler(
+        ApiKey.METADATA,
+        handle,
+        versions=METADATA_SERVED,
+        authorization=_metadata_authorization(backend),
+        error_response=error,
+    )
+
+
+def _metadata_authorization(backend: Backend) -> Authorization:
+    """Kafka's: DESCRIBE on each named topic (TOPIC_AUTHORIZATION_FAILED otherwise), and
+    CREATE on the cluster or the topic to have an unknown one auto-created; a request for
+    every topic lists only those the caller may describe."""
+
+    def actions(item: Message, request: Message, context: RequestContext) -> list[Action]:
+        image = backend.image
+        name = item["name"]
+        if name is None:
+            state = image.topic_by_id(item.get("topic_id") or _NO_TOPIC_ID)
+            # An unknown id is answered UNKNOWN_TOPIC_ID, as Kafka does.
+            return [] if state is None else [Action(TOPIC, state.name, DESCRIBE)]
+        needed = [Action(TOPIC, name, DESCRIBE)]
+        if name not in image.topics and (
+            context.api_version < 4 or request["allow_auto_topic_creation"]
+        ):
+            needed.append(Action(TOPIC, name, CREATE, cluster_grants=True))
+        return needed
+
+    return Authorization(
+        "DESCRIBE on each topic (listing every topic: only those); auto-creation: CREATE on "
+        "the cluster or the topic",
+        items=(
+            # v0's empty list asks for every topic: the handler must not see one.
+            Items("topics", "topics", actions, versions=(0, 0)),
+            Items("topics", "topics", actions, versions=(1, METADATA_SERVED[1]), serve_empty=True),
+        ),
+        # A request for every topic is answered with those the caller may describe; a named
+        # one it may not describe was answered TOPIC_AUTHORIZATION_FAILED.
+        filter_response=only_describable("topics", TOPIC, "name", keep_errors=True),
+    )
 
 
 def _fetch_error(request: Message, context: RequestContext, code: int) -> Message:
@@ -337,7 +378,16 @@ def _fetch(backend: Backend) -> ApiHandler:
 
     # 13+ name topics by id only (Metadata hands the ids out since #14): the next step, not
     # taken yet; every client in CI sends 12 at most against this range.
-    return ApiHandler(ApiKey.FETCH, handle, versions=(4, 12), error_response=_fetch_error)
+    return ApiHandler(
+        ApiKey.FETCH,
+        handle,
+        versions=(4, 12),
+        authorization=Authorization(
+            "READ on each topic",
+            items=(topic_items("topics", "responses", READ, name_key="topic"),),
+        ),
+        error_response=_fetch_error,
+    )
 
 
 def _list_offsets_error(request: Message, context: RequestContext, code: int) -> Message:
@@ -437,7 +487,13 @@ def _list_offsets(backend: Backend) -> ApiHandler:
     # v7 adds timestamp -3 (the record with the largest timestamp; KIP-734), which the storage
     # node answers; 8+ are about tiered storage, which Brook has not.
     return ApiHandler(
-        ApiKey.LIST_OFFSETS, handle, versions=(1, 7), error_response=_list_offsets_error
+        ApiKey.LIST_OFFSETS,
+        handle,
+        versions=(1, 7),
+        authorization=Authorization(
+            "DESCRIBE on each topic", items=(topic_items("topics", "topics", DESCRIBE),)
+        ),
+        error_response=_list_offsets_error,
     )
 
 
@@ -526,6 +582,10 @@ def _offset_for_leader_epoch(backend: Backend) -> ApiHandler:
         ApiKey.OFFSET_FOR_LEADER_EPOCH,
         handle,
         versions=(0, 4),
+        authorization=Authorization(
+            "DESCRIBE on each topic",
+            items=(topic_items("topics", "topics", DESCRIBE, name_key="topic"),),
+        ),
         error_response=_offset_for_leader_epoch_error,
     )
 

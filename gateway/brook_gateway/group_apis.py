@@ -19,8 +19,26 @@ from functools import partial
 from typing import Any, Final
 
 from brook.errors import ErrorCode
+from brook.security.authorizer import (
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    READ,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    Action,
+)
 from brook.v1 import common_pb2, group_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.authorization import (
+    Authorization,
+    Items,
+    Permits,
+    named,
+    on_group,
+    only_describable,
+    topic_items,
+)
 from brook_gateway.backend import Backend
 from brook_gateway.cluster_view import NO_NODE, KafkaBroker
 from brook_gateway.coordinator_routing import (
@@ -130,7 +148,46 @@ def _find_coordinator(backend: Backend, routers: Routers) -> ApiHandler:
         keys = request["coordinator_keys"]
         return batched(keys, [answer(code, None) for _ in keys])
 
-    return ApiHandler(ApiKey.FIND_COORDINATOR, handle, versions=(0, 4), error_response=error)
+    return ApiHandler(
+        ApiKey.FIND_COORDINATOR,
+        handle,
+        versions=(0, 4),
+        authorization=Authorization(
+            "DESCRIBE on the group or transactional id",
+            request=_coordinator_key(lambda request: [request["key"]], (0, 3)),
+            items=(
+                Items(
+                    "coordinator_keys",
+                    "coordinators",
+                    lambda key, request, context: _coordinator_actions(request, [key]),
+                    versions=(_FIND_COORDINATOR_BATCH_MIN_VERSION, 4),
+                ),
+            ),
+        ),
+        error_response=error,
+    )
+
+
+# FindCoordinator's key types (Kafka's CoordinatorType).
+_KEY_TYPE_TRANSACTION: Final = 1
+
+
+def _coordinator_actions(request: Message, keys: list[str]) -> list[Action]:
+    """DESCRIBE on each key: a group, or a transactional id (key type 1)."""
+    kind = TRANSACTIONAL_ID if request["key_type"] == _KEY_TYPE_TRANSACTION else GROUP
+    return [Action(kind, key, DESCRIBE) for key in keys]
+
+
+def _coordinator_key(
+    keys: Callable[[Message], list[str]], versions: tuple[int, int]
+) -> Callable[[Message, RequestContext], list[Action]]:
+    def actions(request: Message, context: RequestContext) -> list[Action]:
+        low, high = versions
+        if not low <= context.api_version <= high:
+            return []
+        return _coordinator_actions(request, keys(request))
+
+    return actions
 
 
 def _rebalance_timeout_ms(request: Message) -> int:
@@ -220,7 +277,12 @@ def _join_group(backend: Backend, router: CoordinatorRouter) -> ApiHandler:
         }
 
     return ApiHandler(
-        ApiKey.JOIN_GROUP, handle, versions=(0, 7), error_response=error, wait_ms=_join_wait_ms
+        ApiKey.JOIN_GROUP,
+        handle,
+        versions=(0, 7),
+        authorization=_READ_GROUP,
+        error_response=error,
+        wait_ms=_join_wait_ms,
     )
 
 
@@ -257,7 +319,13 @@ def _sync_group(router: CoordinatorRouter) -> ApiHandler:
             "assignment": bytes(response.assignment),
         }
 
-    return ApiHandler(ApiKey.SYNC_GROUP, handle, versions=(0, 5), error_response=error)
+    return ApiHandler(
+        ApiKey.SYNC_GROUP,
+        handle,
+        versions=(0, 5),
+        authorization=_READ_GROUP,
+        error_response=error,
+    )
 
 
 def _heartbeat(router: CoordinatorRouter) -> ApiHandler:
@@ -278,7 +346,7 @@ def _heartbeat(router: CoordinatorRouter) -> ApiHandler:
             return {"throttle_time_ms": 0, "error_code": int(e.code)}
         return {"throttle_time_ms": 0, "error_code": int(response.error_code)}
 
-    return ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 4))
+    return ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 4), authorization=_READ_GROUP)
 
 
 # LeaveGroup v3 leaves several members at once, each by member id and/or instance id (KIP-345).
@@ -330,7 +398,7 @@ def _leave_group(router: CoordinatorRouter) -> ApiHandler:
             code = int(response.members[0].error_code)
         return {"throttle_time_ms": 0, "error_code": code}
 
-    return ApiHandler(ApiKey.LEAVE_GROUP, handle, versions=(0, 5))
+    return ApiHandler(ApiKey.LEAVE_GROUP, handle, versions=(0, 5), authorization=_READ_GROUP)
 
 
 def commit_answer(request: Message, codes: dict[tuple[str, int], int], default: int) -> Message:
@@ -441,7 +509,17 @@ def _offset_commit(backend: Backend, router: CoordinatorRouter) -> ApiHandler:
             ),
         )
 
-    return ApiHandler(ApiKey.OFFSET_COMMIT, handle, versions=(2, 9), error_response=commit_error)
+    return ApiHandler(
+        ApiKey.OFFSET_COMMIT,
+        handle,
+        versions=(2, 9),
+        authorization=Authorization(
+            "READ on the group and on each topic",
+            request=on_group(READ),
+            items=(topic_items("topics", "topics", READ),),
+        ),
+        error_response=commit_error,
+    )
 
 
 # OffsetFetch v2 added the top-level error code and "all partitions" (null topics).
@@ -546,7 +624,61 @@ def _offset_fetch(router: CoordinatorRouter) -> ApiHandler:
             return error(request, context, code)
         return {"throttle_time_ms": 0, "error_code": 0, "topics": topics}
 
-    return ApiHandler(ApiKey.OFFSET_FETCH, handle, versions=(1, 9), error_response=error)
+    def group_describable(request: Message, context: RequestContext) -> list[Action]:
+        if context.api_version >= _OFFSET_FETCH_BATCH_MIN_VERSION:
+            return []
+        return [Action(GROUP, request["group_id"], DESCRIBE)]
+
+    def topics_describable(
+        request: Message, response: Message, context: RequestContext, permits: Permits
+    ) -> None:
+        if context.api_version < _OFFSET_FETCH_BATCH_MIN_VERSION:
+            _describable_offsets(request["topics"], response, permits)
+            return
+        asked = {g["group_id"]: g["topics"] for g in request["groups"]}
+        for group in response["groups"]:
+            _describable_offsets(asked.get(group["group_id"]), group, permits)
+
+    def group_item(group: Message, request: Message, context: RequestContext) -> list[Action]:
+        del request, context
+        return [Action(GROUP, group["group_id"], DESCRIBE)]
+
+    return ApiHandler(
+        ApiKey.OFFSET_FETCH,
+        handle,
+        versions=(1, 9),
+        authorization=Authorization(
+            "DESCRIBE on each group and on each topic (topics not describable are left out "
+            "of an every-topic answer)",
+            request=group_describable,
+            items=(
+                Items(
+                    "groups", "groups", group_item, versions=(_OFFSET_FETCH_BATCH_MIN_VERSION, 9)
+                ),
+            ),
+            filter_response=topics_describable,
+        ),
+        error_response=error,
+    )
+
+
+def _describable_offsets(asked: list[Message] | None, answer: Message, permits: Permits) -> None:
+    """Kafka's OffsetFetch rule for topics the caller may not describe: left out of an answer
+    for every topic (``asked`` None), TOPIC_AUTHORIZATION_FAILED for each partition of a
+    named one."""
+    topics = answer.get("topics") or []
+    if asked is None:
+        answer["topics"] = [t for t in topics if permits(Action(TOPIC, t["name"], DESCRIBE))]
+        return
+    for topic in topics:
+        if not permits(Action(TOPIC, topic["name"], DESCRIBE)):
+            for partition in topic["partitions"]:
+                partition.update(
+                    committed_offset=-1,
+                    committed_leader_epoch=-1,
+                    metadata="",
+                    error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                )
 
 
 def _describe_groups(router: CoordinatorRouter) -> ApiHandler:
@@ -605,7 +737,15 @@ def _describe_groups(router: CoordinatorRouter) -> ApiHandler:
         del context
         return {"throttle_time_ms": 0, "groups": [failed(g, code) for g in request["groups"]]}
 
-    return ApiHandler(ApiKey.DESCRIBE_GROUPS, handle, versions=(0, 5), error_response=error)
+    return ApiHandler(
+        ApiKey.DESCRIBE_GROUPS,
+        handle,
+        versions=(0, 5),
+        authorization=Authorization(
+            "DESCRIBE on each group", items=(Items("groups", "groups", named(GROUP, DESCRIBE)),)
+        ),
+        error_response=error,
+    )
 
 
 def _list_groups(backend: Backend) -> ApiHandler:
@@ -642,7 +782,16 @@ def _list_groups(backend: Backend) -> ApiHandler:
             "groups": [groups[name] for name in sorted(groups)],
         }
 
-    return ApiHandler(ApiKey.LIST_GROUPS, handle, versions=(0, 5))
+    return ApiHandler(
+        ApiKey.LIST_GROUPS,
+        handle,
+        versions=(0, 5),
+        authorization=Authorization(
+            "none: lists the groups the caller may DESCRIBE, every group with DESCRIBE on the "
+            "cluster",
+            filter_response=only_describable("groups", GROUP, "group_id", cluster_sees_all=True),
+        ),
+    )
 
 
 def _delete_groups(router: CoordinatorRouter) -> ApiHandler:
@@ -670,7 +819,19 @@ def _delete_groups(router: CoordinatorRouter) -> ApiHandler:
             "results": [{"group_id": g, "error_code": code} for g in request["groups_names"]],
         }
 
-    return ApiHandler(ApiKey.DELETE_GROUPS, handle, versions=(0, 2), error_response=error)
+    return ApiHandler(
+        ApiKey.DELETE_GROUPS,
+        handle,
+        versions=(0, 2),
+        authorization=Authorization(
+            "DELETE on each group",
+            items=(Items("groups_names", "results", named(GROUP, DELETE)),),
+        ),
+        error_response=error,
+    )
+
+
+_READ_GROUP: Final = Authorization("READ on the group", request=on_group(READ))
 
 
 def group_handlers(backend: Backend, routers: Routers) -> list[ApiHandler]:

@@ -33,8 +33,10 @@ from brook.errors import NOT_APPENDED_RETRIABLE, ErrorCode, error_code
 from brook.record.errors import RecordError
 from brook.record.legacy import message_set_to_batch
 from brook.record.sequence import first_batch_sequence, is_ahead
+from brook.security.authorizer import WRITE
 from brook.v1 import storage_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.authorization import Authorization, topic_items, transactional_id_write
 from brook_gateway.backend import Backend
 from brook_gateway.fan_out import Part, current_leader, fan_out, leader_endpoints
 from brook_gateway.protocol.codec import Message
@@ -708,6 +710,11 @@ def produce_handler(backend: Backend, affinity: ProduceAffinity) -> ApiHandler:
         ApiKey.PRODUCE,
         handler.handle,
         versions=(PRODUCE_SERVED_MIN, 10),
+        authorization=Authorization(
+            "WRITE on each topic, and on the transactional id of a transactional produce",
+            request=transactional_id_write(),
+            items=(topic_items("topic_data", "responses", WRITE, serve_empty=True),),
+        ),
         error_response=_produce_error,
         close=coalescer.close,
     )

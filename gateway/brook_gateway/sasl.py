@@ -60,6 +60,7 @@ from brook.security.scram import (
 )
 from brook.v1 import metadata_pb2
 from brook_gateway.apis import RECOMMENDED_VERSIONS, ApiHandler, RequestContext
+from brook_gateway.authorization import NO_AUTHORIZATION
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.frames import FRAME_SIZE_BYTES, decode_request, encode_response
 from brook_gateway.protocol.kafka_messages import ApiKey
@@ -493,11 +494,15 @@ def sasl_handlers() -> tuple[ApiHandler, ...]:
 
     return (
         ApiHandler(
-            ApiKey.SASL_HANDSHAKE, handshake, versions=RECOMMENDED_VERSIONS[ApiKey.SASL_HANDSHAKE]
+            ApiKey.SASL_HANDSHAKE,
+            handshake,
+            versions=RECOMMENDED_VERSIONS[ApiKey.SASL_HANDSHAKE],
+            authorization=NO_AUTHORIZATION,
         ),
         ApiHandler(
             ApiKey.SASL_AUTHENTICATE,
             authenticate,
+            authorization=NO_AUTHORIZATION,
             versions=RECOMMENDED_VERSIONS[ApiKey.SASL_AUTHENTICATE],
         ),
     )

@@ -9,8 +9,10 @@ description as a whole, with the code standing for why (NOT_CONTROLLER, REQUEST_
 
 from __future__ import annotations
 
+from brook.security.authorizer import ALTER, DESCRIBE
 from brook.v1 import admin_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.authorization import Authorization, on_cluster
 from brook_gateway.backend import Backend
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
@@ -54,7 +56,11 @@ def _describe_user_scram_credentials(backend: Backend) -> ApiHandler:
         return _described(code, None, [])
 
     return ApiHandler(
-        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, handle, versions=(0, 0), error_response=error
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+        handle,
+        versions=(0, 0),
+        error_response=error,
+        authorization=Authorization("DESCRIBE on the cluster", request=on_cluster(DESCRIBE)),
     )
 
 
@@ -107,7 +113,11 @@ def _alter_user_scram_credentials(backend: Backend) -> ApiHandler:
         return _every_user_failed(request, code, None)
 
     return ApiHandler(
-        ApiKey.ALTER_USER_SCRAM_CREDENTIALS, handle, versions=(0, 0), error_response=error
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        handle,
+        versions=(0, 0),
+        error_response=error,
+        authorization=Authorization("ALTER on the cluster", request=on_cluster(ALTER)),
     )
 
 

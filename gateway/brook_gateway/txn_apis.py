@@ -21,8 +21,29 @@ from functools import partial
 from typing import Any, Final
 
 from brook.errors import ErrorCode
+from brook.security.authorizer import (
+    CLUSTER_ACTION,
+    DESCRIBE,
+    IDEMPOTENT_WRITE,
+    READ,
+    TRANSACTIONAL_ID,
+    WRITE,
+    Action,
+    cluster_action,
+)
 from brook.v1 import common_pb2, group_pb2, storage_pb2, transaction_pb2
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.authorization import (
+    Authorization,
+    Items,
+    all_of,
+    named,
+    on_cluster,
+    on_group,
+    only_describable,
+    topic_items,
+    transactional_id_write,
+)
 from brook_gateway.backend import Backend
 from brook_gateway.coordinator_routing import (
     CoordinatorRouteError,
@@ -167,7 +188,24 @@ def _init_producer_id(backend: Backend, router: CoordinatorRouter) -> ApiHandler
         code = _txn_error(int(response.error_code), context)
         return answer(code, response.producer_id, response.producer_epoch)
 
-    return ApiHandler(ApiKey.INIT_PRODUCER_ID, handle, versions=(0, 5), error_response=error)
+    def producer_actions(request: Message, context: RequestContext) -> list[Action]:
+        del context
+        transactional_id = request["transactional_id"]
+        if transactional_id is None:
+            return [cluster_action(IDEMPOTENT_WRITE)]
+        return [Action(TRANSACTIONAL_ID, transactional_id, WRITE)]
+
+    return ApiHandler(
+        ApiKey.INIT_PRODUCER_ID,
+        handle,
+        versions=(0, 5),
+        authorization=Authorization(
+            "WRITE on the transactional id; without one IDEMPOTENT_WRITE on the cluster (or "
+            "WRITE on any topic)",
+            request=producer_actions,
+        ),
+        error_response=error,
+    )
 
 
 # -- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn ----------------------------------------------
@@ -234,6 +272,19 @@ def _add_partitions_to_txn(backend: Backend, router: CoordinatorRouter) -> ApiHa
         ApiKey.ADD_PARTITIONS_TO_TXN,
         handle,
         versions=(0, _ADD_PARTITIONS_CLIENT_MAX),
+        authorization=Authorization(
+            "WRITE on the transactional id and on each topic (one topic denied: none added)",
+            request=transactional_id_write("v3_and_below_transactional_id"),
+            items=(
+                topic_items(
+                    "v3_and_below_topics",
+                    "results_by_topic_v3_and_below",
+                    WRITE,
+                    versions=(0, _ADD_PARTITIONS_CLIENT_MAX),
+                    all_or_nothing=True,
+                ),
+            ),
+        ),
         error_response=error,
     )
 
@@ -244,6 +295,7 @@ def _forwarded(
     router: CoordinatorRouter,
     method: str,
     build: Callable[[Message], Any],
+    authorization: Authorization,
 ) -> ApiHandler:
     """An API answered with a top-level error code alone (AddOffsetsToTxn, EndTxn): the
     request ``build`` makes sent to the coordinator of its transactional id as ``method``."""
@@ -258,7 +310,7 @@ def _forwarded(
             return {"throttle_time_ms": 0, "error_code": int(e.code)}
         return {"throttle_time_ms": 0, "error_code": _txn_error(int(response.error_code), context)}
 
-    return ApiHandler(api, handle, versions=versions)
+    return ApiHandler(api, handle, versions=versions, authorization=authorization)
 
 
 def _add_offsets_to_txn(router: CoordinatorRouter) -> ApiHandler:
@@ -272,6 +324,10 @@ def _add_offsets_to_txn(router: CoordinatorRouter) -> ApiHandler:
             producer_id=request["producer_id"],
             producer_epoch=request["producer_epoch"],
             group_id=request["group_id"],
+        ),
+        Authorization(
+            "WRITE on the transactional id, READ on the group",
+            request=all_of(transactional_id_write(), on_group(READ)),
         ),
     )
 
@@ -290,6 +346,7 @@ def _end_txn(router: CoordinatorRouter) -> ApiHandler:
             producer_epoch=request["producer_epoch"],
             committed=request["committed"],
         ),
+        Authorization("WRITE on the transactional id", request=transactional_id_write()),
     )
 
 
@@ -317,7 +374,15 @@ def _txn_offset_commit(backend: Backend, router: CoordinatorRouter) -> ApiHandle
         )
 
     return ApiHandler(
-        ApiKey.TXN_OFFSET_COMMIT, handle, versions=(0, 4), error_response=commit_error
+        ApiKey.TXN_OFFSET_COMMIT,
+        handle,
+        versions=(0, 4),
+        authorization=Authorization(
+            "WRITE on the transactional id, READ on the group and on each topic",
+            request=all_of(transactional_id_write(), on_group(READ)),
+            items=(topic_items("topics", "topics", READ),),
+        ),
+        error_response=commit_error,
     )
 
 
@@ -384,7 +449,18 @@ def _describe_transactions(router: CoordinatorRouter) -> ApiHandler:
             "transaction_states": [failed(i, code) for i in request["transactional_ids"]],
         }
 
-    return ApiHandler(ApiKey.DESCRIBE_TRANSACTIONS, handle, versions=(0, 0), error_response=error)
+    return ApiHandler(
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        handle,
+        versions=(0, 0),
+        authorization=Authorization(
+            "DESCRIBE on each transactional id",
+            items=(
+                Items("transactional_ids", "transaction_states", named(TRANSACTIONAL_ID, DESCRIBE)),
+            ),
+        ),
+        error_response=error,
+    )
 
 
 def _list_transactions(backend: Backend) -> ApiHandler:
@@ -428,7 +504,17 @@ def _list_transactions(backend: Backend) -> ApiHandler:
             "transaction_states": [listed[i] for i in sorted(listed)],
         }
 
-    return ApiHandler(ApiKey.LIST_TRANSACTIONS, handle, versions=(0, 1))
+    return ApiHandler(
+        ApiKey.LIST_TRANSACTIONS,
+        handle,
+        versions=(0, 1),
+        authorization=Authorization(
+            "none: lists the transactional ids the caller may DESCRIBE",
+            filter_response=only_describable(
+                "transaction_states", TRANSACTIONAL_ID, "transactional_id"
+            ),
+        ),
+    )
 
 
 # -- DescribeProducers, WriteTxnMarkers ------------------------------------------------------
@@ -500,7 +586,15 @@ def _describe_producers(backend: Backend) -> ApiHandler:
         del context
         return answer(request, {}, code)
 
-    return ApiHandler(ApiKey.DESCRIBE_PRODUCERS, handle, versions=(0, 0), error_response=error)
+    return ApiHandler(
+        ApiKey.DESCRIBE_PRODUCERS,
+        handle,
+        versions=(0, 0),
+        authorization=Authorization(
+            "READ on each topic", items=(topic_items("topics", "topics", READ),)
+        ),
+        error_response=error,
+    )
 
 
 def _write_txn_markers(backend: Backend) -> ApiHandler:
@@ -579,7 +673,15 @@ def _write_txn_markers(backend: Backend) -> ApiHandler:
         del context
         return answer(request, {}, code)
 
-    return ApiHandler(ApiKey.WRITE_TXN_MARKERS, handle, versions=(0, 1), error_response=error)
+    return ApiHandler(
+        ApiKey.WRITE_TXN_MARKERS,
+        handle,
+        versions=(0, 1),
+        authorization=Authorization(
+            "CLUSTER_ACTION on the cluster", request=on_cluster(CLUSTER_ACTION)
+        ),
+        error_response=error,
+    )
 
 
 def txn_handlers(backend: Backend, routers: Routers) -> list[ApiHandler]:

@@ -26,12 +26,11 @@ from collections.abc import Callable, Iterable, Mapping
 
 import pytest
 from cluster_fixture import ClusterFactory, wait_until
-from confluent_kafka import Consumer, Producer
+from kafka_round_trip import produce_and_consume
 from metrics_doc import SERVICES, documented_metrics
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from brook.client import Admin, NewTopic
 from brook.health import check_health
 from brook.launcher import METRICS, LocalCluster, Role
 
@@ -119,38 +118,6 @@ def _eventually(check: Callable[[], object], what: str) -> None:
         raise
 
 
-def _produce_and_consume(cluster: LocalCluster) -> None:
-    with Admin(cluster.controller_bootstrap_servers) as admin:
-        assert admin.create_topics([NewTopic(TOPIC, PARTITIONS, 2)]) == {TOPIC: None}
-    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "acks": "all"})
-    for i in range(RECORDS):
-        producer.produce(TOPIC, value=f"record-{i}".encode(), partition=i % PARTITIONS)
-    assert producer.flush(30) == 0
-    consumer = Consumer(
-        {
-            "bootstrap.servers": cluster.kafka_bootstrap_servers,
-            "group.id": GROUP,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        consumer.subscribe([TOPIC])
-        received = 0
-
-        def read() -> bool:
-            nonlocal received
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                received += 1
-            return received >= RECORDS
-
-        wait_until(read, f"{RECORDS} records consumed", SETTLE_TIMEOUT_S, poll_s=0)
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
-
-
 def test_every_process_serves_the_documented_metrics_with_the_clusters_values(
     cluster_factory: ClusterFactory,
 ) -> None:
@@ -167,7 +134,7 @@ def test_every_process_serves_the_documented_metrics_with_the_clusters_values(
             "group-coordinator": {"group.initial.rebalance.delay.ms": "0"},
         },
     )
-    _produce_and_consume(cluster)
+    produce_and_consume(cluster, TOPIC, PARTITIONS, RECORDS, GROUP, SETTLE_TIMEOUT_S)
     roles = dict(zip(SERVICES, (Role(service) for service in SERVICES), strict=True))
     documented = documented_metrics()
 

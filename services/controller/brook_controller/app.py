@@ -64,6 +64,7 @@ class Controller:
         config = self._config
         await make_directories((config.get_string("metadata.log.dir"),))
         view = MetadataView(config.get_int("metadata.watch.retained.records"))
+        view.feed(context.authorizer)
         machine = MetadataStateMachine(view.loop_listener(asyncio.get_running_loop()))
         self._engine = await PySyncObjEngine.start(
             engine_settings(config), machine, ready_timeout_s=ENGINE_START_TIMEOUT_S

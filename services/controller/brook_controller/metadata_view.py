@@ -19,6 +19,7 @@ import collections
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from brook.metadata.delta import MetadataDelta
+from brook.security.authorizer import Authorizer
 from brook.v1 import controller_pb2, metadata_pb2
 from brook_controller.image import ControllerImage
 from brook_controller.state_machine import StateListener
@@ -64,6 +65,12 @@ class MetadataView:
         self._registration_offsets: dict[int, int] = {}
         # Offset of the image as first loaded, for nodes registered before it.
         self._loaded_offset = -1
+        self._authorizer: Authorizer | None = None
+
+    def feed(self, authorizer: Authorizer) -> None:
+        """Keeps ``authorizer``'s ACLs the image's from now on."""
+        self._authorizer = authorizer
+        authorizer.use(self.image)
 
     def loop_listener(self, loop: asyncio.AbstractEventLoop) -> StateListener:
         return _LoopListener(self, loop)
@@ -82,14 +89,18 @@ class MetadataView:
             raise AssertionError(
                 f"metadata records at {first_offset} after offset {self.image.offset}"
             )
+        security_changed = False
         for record in records:
             delta = MetadataDelta()
             self.image.apply(record, delta)
+            security_changed |= delta.security_changed
             for node_id, broker in delta.changed_brokers.items():
                 previous = delta.previous_brokers[node_id]
                 if previous is None or previous.broker_epoch != broker.broker_epoch:
                     self._registration_offsets[node_id] = self.image.offset
             self._retained.append((self.image.offset, record))
+        if security_changed and self._authorizer is not None:
+            self._authorizer.use(self.image)
         self._wake()
 
     def reset(self, image: ControllerImage) -> None:
@@ -97,6 +108,8 @@ class MetadataView:
         self._retained.clear()
         self._loaded_offset = image.offset
         self._registration_offsets = {}
+        if self._authorizer is not None:
+            self._authorizer.use(image)
         self._wake()
 
     def _wake(self) -> None:

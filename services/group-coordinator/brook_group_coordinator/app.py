@@ -130,6 +130,7 @@ class GroupCoordinator:
             raise RuntimeError(
                 "no metadata snapshot arrived from the controllers in time"
             ) from None
+        self.metadata.feed(context.authorizer)
         self.metadata.apply(first)
         membership.check_cluster(self.metadata.cluster_id)
         self._storage_log = StorageOffsetsLog(self.metadata, OffsetsLogSettings.from_config(config))

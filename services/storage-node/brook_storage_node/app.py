@@ -140,6 +140,7 @@ class StorageNode:
         if not first.snapshot:
             raise RuntimeError("the metadata source did not start with a snapshot")
         view = MetadataView()
+        view.feed(context.authorizer)
         view.apply(first)
         if membership is not None:
             membership.check_cluster(view.cluster_id)

@@ -14,6 +14,7 @@ from typing import Final
 
 import pytest
 from brook_gateway.apis import ApiHandler, Dispatcher, RequestContext
+from brook_gateway.authorization import NO_AUTHORIZATION
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.sasl import (
@@ -180,7 +181,9 @@ def _principal_echo() -> Dispatcher:
             "topics": [],
         }
 
-    dispatcher.register(ApiHandler(ApiKey.METADATA, metadata, versions=(0, 12)))
+    dispatcher.register(
+        ApiHandler(ApiKey.METADATA, metadata, versions=(0, 12), authorization=NO_AUTHORIZATION)
+    )
     return dispatcher
 
 

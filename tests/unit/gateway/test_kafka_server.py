@@ -7,6 +7,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.authorization import NO_AUTHORIZATION
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.server import _Connection
@@ -114,7 +115,9 @@ def _heartbeat_handler(
             running[0] -= 1
         return {"error_code": 0, "throttle_time_ms": 0}
 
-    return ApiHandler(ApiKey.HEARTBEAT, handle, versions=versions), peak
+    return ApiHandler(
+        ApiKey.HEARTBEAT, handle, versions=versions, authorization=NO_AUTHORIZATION
+    ), peak
 
 
 def _heartbeat(group_id: str) -> Message:
@@ -215,7 +218,9 @@ def test_timed_out_and_prompt_requests_on_one_connection_each_get_their_own_answ
                 return {"error_code": int(ErrorCode.REBALANCE_IN_PROGRESS), "throttle_time_ms": 0}
             return {"error_code": 0, "throttle_time_ms": 0}
 
-        dispatcher.register(ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 1)))
+        dispatcher.register(
+            ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 1), authorization=NO_AUTHORIZATION)
+        )
         async with running_server(dispatcher, request_timeout_ms=100) as server:
             client = await RawClient.connect(server.port)
             groups = ("fast", "stuck", "stubborn", "fast")
@@ -431,7 +436,9 @@ def test_a_handler_whose_await_is_cancelled_by_another_is_answered_in_turn() -> 
                 await future
             return {"error_code": 0, "throttle_time_ms": 0}
 
-        dispatcher.register(ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 1)))
+        dispatcher.register(
+            ApiHandler(ApiKey.HEARTBEAT, handle, versions=(0, 1), authorization=NO_AUTHORIZATION)
+        )
         async with running_server(dispatcher) as server:
             client = await RawClient.connect(server.port)
             for correlation_id, group in enumerate(("orphan", "fine")):

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from brook_gateway import node_listeners
 from brook_gateway.apis import ApiHandler, RequestContext
+from brook_gateway.authorization import NO_AUTHORIZATION
 from brook_gateway.cluster_view import KAFKA_NODES_LISTENER, ClusterImage
 from brook_gateway.node_listeners import NodeListeners
 from brook_gateway.protocol.codec import Message
@@ -69,7 +70,7 @@ def _broker_id_handler() -> ApiHandler:
         group = f"broker-{context.broker_id}"
         return {"error_code": 0, "groups": [{"group_id": group, "protocol_type": ""}]}
 
-    return ApiHandler(ApiKey.LIST_GROUPS, handle, versions=(0, 0))
+    return ApiHandler(ApiKey.LIST_GROUPS, handle, versions=(0, 0), authorization=NO_AUTHORIZATION)
 
 
 async def _asked_broker(port: int) -> str:

@@ -1,0 +1,364 @@
+"""Who may do what: Kafka's StandardAuthorizer over the ACLs in the metadata image.
+
+Every service holds one ``Authorizer`` (built from its configuration by the runtime,
+brook/server.py) and feeds it the image's ``AccessControlEntryRecord``s whenever they change
+(``follow``: on a snapshot or a delta with ``security_changed``); the index is rebuilt then,
+never per request. ``authorize`` answers one action with Kafka's rules:
+
+- ``authorizer.class.name`` empty: authorization is off and everything is allowed (Kafka's
+  default); ``org.apache.kafka.metadata.authorizer.StandardAuthorizer`` or ``brook`` turns it on.
+- A principal in ``super.users`` is always allowed.
+- An ACL applies when its resource type is the action's, its pattern matches the resource name
+  (LITERAL: the same name, or the name ``*``; PREFIXED: a prefix of the name), its principal is
+  the caller's or ``User:*`` and its host is the caller's address or ``*``.
+- A DENY that applies to the operation (or to ALL) wins over every ALLOW.
+- Otherwise an ALLOW of the operation, of ALL, or of an operation implying it allows:
+  READ, WRITE, DELETE and ALTER imply DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS.
+- No ACL at all on the resource (for anyone): ``allow.everyone.if.no.acl.found`` decides
+  (false by default, so a resource without ACLs is closed).
+- IDEMPOTENT_WRITE on the cluster is also granted by WRITE on any topic (KIP-679), as Kafka's
+  ``authorizeByResourceType`` decides it.
+
+Mutated only from one event loop (the one that follows metadata), and never across an await.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from brook.config import (
+    ALLOW_EVERYONE_IF_NO_ACL_FOUND,
+    AUTHORIZER_CLASS_NAME,
+    SUPER_USERS,
+    Config,
+    parse_super_users,
+)
+from brook.errors import ErrorCode
+from brook.metadata.delta import MetadataDelta
+from brook.metadata.image import MetadataImage
+from brook.security.principal import WILDCARD, Principal
+from brook.v1 import metadata_pb2
+
+__all__ = [
+    "ALL",
+    "ALL_HOSTS",
+    "ALTER",
+    "ALTER_CONFIGS",
+    "CLUSTER",
+    "CLUSTER_ACTION",
+    "CLUSTER_NAME",
+    "CREATE",
+    "DELETE",
+    "DESCRIBE",
+    "DESCRIBE_CONFIGS",
+    "GROUP",
+    "IDEMPOTENT_WRITE",
+    "READ",
+    "TOPIC",
+    "TRANSACTIONAL_ID",
+    "WILDCARD_RESOURCE",
+    "WRITE",
+    "Action",
+    "Authorizer",
+    "cluster_action",
+    "operation_name",
+    "resource_type_name",
+]
+
+_EMPTY_IMAGE: Final = MetadataImage()
+
+TOPIC: Final = metadata_pb2.ACL_RESOURCE_TYPE_TOPIC
+GROUP: Final = metadata_pb2.ACL_RESOURCE_TYPE_GROUP
+CLUSTER: Final = metadata_pb2.ACL_RESOURCE_TYPE_CLUSTER
+TRANSACTIONAL_ID: Final = metadata_pb2.ACL_RESOURCE_TYPE_TRANSACTIONAL_ID
+
+ALL: Final = metadata_pb2.ACL_OPERATION_ALL
+READ: Final = metadata_pb2.ACL_OPERATION_READ
+WRITE: Final = metadata_pb2.ACL_OPERATION_WRITE
+CREATE: Final = metadata_pb2.ACL_OPERATION_CREATE
+DELETE: Final = metadata_pb2.ACL_OPERATION_DELETE
+ALTER: Final = metadata_pb2.ACL_OPERATION_ALTER
+DESCRIBE: Final = metadata_pb2.ACL_OPERATION_DESCRIBE
+CLUSTER_ACTION: Final = metadata_pb2.ACL_OPERATION_CLUSTER_ACTION
+DESCRIBE_CONFIGS: Final = metadata_pb2.ACL_OPERATION_DESCRIBE_CONFIGS
+ALTER_CONFIGS: Final = metadata_pb2.ACL_OPERATION_ALTER_CONFIGS
+IDEMPOTENT_WRITE: Final = metadata_pb2.ACL_OPERATION_IDEMPOTENT_WRITE
+
+CLUSTER_NAME: Final = "kafka-cluster"
+"""The name of the one CLUSTER resource, as Kafka names it."""
+WILDCARD_RESOURCE: Final = "*"
+"""A LITERAL ACL on this name applies to every resource of its type."""
+ALL_HOSTS: Final = "*"
+_ANY_PRINCIPAL: Final = str(WILDCARD)
+
+_DENY: Final = metadata_pb2.ACL_PERMISSION_TYPE_DENY
+_ALLOW: Final = metadata_pb2.ACL_PERMISSION_TYPE_ALLOW
+_LITERAL: Final = metadata_pb2.ACL_PATTERN_TYPE_LITERAL
+_PREFIXED: Final = metadata_pb2.ACL_PATTERN_TYPE_PREFIXED
+
+# The operations an ALLOW of each operation grants besides itself (Kafka's implication rules).
+_IMPLIED: Final[Mapping[int, frozenset[int]]] = {
+    READ: frozenset({DESCRIBE}),
+    WRITE: frozenset({DESCRIBE}),
+    DELETE: frozenset({DESCRIBE}),
+    ALTER: frozenset({DESCRIBE}),
+    ALTER_CONFIGS: frozenset({DESCRIBE_CONFIGS}),
+}
+
+# A resource name no ACL can name literally: asking about it finds only the wildcard and
+# prefix ACLs (Kafka's authorizeByResourceType checks the name "hardcode" for the same reason).
+_UNNAMED_RESOURCE: Final = "\0"
+
+
+def operation_name(operation: int) -> str:
+    """Kafka's name of an operation: READ, DESCRIBE_CONFIGS, ..."""
+    return metadata_pb2.AclOperation.Name(operation).removeprefix("ACL_OPERATION_")
+
+
+def resource_type_name(resource_type: int) -> str:
+    """Kafka's name of a resource type: TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID."""
+    name = metadata_pb2.AclResourceType.Name(resource_type)
+    return name.removeprefix("ACL_RESOURCE_TYPE_")
+
+
+_DENIAL_CODES: Final[Mapping[int, ErrorCode]] = {
+    TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One thing a request needs: ``operation`` on the resource (``resource_type``,
+    ``name``)."""
+
+    resource_type: int
+    name: str
+    operation: int
+    cluster_grants: bool = False
+    """The same operation on the cluster grants it too (CREATE of a topic, as Kafka's
+    CreateTopics and auto-creation allow)."""
+
+    @property
+    def denial_code(self) -> ErrorCode:
+        """Kafka's error for a denial: TOPIC/GROUP/CLUSTER/TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+        return _DENIAL_CODES.get(self.resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
+    def __str__(self) -> str:
+        return (
+            f"{operation_name(self.operation)} on {resource_type_name(self.resource_type)} "
+            f"{self.name!r}"
+        )
+
+
+def cluster_action(operation: int) -> Action:
+    """``operation`` on the cluster."""
+    return Action(CLUSTER, CLUSTER_NAME, operation)
+
+
+_Acl = metadata_pb2.AccessControlEntryRecord
+
+
+@dataclass(slots=True)
+class _TypeIndex:
+    """The ACLs of one resource type, by how they match a name."""
+
+    literal: dict[str, list[metadata_pb2.AccessControlEntryRecord]] = field(default_factory=dict)
+    prefixed: dict[str, list[metadata_pb2.AccessControlEntryRecord]] = field(default_factory=dict)
+    prefix_lengths: list[int] = field(default_factory=list)
+    """The lengths of the prefixes in ``prefixed``, ascending."""
+
+    def matching(self, name: str) -> list[metadata_pb2.AccessControlEntryRecord]:
+        """Every ACL whose pattern matches ``name``, whoever it names."""
+        found = list(self.literal.get(name, ()))
+        if name != WILDCARD_RESOURCE:
+            found.extend(self.literal.get(WILDCARD_RESOURCE, ()))
+        for length in self.prefix_lengths:
+            if length > len(name):
+                break
+            found.extend(self.prefixed.get(name[:length], ()))
+        return found
+
+
+class Authorizer:
+    """Answers whether a principal connecting from a host may perform an operation on a
+    resource; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        *,
+        enabled: bool,
+        super_users: Iterable[Principal] = (),
+        allow_if_no_acl: bool = False,
+    ) -> None:
+        self.enabled = enabled
+        self.super_users = frozenset(super_users)
+        self.allow_if_no_acl = allow_if_no_acl
+        self._index: dict[int, _TypeIndex] = {}
+        self._image: MetadataImage | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> Authorizer:
+        """The authorizer the security keys describe (validated by the configuration)."""
+        return cls(
+            enabled=bool(config.get_string(AUTHORIZER_CLASS_NAME)),
+            super_users=parse_super_users(config.get_string(SUPER_USERS)),
+            allow_if_no_acl=config.get_bool(ALLOW_EVERYONE_IF_NO_ACL_FOUND),
+        )
+
+    def load(self, acls: Iterable[metadata_pb2.AccessControlEntryRecord]) -> None:
+        """Replaces the ACLs the answers come from."""
+        index: dict[int, _TypeIndex] = {}
+        for acl in acls:
+            by_type = index.setdefault(acl.resource_type, _TypeIndex())
+            if acl.pattern_type == _LITERAL:
+                by_type.literal.setdefault(acl.resource_name, []).append(acl)
+            elif acl.pattern_type == _PREFIXED and acl.resource_name:
+                by_type.prefixed.setdefault(acl.resource_name, []).append(acl)
+        for by_type in index.values():
+            by_type.prefix_lengths = sorted({len(prefix) for prefix in by_type.prefixed})
+        self._index = index
+
+    def use(self, image: MetadataImage) -> None:
+        """Answers from ``image``'s ACLs (loaded now; not at all while off) and resolves topic
+        ids in it."""
+        self._image = image
+        if self.enabled:
+            self.load(image.acls.values())
+
+    def follow(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """Keeps up with ``image`` after the update ``delta`` describes: reloads the ACLs if
+        it changed them."""
+        if delta.snapshot or delta.security_changed or image is not self._image:
+            self.use(image)
+
+    @property
+    def image(self) -> MetadataImage:
+        """The image last followed (an empty one before the first): its SCRAM credentials
+        authenticate gRPC callers (brook.security.grpc_identity)."""
+        return _EMPTY_IMAGE if self._image is None else self._image
+
+    def topic_name(self, topic_id: bytes) -> str | None:
+        """The name of the topic with ``topic_id`` in the image last followed; None if unknown
+        (rules that name topics by id check the name, as Kafka does)."""
+        topic = None if self._image is None else self._image.topics.get(topic_id)
+        return None if topic is None else topic.name
+
+    def authorize(
+        self,
+        principal: Principal,
+        host: str,
+        operation: int,
+        resource_type: int,
+        resource_name: str,
+    ) -> bool:
+        """Whether ``principal`` connecting from ``host`` may perform ``operation`` on the
+        resource (``resource_type``, ``resource_name``)."""
+        if not self.enabled or principal in self.super_users:
+            return True
+        if self._decide(principal, host, operation, resource_type, resource_name):
+            return True
+        if resource_type == CLUSTER and operation == IDEMPOTENT_WRITE:
+            return self.authorize_any(principal, host, WRITE, TOPIC)
+        return False
+
+    def permits(self, principal: Principal, host: str, action: Action) -> bool:
+        """Whether ``principal`` connecting from ``host`` may take ``action``."""
+        allowed = self.authorize(
+            principal, host, action.operation, action.resource_type, action.name
+        )
+        if allowed or not action.cluster_grants:
+            return allowed
+        return self.authorize(principal, host, action.operation, CLUSTER, CLUSTER_NAME)
+
+    def first_denied(
+        self, principal: Principal, host: str, actions: Iterable[Action]
+    ) -> Action | None:
+        """The first of ``actions`` that ``principal`` may not take; None if it may take all."""
+        if not self.enabled or principal in self.super_users:
+            return None
+        for action in actions:
+            if not self.permits(principal, host, action):
+                return action
+        return None
+
+    def authorize_any(
+        self, principal: Principal, host: str, operation: int, resource_type: int
+    ) -> bool:
+        """Whether ``principal`` may perform ``operation`` on at least one resource of
+        ``resource_type`` (Kafka's ``authorizeByResourceType``): an ALLOW that applies to
+        the caller and is not covered by a DENY (a DENY of the same literal name, a DENY
+        prefix of its name, or a DENY of every name)."""
+        if not self.enabled or principal in self.super_users:
+            return True
+        if self._decide(principal, host, operation, resource_type, _UNNAMED_RESOURCE):
+            return True
+        by_type = self._index.get(resource_type)
+        if by_type is None:
+            return False
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allowed: list[tuple[int, str]] = []
+        patterns_by_type: tuple[tuple[int, dict[str, list[_Acl]]], ...] = (
+            (_LITERAL, by_type.literal),
+            (_PREFIXED, by_type.prefixed),
+        )
+        for pattern_type, patterns in patterns_by_type:
+            for name, acls in patterns.items():
+                for acl in acls:
+                    if not _names_caller(acl, principal, host) or acl.operation not in (
+                        operation,
+                        ALL,
+                    ):
+                        continue
+                    if acl.permission_type == _DENY:
+                        if pattern_type == _LITERAL and name == WILDCARD_RESOURCE:
+                            return False
+                        (deny_literal if pattern_type == _LITERAL else deny_prefixed).add(name)
+                    elif acl.permission_type == _ALLOW:
+                        if pattern_type == _LITERAL and name == WILDCARD_RESOURCE:
+                            return True
+                        allowed.append((pattern_type, name))
+        for pattern_type, name in allowed:
+            if pattern_type == _LITERAL and name in deny_literal:
+                continue
+            if not any(name[:length] in deny_prefixed for length in range(1, len(name) + 1)):
+                return True
+        return False
+
+    def _decide(
+        self,
+        principal: Principal,
+        host: str,
+        operation: int,
+        resource_type: int,
+        resource_name: str,
+    ) -> bool:
+        by_type = self._index.get(resource_type)
+        acls = by_type.matching(resource_name) if by_type is not None else []
+        if not acls:
+            return self.allow_if_no_acl
+        allowed = False
+        for acl in acls:
+            if not _names_caller(acl, principal, host):
+                continue
+            if acl.permission_type == _DENY:
+                if acl.operation in (operation, ALL):
+                    return False
+            elif acl.permission_type == _ALLOW and (
+                acl.operation in (operation, ALL)
+                or operation in _IMPLIED.get(acl.operation, frozenset())
+            ):
+                allowed = True
+        return allowed
+
+
+def _names_caller(
+    acl: metadata_pb2.AccessControlEntryRecord, principal: Principal, host: str
+) -> bool:
+    """Whether ``acl`` applies to ``principal`` connecting from ``host``."""
+    return acl.principal in (_ANY_PRINCIPAL, str(principal)) and acl.host in (ALL_HOSTS, host)
