@@ -65,12 +65,18 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
 
+from brook.client.admin import Admin, UserScramCredentialUpsertion
 from brook.config import ENV_PREFIX, METRICS_LISTENER
 from brook.health import HealthStatus, wait_until_serving
 from brook.ports import allocate_free_port_block, allocate_free_ports, port_is_free
 from brook.rpc.addresses import format_address
 from brook.rpc.channels import ChannelSecurity, set_default_security
-from brook.security.cluster_tls import ClusterTls
+from brook.security.cluster_tls import (
+    ADMIN_COMMON_NAME,
+    KAFKA_ADMIN_MECHANISM,
+    KAFKA_LISTENER_PROTOCOL,
+    ClusterTls,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -688,8 +694,12 @@ class LocalCluster:
             settings["group.coordinator.state.dir"] = str(spec.directory / "state")
         if spec.role is Role.GATEWAY:
             settings[KAFKA_NODE_PORT_BASE] = str(spec.kafka_node_port_base)
-            # Engineer C's SSL / SASL_SSL Kafka listeners go here with --tls; until then the
-            # gateway's Kafka listener stays PLAINTEXT (only its GRPC listener is TLS).
+            if self.tls is not None:
+                # The Kafka port serves SASL_SSL instead: TLS, and a SCRAM user to log in.
+                for key in ("listeners", "advertised.listeners"):
+                    settings[key] = settings[key].replace(
+                        f"{PLAINTEXT}://", f"{KAFKA_LISTENER_PROTOCOL}://"
+                    )
         if self.tls is not None:
             settings.update(self.tls.service_settings())
         settings.update(self._overrides.get(ALL_PROCESSES, {}))
@@ -774,6 +784,8 @@ class LocalCluster:
         try:
             for role in START_ORDER:
                 self._start_processes([s for s in self._specs.values() if s.role is role])
+                if role is Role.CONTROLLER:
+                    self._ensure_kafka_admin_user()
         except BaseException:
             self.stop()
             raise
@@ -1121,8 +1133,26 @@ class LocalCluster:
         health checks use the operator's certificate."""
         if self.tls is None or self._client_security is not None:
             return
-        self.tls.ensure(self.bootstrap_servers(Role.STORAGE_NODE))
+        self.tls.ensure(
+            self.bootstrap_servers(Role.STORAGE_NODE),
+            self.kafka_bootstrap_servers if self.topology.gateways else "",
+        )
         self._client_security = self.tls.admin_security()
+
+    def _ensure_kafka_admin_user(self) -> None:
+        """With TLS: the SCRAM user ``admin`` that kafka-client.properties logs in as exists
+        with that file's password (set again on every start: the file is the truth)."""
+        if self.tls is None:
+            return
+        upsertion = UserScramCredentialUpsertion(
+            ADMIN_COMMON_NAME, self.tls.kafka_admin_password(), KAFKA_ADMIN_MECHANISM
+        )
+        with Admin(self.controller_bootstrap_servers, security=self.client_security()) as admin:
+            errors = admin.alter_user_scram_credentials([upsertion])
+        if errors.get(ADMIN_COMMON_NAME) is not None:
+            raise ClusterError(
+                f"cannot create the Kafka user {ADMIN_COMMON_NAME}: {errors[ADMIN_COMMON_NAME]}"
+            )
 
     def client_security(self) -> ChannelSecurity | None:
         """How the operator's tools reach this cluster: its admin certificate with TLS, None
@@ -1573,7 +1603,12 @@ def _print_up(cluster: LocalCluster) -> None:
     if cluster.topology.gateways:
         first = cluster.processes["gateway-1"].address(PLAINTEXT)
         print(f"Kafka clients:  bootstrap.servers={cluster.kafka_bootstrap_servers}")
-        print(f"  try:  kcat -b {first} -L")
+        if cluster.tls is None:
+            print(f"  try:  kcat -b {first} -L")
+        else:
+            properties = cluster.tls.kafka_client_properties
+            print(f"  SASL_SSL (SCRAM-SHA-512 user admin); clients use {properties}")
+            print(f"  try:  kcat -F {properties} -L")
     controllers = cluster.controller_bootstrap_servers
     print(f"gRPC clients:   controller.quorum.bootstrap.servers={controllers}")
     if cluster.tls is not None:

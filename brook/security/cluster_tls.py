@@ -12,19 +12,27 @@ Layout of ``<dir>/tls/``::
     admin.pem             the operator's keystore, CN ``admin`` (principal User:admin)
     client.properties     how a client reaches the cluster: ``brook ... --command-config``,
                           or confluent-kafka's / the SDK's settings for the GRPC listeners
+    kafka-client.properties  how a Kafka client reaches the gateways' SASL_SSL listeners as
+                          the SCRAM user ``admin`` (librdkafka's names: ``kcat -F``,
+                          confluent-kafka); owner-only, it holds the password
 
 ``service_settings`` is what every process's configuration gets: GRPC:SSL with client
-certificates required, and SSL for its own channels (security.inter.broker.protocol).
+certificates required, SSL for its own channels (security.inter.broker.protocol), the gateway's
+Kafka listener as SASL_SSL, and ACL authorization on, with the cluster's processes
+(``User:brook``) and the operator (``User:admin``, by certificate or SCRAM password) as super
+users: nobody else may do anything until an ACL allows it.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from brook.config import STANDARD_AUTHORIZER
 from brook.rpc.channels import ChannelSecurity
 from brook.security.certificates import CertificateAuthority
 from brook.security.tls import TlsFiles
@@ -35,6 +43,10 @@ TLS_DIR: Final = "tls"
 CLUSTER_COMMON_NAME: Final = "brook"
 ADMIN_COMMON_NAME: Final = "admin"
 CLIENT_PROPERTIES: Final = "client.properties"
+KAFKA_CLIENT_PROPERTIES: Final = "kafka-client.properties"
+KAFKA_ADMIN_MECHANISM: Final = "SCRAM-SHA-512"
+SUPER_USERS: Final = f"User:{CLUSTER_COMMON_NAME};User:{ADMIN_COMMON_NAME}"
+KAFKA_LISTENER_PROTOCOL: Final = "SASL_SSL"
 # Kafka's default map with GRPC mapped to SSL.
 _PROTOCOL_MAP: Final = (
     "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
@@ -69,7 +81,19 @@ class ClusterTls:
     def client_properties(self) -> Path:
         return self.folder / CLIENT_PROPERTIES
 
-    def ensure(self, bootstrap_servers: str) -> None:
+    @property
+    def kafka_client_properties(self) -> Path:
+        return self.folder / KAFKA_CLIENT_PROPERTIES
+
+    def kafka_admin_password(self) -> str:
+        """The SCRAM password of the Kafka user ``admin`` (made by ``ensure``)."""
+        for line in self.kafka_client_properties.read_text(encoding="utf-8").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "sasl.password":
+                return value.strip()
+        raise ValueError(f"{self.kafka_client_properties} names no sasl.password")
+
+    def ensure(self, bootstrap_servers: str, kafka_bootstrap_servers: str = "") -> None:
         """Makes what is missing: the CA and both keystores on the first start (kept
         afterwards: processes and clients keep trusting the same CA), and the client
         properties naming ``bootstrap_servers`` (rewritten on every start, as nodes come
@@ -100,12 +124,28 @@ class ClusterTls:
             f"ssl.key.location={self.admin_keystore}",
         ]
         self.client_properties.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        password = (
+            self.kafka_admin_password()
+            if self.kafka_client_properties.exists()
+            else secrets.token_urlsafe(24)
+        )
+        kafka_lines = [
+            "# Written by brook cluster up --tls: how a Kafka client reaches this cluster's",
+            "# gateways (kcat -F this-file, or these settings in confluent-kafka).",
+            f"bootstrap.servers={kafka_bootstrap_servers}",
+            f"security.protocol={KAFKA_LISTENER_PROTOCOL}",
+            f"sasl.mechanism={KAFKA_ADMIN_MECHANISM}",
+            f"sasl.username={ADMIN_COMMON_NAME}",
+            f"sasl.password={password}",
+            f"ssl.ca.location={self.truststore}",
+        ]
+        _write_owner_only(self.kafka_client_properties, "\n".join(kafka_lines) + "\n")
 
     def service_settings(self) -> Mapping[str, str]:
         """The settings of every process of the cluster."""
-        # Engineer F's authorizer adds super.users (User:brook for the processes, and
-        # User:admin for the operator's tools) here once the key exists.
         return {
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+            "super.users": SUPER_USERS,
             "listener.security.protocol.map": _PROTOCOL_MAP,
             "ssl.keystore.location": str(self.keystore),
             "ssl.truststore.location": str(self.truststore),
@@ -122,3 +162,9 @@ class ClusterTls:
             key_pem=material.key_pem,
             chain_pem=material.chain_pem,
         )
+
+
+def _write_owner_only(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)

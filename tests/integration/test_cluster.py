@@ -28,6 +28,7 @@ SIGTERM_EXIT_BOUND_MS = 5_000
 CLUSTER_UP_READY_TIMEOUT_S = 90
 LAUNCHER_EXIT_TIMEOUT_S = 30
 PROCESS_GONE_TIMEOUT_S = 10
+KAFKA_CLIENT_TIMEOUT_S = 30
 
 
 def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
@@ -265,8 +266,9 @@ def test_cluster_up_tls_runs_a_mutual_tls_cluster_the_cli_reaches_with_its_clien
     directory = tmp_path / "brook"
     command = [brook, "cluster", "up", "--tls", "--dir", str(directory), "--port-offset"]
     command += [str(free_port_offset(tmp_path / "probe")), "--controllers", "1"]
-    command += ["--storage-nodes", "1", "--coordinators", "0", "--gateways", "0"]
+    command += ["--storage-nodes", "1", "--coordinators", "1", "--gateways", "1"]
     properties = directory / "tls" / "client.properties"
+    kafka_properties = directory / "tls" / "kafka-client.properties"
 
     def tool(*arguments: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -294,8 +296,58 @@ def test_cluster_up_tls_runs_a_mutual_tls_cluster_the_cli_reaches_with_its_clien
         assert refused.returncode == 1 and "over-tls" not in refused.stdout
         assert tool("health", controller, *config).returncode == 0
 
+        # Kafka clients: SASL_SSL as the SCRAM user admin the file names; a wrong password
+        # is refused and writes nothing.
+        assert any(f"kcat -F {kafka_properties}" in line for line in lines)
+        assert kafka_properties.stat().st_mode & 0o077 == 0
+        settings = dict(
+            line.split("=", 1)
+            for line in kafka_properties.read_text().splitlines()
+            if "=" in line and not line.startswith("#")
+        )
+        values = [f"secure-{i}".encode() for i in range(50)]
+        assert _kafka_produce({**settings, "sasl.password": "wrong"}, "over-tls", values[:1]) == 1
+        assert _kafka_produce(settings, "over-tls", values) == 0
+        assert _kafka_read(settings, "over-tls", len(values)) == values
+
         launcher.send_signal(signal.SIGINT)
         assert launcher.wait(timeout=LAUNCHER_EXIT_TIMEOUT_S) == 0
+
+
+def _kafka_produce(settings: dict[str, str], topic: str, values: list[bytes]) -> int:
+    """Produces ``values`` to partition 0 with confluent-kafka; how many were not delivered
+    (refused, or not acknowledged within message.timeout.ms)."""
+    from confluent_kafka import KafkaError, Message, Producer
+
+    delivered = 0
+
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
+        nonlocal delivered
+        delivered += error is None
+
+    producer = Producer({**settings, "acks": "all", "message.timeout.ms": 5_000})
+    for value in values:
+        producer.produce(topic, value=value, partition=0, on_delivery=on_delivery)
+    producer.flush(KAFKA_CLIENT_TIMEOUT_S)
+    return len(values) - delivered
+
+
+def _kafka_read(settings: dict[str, str], topic: str, count: int) -> list[bytes]:
+    """The first ``count`` values of partition 0, read with confluent-kafka."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**settings, "group.id": "tls-reader", "enable.auto.commit": False})
+    read: list[bytes] = []
+    deadline = time.monotonic() + KAFKA_CLIENT_TIMEOUT_S
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        while len(read) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read.append(message.value())
+    finally:
+        consumer.close()
+    return read
 
 
 def test_children_stop_when_the_launcher_is_killed(tmp_path: Path) -> None:
