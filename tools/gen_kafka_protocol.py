@@ -66,6 +66,8 @@ APIS: Final = (
     "IncrementalAlterConfigs",
     "AlterPartitionReassignments",
     "ListPartitionReassignments",
+    "DescribeClientQuotas",
+    "AlterClientQuotas",
     "DescribeProducers",
     "DescribeTransactions",
     "ListTransactions",

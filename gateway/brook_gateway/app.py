@@ -34,6 +34,8 @@ from brook_gateway.coordinator_routing import Routers
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.group_apis import group_handlers
 from brook_gateway.node_listeners import NodeListeners
+from brook_gateway.quota_apis import quota_handlers
+from brook_gateway.quotas import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_SECONDS, ClientQuotas
 from brook_gateway.server import KafkaServer, ServerLimits
 from brook_gateway.txn_apis import txn_handlers
 from brook_gateway.upstream import Upstreams
@@ -45,7 +47,7 @@ _log = logging.getLogger(__name__)
 
 def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
     """The Kafka-protocol server the configuration describes: ApiVersions, plus every API
-    that reaches Brook when a ``backend`` is given."""
+    that reaches Brook and the client quotas of its metadata when a ``backend`` is given."""
     dispatcher = Dispatcher()
     dispatcher.register(api_versions_handler(dispatcher))
     if backend is not None:
@@ -55,6 +57,7 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
             *admin_handlers(backend),
             *group_handlers(backend, routers),
             *txn_handlers(backend, routers),
+            *quota_handlers(backend),
         )
         for handler in handlers:
             dispatcher.register(handler)
@@ -66,7 +69,15 @@ def kafka_server(config: Config, backend: Backend | None = None) -> KafkaServer:
         idle_timeout_ms=config.get_int("connections.max.idle.ms"),
         request_timeout_ms=config.get_int("request.timeout.ms"),
     )
-    return KafkaServer(dispatcher, limits, listener.host, listener.port)
+    quotas = None
+    if backend is not None:
+        image = backend.image
+        quotas = ClientQuotas(
+            lambda: image.image.client_quotas,
+            config.get_int(QUOTA_WINDOW_NUM),
+            config.get_int(QUOTA_WINDOW_SIZE_SECONDS),
+        )
+    return KafkaServer(dispatcher, limits, listener.host, listener.port, quotas=quotas)
 
 
 class Gateway:

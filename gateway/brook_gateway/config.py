@@ -23,6 +23,7 @@ from brook.config import (
 )
 from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 from brook_gateway.cluster_view import PORT_MAX
+from brook_gateway.quotas import QUOTA_CONFIG_KEYS
 
 __all__ = ["CONFIG_DEF", "KAFKA_NODE_PORT_BASE"]
 
@@ -76,6 +77,7 @@ CONFIG_DEF: Final = service_config_def(
             Range(0, PORT_MAX - 1),
         ),
         REQUEST_TIMEOUT_MS,
+        *QUOTA_CONFIG_KEYS,
         *MEMBERSHIP_KEYS,
     ),
     checks=MEMBERSHIP_CHECKS,

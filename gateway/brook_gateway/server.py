@@ -40,6 +40,7 @@ import functools
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -61,6 +62,7 @@ from brook_gateway.protocol.frames import (
 from brook_gateway.protocol.kafka_messages import REQUESTS, ApiKey
 from brook_gateway.protocol.primitives import ProtocolError
 from brook_gateway.protocol.schema import in_range
+from brook_gateway.quotas import ClientQuotas
 
 __all__ = ["KafkaServer", "ServerLimits"]
 
@@ -158,9 +160,12 @@ class KafkaServer:
         host: str,
         port: int,
         tracer_provider: trace.TracerProvider | None = None,
+        quotas: ClientQuotas | None = None,
     ):
-        """`tracer_provider`: where request spans go; None is the process's (brook.telemetry)."""
+        """`tracer_provider`: where request spans go; None is the process's (brook.telemetry).
+        `quotas`: the client quotas to enforce (brook_gateway.quotas); None enforces none."""
         self._dispatcher = dispatcher
+        self._quotas = quotas
         self._limits = limits
         self._host = host
         self._port = port
@@ -239,17 +244,23 @@ class KafkaServer:
         return _Connection(self, broker_id)
 
     async def respond(
-        self, frame: bytes, peer: str, broker_id: int | None = None
+        self,
+        frame: bytes,
+        peer: str,
+        broker_id: int | None = None,
+        throttle: Callable[[int], None] | None = None,
     ) -> bytearray | None:
         """The response frame to one request frame, None if none is due (acks=0). Raises
         _CloseConnection when the request cannot be answered. ``broker_id``: the broker whose
-        port accepted the connection (None: the bootstrap listener)."""
+        port accepted the connection (None: the bootstrap listener). ``throttle(ms)`` is
+        called when a client quota applies to the request, with how long it throttles the
+        client (0: not at all)."""
         api_key, api_version, correlation_id = peek_request(frame)
         started = time.perf_counter()
         try:
             if not records_root_spans(self._tracer_provider):
                 return await self._respond(
-                    frame, peer, broker_id, api_key, api_version, correlation_id, None
+                    frame, peer, broker_id, api_key, api_version, correlation_id, None, throttle
                 )
             with self._tracer.start_as_current_span(
                 _SPAN_NAMES.get(api_key, _UNKNOWN_API_SPAN_NAME),
@@ -263,7 +274,7 @@ class KafkaServer:
                 },
             ) as span:
                 response = await self._respond(
-                    frame, peer, broker_id, api_key, api_version, correlation_id, span
+                    frame, peer, broker_id, api_key, api_version, correlation_id, span, throttle
                 )
                 span.set_attribute("kafka.response_bytes", 0 if response is None else len(response))
                 return response
@@ -282,6 +293,7 @@ class KafkaServer:
         api_version: int,
         correlation_id: int,
         span: trace.Span | None,
+        throttle: Callable[[int], None] | None = None,
     ) -> bytearray | None:
         if api_key == ApiKey.API_VERSIONS:
             served = self._dispatcher.advertised_range(api_key)
@@ -300,13 +312,29 @@ class KafkaServer:
         if span is not None and header.client_id is not None:
             span.set_attribute("kafka.client_id", header.client_id)
         handler = self._dispatcher.handler(api_key)
-        response = await self._handle(handler, request, context)
-        if response is None:
-            return None
-        if span is not None:
+        usage = self._quotas.usage(context) if self._quotas is not None else None
+        if usage is None:
+            response = await self._handle(handler, request, context)
+        else:
+            response = await usage.timed(self._handle(handler, request, context))
+        if span is not None and response is not None:
             code = _error_code(response, _ERROR_CODE_DEPTH_MAX)
             if code is not None:
                 span.set_attribute("kafka.error_code", code)
+        if usage is None:
+            if response is None:
+                return None
+            return self._encode(peer, api_key, api_version, correlation_id, response)
+        encode = functools.partial(self._encode, peer, api_key, api_version, correlation_id)
+        answer, throttle_ms = usage.answer(FRAME_SIZE_BYTES + len(frame), response, encode)
+        if throttle is not None:
+            throttle(throttle_ms)
+        return answer
+
+    @staticmethod
+    def _encode(
+        peer: str, api_key: int, api_version: int, correlation_id: int, response: Message
+    ) -> bytearray:
         try:
             return encode_response(api_key, api_version, correlation_id, response)
         except ProtocolError as e:
@@ -429,6 +457,11 @@ class _Connection(asyncio.Protocol):
         self._frame_started_s: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._abort_timer: asyncio.TimerHandle | None = None
+        # A client quota applies: one request at a time, as Kafka's channels (see _throttle).
+        self._one_at_a_time = False
+        # A client quota's throttle (KIP-219): nothing is read until the timer ends it.
+        self._muted_until_s = 0.0
+        self._mute_timer: asyncio.TimerHandle | None = None
         self._done: asyncio.Future[None] = self._loop.create_future()
 
     # -- asyncio.Protocol
@@ -479,7 +512,7 @@ class _Connection(asyncio.Protocol):
             _logger.debug("connection lost", extra={"peer": self._peer})
         self._closing = True
         self._server._connections.discard(self)
-        for timer in (self._idle_timer, self._abort_timer):
+        for timer in (self._idle_timer, self._abort_timer, self._mute_timer):
             if timer is not None:
                 timer.cancel()
         for task in self._pending:
@@ -540,7 +573,9 @@ class _Connection(asyncio.Protocol):
             frame = bytes(buffer[FRAME_SIZE_BYTES:end])
             del buffer[:end]
             self._frame_started_s = None
-            task = self._loop.create_task(self._server.respond(frame, self._peer, self._broker_id))
+            task = self._loop.create_task(
+                self._server.respond(frame, self._peer, self._broker_id, self._throttle)
+            )
             self._pending.append(task)
             task.add_done_callback(self._answered)
         self._update_reading()
@@ -550,9 +585,36 @@ class _Connection(asyncio.Protocol):
             self._frame_started_s = self._loop.time()
 
     def _may_read(self) -> bool:
-        return not self._write_paused and (
-            len(self._pending) < self._limits.in_flight_per_connection_max
+        return (
+            not self._write_paused
+            and self._mute_timer is None
+            and len(self._pending) < self._limits.in_flight_per_connection_max
+            and not (self._one_at_a_time and self._pending)
         )
+
+    def _throttle(self, throttle_ms: int) -> None:
+        """A client quota applies to the connection's requests: from now on they are read one
+        at a time, each once the one before is answered, as Kafka's broker reads a channel, so
+        a throttle holds back everything the client sends after it (pipelined requests read
+        ahead would pass by it); and nothing is read for ``throttle_ms`` (from now, when the
+        throttled response is ready), or longer if already muted longer."""
+        self._one_at_a_time = True
+        if self._closing or throttle_ms <= 0:
+            return
+        until_s = self._loop.time() + throttle_ms / 1000
+        if until_s <= self._muted_until_s:
+            return
+        self._muted_until_s = until_s
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
+        self._mute_timer = self._loop.call_at(until_s, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._mute_timer = None
+        self._update_reading()
+        self._take_requests()
+        self._close_if_answered()
 
     def _update_reading(self) -> None:
         transport = self._transport

@@ -56,6 +56,7 @@ def test_every_service_of_the_system_is_defined_with_its_rpcs() -> None:
             "CreateTopics", "DeleteTopics", "DescribeTopics", "CreatePartitions",
             "DescribeConfigs", "AlterConfigs", "DescribeCluster", "ElectLeaders",
             "AlterPartitionReassignments", "ListPartitionReassignments", "UnregisterBroker",
+            "AlterClientQuotas", "DescribeClientQuotas",
         },
         "GroupCoordinatorService": {
             "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup",

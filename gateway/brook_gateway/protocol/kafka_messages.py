@@ -50,6 +50,8 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -2031,6 +2033,138 @@ LIST_PARTITION_REASSIGNMENTS_RESPONSE: Final = MessageSpec(
 )
 
 
+DESCRIBE_CLIENT_QUOTAS_REQUEST: Final = MessageSpec(
+    "DescribeClientQuotasRequest",
+    48,
+    (0, 1),
+    (1, HI),
+    (
+        F(
+            "components",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("entity_type", "string", (0, HI)),
+                F("match_type", "int8", (0, HI)),
+                F("match", "string", (0, HI), nullable=(0, HI)),
+            ),
+        ),
+        F("strict", "bool", (0, HI)),
+    ),
+)
+
+
+DESCRIBE_CLIENT_QUOTAS_RESPONSE: Final = MessageSpec(
+    "DescribeClientQuotasResponse",
+    48,
+    (0, 1),
+    (1, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F("error_code", "int16", (0, HI)),
+        F("error_message", "string", (0, HI), nullable=(0, HI)),
+        F(
+            "entries",
+            "struct",
+            (0, HI),
+            array=True,
+            nullable=(0, HI),
+            fields=(
+                F(
+                    "entity",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("entity_type", "string", (0, HI)),
+                        F("entity_name", "string", (0, HI), nullable=(0, HI)),
+                    ),
+                ),
+                F(
+                    "values",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(F("key", "string", (0, HI)), F("value", "float64", (0, HI))),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+ALTER_CLIENT_QUOTAS_REQUEST: Final = MessageSpec(
+    "AlterClientQuotasRequest",
+    49,
+    (0, 1),
+    (1, HI),
+    (
+        F(
+            "entries",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F(
+                    "entity",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("entity_type", "string", (0, HI)),
+                        F("entity_name", "string", (0, HI), nullable=(0, HI)),
+                    ),
+                ),
+                F(
+                    "ops",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("key", "string", (0, HI)),
+                        F("value", "float64", (0, HI)),
+                        F("remove", "bool", (0, HI)),
+                    ),
+                ),
+            ),
+        ),
+        F("validate_only", "bool", (0, HI)),
+    ),
+)
+
+
+ALTER_CLIENT_QUOTAS_RESPONSE: Final = MessageSpec(
+    "AlterClientQuotasResponse",
+    49,
+    (0, 1),
+    (1, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "entries",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("error_code", "int16", (0, HI)),
+                F("error_message", "string", (0, HI), nullable=(0, HI)),
+                F(
+                    "entity",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("entity_type", "string", (0, HI)),
+                        F("entity_name", "string", (0, HI), nullable=(0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
 DESCRIBE_PRODUCERS_REQUEST: Final = MessageSpec(
     "DescribeProducersRequest",
     61,
@@ -2212,6 +2346,8 @@ REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_REQUEST,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER_PARTITION_REASSIGNMENTS_REQUEST,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: LIST_PARTITION_REASSIGNMENTS_REQUEST,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: DESCRIBE_CLIENT_QUOTAS_REQUEST,
+    ApiKey.ALTER_CLIENT_QUOTAS: ALTER_CLIENT_QUOTAS_REQUEST,
     ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_REQUEST,
     ApiKey.DESCRIBE_TRANSACTIONS: DESCRIBE_TRANSACTIONS_REQUEST,
     ApiKey.LIST_TRANSACTIONS: LIST_TRANSACTIONS_REQUEST,
@@ -2252,6 +2388,8 @@ RESPONSES: Final[dict[int, MessageSpec]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_RESPONSE,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: LIST_PARTITION_REASSIGNMENTS_RESPONSE,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: DESCRIBE_CLIENT_QUOTAS_RESPONSE,
+    ApiKey.ALTER_CLIENT_QUOTAS: ALTER_CLIENT_QUOTAS_RESPONSE,
     ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_RESPONSE,
     ApiKey.DESCRIBE_TRANSACTIONS: DESCRIBE_TRANSACTIONS_RESPONSE,
     ApiKey.LIST_TRANSACTIONS: LIST_TRANSACTIONS_RESPONSE,
