@@ -329,3 +329,46 @@ def test_request_time_counts_only_the_handlers_time_on_the_event_loop() -> None:
         assert quotas.usage(_context(ApiKey.API_VERSIONS, "a")) is None
 
     run(scenario())
+
+
+def test_once_a_quota_applies_the_connections_requests_are_handled_one_at_a_time() -> None:
+    """As Kafka reads a channel: requests pipelined behind a throttled one would otherwise
+    pass by its throttle."""
+    running = [0]
+    peak = [0]
+
+    async def handle(request: Message, context: RequestContext) -> Message:
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            running[0] -= 1
+        return {"responses": [], "throttle_time_ms": 0}
+
+    async def scenario() -> None:
+        dispatcher = dispatcher_with_api_versions()
+        dispatcher.register(ApiHandler(ApiKey.PRODUCE, handle, versions=(3, 7)))
+        quotas = ClientQuotas(lambda: {(("client-id", None),): {"producer_byte_rate": 1e9}}, 2, 1)
+        server = KafkaServer(dispatcher, LIMITS, "127.0.0.1", 0, quotas=quotas)
+        await server.start()
+        try:
+            client = _Client(*await asyncio.open_connection("127.0.0.1", server.port), "any")
+            await client.produce(10)
+            for correlation_id in range(3):
+                client.writer.write(
+                    encode_request(ApiKey.PRODUCE, 7, 100 + correlation_id, "any", _produce(10))
+                )
+            await client.writer.drain()
+            answered = []
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                for _ in range(3):
+                    length = int.from_bytes(await client.reader.readexactly(4), "big")
+                    frame = await client.reader.readexactly(length)
+                    answered.append(decode_response(ApiKey.PRODUCE, 7, frame)[0])
+            assert answered == [100, 101, 102]
+            assert peak[0] == 1
+        finally:
+            await server.stop()
+
+    run(scenario())
