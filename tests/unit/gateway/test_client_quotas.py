@@ -23,7 +23,8 @@ from brook_gateway.protocol.frames import (
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.quotas import SENSORS_MAX, ClientQuotas, SampledRate, throttle_time_ms
 from brook_gateway.server import KafkaServer
-from gateway_support import LIMITS, READ_TIMEOUT_S, dispatcher_with_api_versions
+from gateway_support import LIMITS, READ_TIMEOUT_S, RawClient, dispatcher_with_api_versions
+from test_kafka_server import _heartbeat, _heartbeat_handler
 
 from brook.metadata.image import QuotaEntity
 from brook.security.client_quotas import applicable_quota, precedence
@@ -334,40 +335,24 @@ def test_request_time_counts_only_the_handlers_time_on_the_event_loop() -> None:
 def test_once_a_quota_applies_the_connections_requests_are_handled_one_at_a_time() -> None:
     """As Kafka reads a channel: requests pipelined behind a throttled one would otherwise
     pass by its throttle."""
-    running = [0]
-    peak = [0]
-
-    async def handle(request: Message, context: RequestContext) -> Message:
-        running[0] += 1
-        peak[0] = max(peak[0], running[0])
-        try:
-            await asyncio.sleep(0.05)
-        finally:
-            running[0] -= 1
-        return {"responses": [], "throttle_time_ms": 0}
 
     async def scenario() -> None:
         dispatcher = dispatcher_with_api_versions()
-        dispatcher.register(ApiHandler(ApiKey.PRODUCE, handle, versions=(3, 7)))
-        quotas = ClientQuotas(lambda: {(("client-id", None),): {"producer_byte_rate": 1e9}}, 2, 1)
+        handler, peak = _heartbeat_handler({"slow": 0.05})
+        dispatcher.register(handler)
+        quotas = ClientQuotas(lambda: {(("client-id", None),): {"request_percentage": 1e6}}, 2, 1)
         server = KafkaServer(dispatcher, LIMITS, "127.0.0.1", 0, quotas=quotas)
         await server.start()
         try:
-            client = _Client(*await asyncio.open_connection("127.0.0.1", server.port), "any")
-            await client.produce(10)
-            for correlation_id in range(3):
-                client.writer.write(
-                    encode_request(ApiKey.PRODUCE, 7, 100 + correlation_id, "any", _produce(10))
-                )
-            await client.writer.drain()
-            answered = []
-            async with asyncio.timeout(READ_TIMEOUT_S):
-                for _ in range(3):
-                    length = int.from_bytes(await client.reader.readexactly(4), "big")
-                    frame = await client.reader.readexactly(length)
-                    answered.append(decode_response(ApiKey.PRODUCE, 7, frame)[0])
-            assert answered == [100, 101, 102]
+            client = await RawClient.connect(server.port)
+            await client.send(ApiKey.HEARTBEAT, 1, 0, _heartbeat("slow"))
+            await client.receive(ApiKey.HEARTBEAT, 1)
+            for correlation_id in range(1, 4):
+                await client.send(ApiKey.HEARTBEAT, 1, correlation_id, _heartbeat("slow"))
+            answered = [(await client.receive(ApiKey.HEARTBEAT, 1))[0] for _ in range(3)]
+            assert answered == [1, 2, 3]
             assert peak[0] == 1
+            await client.close()
         finally:
             await server.stop()
 
