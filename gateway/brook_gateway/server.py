@@ -12,6 +12,10 @@ Limits, each from configuration:
 - `request.timeout.ms`: a handler running longer (plus the wait its request may ask for,
   `ApiHandler.wait_ms`) is answered with REQUEST_TIMED_OUT.
 
+Client quotas (brook_gateway.quotas), when given: a request a quota applies to gets its
+throttle time in its response, and its connection is then read one request at a time, as
+Kafka reads a channel, and not at all while throttled (KIP-219's muting).
+
 Besides its PLAINTEXT (bootstrap) listener the server may listen on one port per broker id it
 presents (`open_node_listener`, kafka.node.port.base + id): a connection accepted there is a
 connection to that broker (`RequestContext.broker_id`). Every listener shares the limits above
@@ -253,8 +257,8 @@ class KafkaServer:
         """The response frame to one request frame, None if none is due (acks=0). Raises
         _CloseConnection when the request cannot be answered. ``broker_id``: the broker whose
         port accepted the connection (None: the bootstrap listener). ``throttle(ms)`` is
-        called when a client quota applies to the request, with how long it throttles the
-        client (0: not at all)."""
+        called when a client quota applies to the request: with 0 as its handling starts, and
+        with how long it throttles the client if it does."""
         api_key, api_version, correlation_id = peek_request(frame)
         started = time.perf_counter()
         try:
@@ -316,6 +320,8 @@ class KafkaServer:
         if usage is None:
             response = await self._handle(handler, request, context)
         else:
+            if throttle is not None:
+                throttle(0)
             response = await usage.timed(self._handle(handler, request, context))
         if span is not None and response is not None:
             code = _error_code(response, _ERROR_CODE_DEPTH_MAX)
@@ -327,7 +333,7 @@ class KafkaServer:
             return self._encode(peer, api_key, api_version, correlation_id, response)
         encode = functools.partial(self._encode, peer, api_key, api_version, correlation_id)
         answer, throttle_ms = usage.answer(FRAME_SIZE_BYTES + len(frame), response, encode)
-        if throttle is not None:
+        if throttle is not None and throttle_ms > 0:
             throttle(throttle_ms)
         return answer
 

@@ -5,6 +5,7 @@ the connection muted for that long, other clients untouched."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import time
@@ -223,11 +224,13 @@ def test_a_client_over_its_quota_gets_throttle_time_and_is_not_read_for_that_lon
     async def scenario() -> None:
         dispatcher = dispatcher_with_api_versions()
         dispatcher.register(_produce_handler())
-        # 2 windows of 1 s: 40 KB/s over at least 1 s allows 40 KB before throttling.
+        # 2 windows of 1 s: 40 KB/s over at least 1 s allows 40 KB before throttling, and a
+        # throttle lasts 1 s at most.
         quotas = ClientQuotas(
             lambda: {(("client-id", "limited"),): {"producer_byte_rate": 40_000.0}}, 2, 1
         )
-        server = KafkaServer(dispatcher, LIMITS, "127.0.0.1", 0, quotas=quotas)
+        limits = dataclasses.replace(LIMITS, request_bytes_max=1 << 20)
+        server = KafkaServer(dispatcher, limits, "127.0.0.1", 0, quotas=quotas)
         await server.start()
         try:
             limited = _Client(*await asyncio.open_connection("127.0.0.1", server.port), "limited")
@@ -235,17 +238,17 @@ def test_a_client_over_its_quota_gets_throttle_time_and_is_not_read_for_that_lon
 
             first, _ = await limited.produce(20_000)
             assert first["throttle_time_ms"] == 0
-            throttled, throttled_at = await limited.produce(40_000)
-            # 60 KB (and the frames' headers) over 1 s against 40 KB/s: 0.5 s, less if this
-            # slow machine took longer over it.
-            assert 0 < throttled["throttle_time_ms"] <= 550
-            # Another client is served at once meanwhile.
+            sent_at = asyncio.get_running_loop().time()
+            throttled, _ = await limited.produce(100_000)
+            # 120 KB over at most 2 s against 40 KB/s: more than the bound of one window.
+            assert throttled["throttle_time_ms"] == 1000
+            # Another client is served meanwhile, well before the throttle ends.
             answer, answered_at = await other.produce(40_000)
             assert answer["throttle_time_ms"] == 0
-            assert answered_at - throttled_at < 0.3
+            assert answered_at - sent_at < 0.5
             # The throttled connection is not read until its throttle time has passed.
             _, next_at = await limited.produce(10)
-            assert next_at - throttled_at >= throttled["throttle_time_ms"] / 1000 - 0.02
+            assert next_at - sent_at >= 1.0 - 0.005
         finally:
             await server.stop()
 
