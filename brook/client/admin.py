@@ -1,6 +1,6 @@
 """The admin client: topics, configs, client quotas (brook.client.quotas), the cluster and leader
-elections through the controllers;
-consumer groups, their offsets and lag through the group coordinators and storage nodes.
+elections through the controllers; consumer groups, their offsets and lag through the group
+coordinators and storage nodes.
 
     from brook.client.admin import Admin, NewTopic
 
