@@ -9,6 +9,8 @@ the spirit of Kafka's kafka-topics.sh, kafka-configs.sh and kafka-leader-electio
     brook topics configs --topic events [--add-config k=v,...] [--delete-config k,...]
     brook configs --entity-type brokers (--entity-name 2 | --entity-default)
         [--add-config follower.replication.throttled.rate=1048576] [--delete-config k,...]
+    brook configs --entity-type users --entity-name alice [--entity-type clients ...]
+        [--add-config producer_byte_rate=1048576] [--delete-config k,...]
     brook topics elect-leaders [--topic events [--partition 0]] [--unclean]
     brook topics delete --topic events
     brook cluster describe
@@ -26,7 +28,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from brook.tools.options import (
     EXIT_FAILED,
@@ -119,11 +121,19 @@ def add_admin_commands(subparsers: Any) -> None:
         "configs",
         help="describe or change a topic's or a storage node's dynamic configs (kafka-configs)",
         description="Kafka's kafka-configs: without --add-config/--delete-config, describe; "
-        "brokers are storage nodes by node id, or every node's default (--entity-default).",
+        "brokers are storage nodes by node id, or every node's default (--entity-default); "
+        "users and clients (client ids), alone or together, have client quotas "
+        "(producer_byte_rate, consumer_byte_rate, request_percentage). Each --entity-name or "
+        "--entity-default belongs to the --entity-type before it.",
     )
-    entity.add_argument("--entity-type", choices=("topics", "brokers"), required=True)
-    entity.add_argument("--entity-name", metavar="NAME")
-    entity.add_argument("--entity-default", action="store_true")
+    entity.add_argument(
+        "--entity-type",
+        choices=("topics", "brokers", *_QUOTA_ENTITY_TYPES),
+        required=True,
+        action=_EntityPart,
+    )
+    entity.add_argument("--entity-name", metavar="NAME", action=_EntityPart)
+    entity.add_argument("--entity-default", nargs=0, action=_EntityPart)
     entity.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
     entity.add_argument("--delete-config", action="append", default=[], metavar="K[,K]")
     add_json_option(entity, "the configs (when describing: no --add-config/--delete-config)")
@@ -221,6 +231,14 @@ def _run(run: Callable[[Admin, argparse.Namespace], int], args: argparse.Namespa
         return EXIT_FAILED
     finally:
         admin.close()
+
+
+# kafka-configs' entity types of client quotas -> the quota entity types, and how it names them.
+_QUOTA_ENTITY_TYPES: Final = {"users": "user", "clients": "client-id"}
+_DESCRIBED_AS: Final = {"user": "user-principal", "client-id": "client-id"}
+# An --entity-type with what follows it: (type, name or None for the default, whether a name or
+# the default was given).
+_EntityArgument = tuple[str, str | None, bool]
 
 
 def add_json_option(parser: argparse.ArgumentParser, what: str = "the same as the table") -> None:
@@ -375,23 +393,115 @@ def _configs(admin: Admin, args: argparse.Namespace) -> int:
     return _alter_or_describe_configs(admin, args, ConfigResource.topic(args.topic))
 
 
+class _EntityPart(argparse.Action):
+    """Keeps --entity-type, --entity-name and --entity-default in the order given (in
+    ``entity_parts``): kafka-configs pairs each name or default with the type before it."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        parts = [*getattr(namespace, "entity_parts", []), (self.dest, values)]
+        namespace.entity_parts = parts
+
+
+def _entity(args: argparse.Namespace) -> list[_EntityArgument]:
+    """(type, name or None for the default, whether either was given) per --entity-type."""
+    entity: list[_EntityArgument] = []
+    for option, value in args.entity_parts:
+        if option == "entity_type":
+            entity.append((value, None, False))
+        elif not entity or entity[-1][2]:
+            raise UsageError("--entity-name and --entity-default each follow an --entity-type")
+        else:
+            entity[-1] = (entity[-1][0], value if option == "entity_name" else None, True)
+    return entity
+
+
 def _entity_configs(admin: Admin, args: argparse.Namespace) -> int:
-    """``brook configs``: kafka-configs' --entity-type topics|brokers."""
+    """``brook configs``: kafka-configs' --entity-type topics|brokers|users|clients."""
     from brook.client.admin import ConfigResource
 
-    if args.entity_type == "topics":
-        if args.entity_default or not args.entity_name:
+    entity = _entity(args)
+    types = [entity_type for entity_type, _, _ in entity]
+    if set(types) <= set(_QUOTA_ENTITY_TYPES) and len(set(types)) == len(types):
+        deleted = [
+            name.strip() for entry in args.delete_config for name in entry.split(",") if name
+        ]
+        return _quota_configs(admin, args, entity, (_key_values(args.add_config), deleted))
+    if len(entity) != 1:
+        raise UsageError("only users and clients combine, each once")
+    entity_type, name, given = entity[0]
+    if entity_type == "topics":
+        if name is None:
             raise UsageError("topics take --entity-name TOPIC")
-        resource = ConfigResource.topic(args.entity_name)
-    elif args.entity_default == bool(args.entity_name):
+        resource = ConfigResource.topic(name)
+    elif not given:
         raise UsageError("brokers take --entity-name NODE_ID or --entity-default (every node)")
-    elif args.entity_default:
+    elif name is None:
         resource = ConfigResource.node()
-    elif not args.entity_name.isdigit():
-        raise UsageError(f"--entity-name {args.entity_name!r} is not a node id")
+    elif not name.isdigit():
+        raise UsageError(f"--entity-name {name!r} is not a node id")
     else:
-        resource = ConfigResource.node(int(args.entity_name))
+        resource = ConfigResource.node(int(name))
     return _alter_or_describe_configs(admin, args, resource)
+
+
+def _quota_configs(
+    admin: Admin,
+    args: argparse.Namespace,
+    entity: Sequence[_EntityArgument],
+    changes: tuple[dict[str, str], list[str]],
+) -> int:
+    """``brook configs --entity-type users|clients``: alters (with ``changes``: added
+    key=values, deleted keys) or describes the client quotas of ``entity``, as kafka-configs
+    does; a description is strict (users alone are not described with their client ids)."""
+    from brook.client.quotas import ClientQuotaEntity, ClientQuotaFilterComponent
+
+    added, deleted = changes
+    if added or deleted:
+        if args.json:
+            raise UsageError("--json describes the quotas: not with --add-config/--delete-config")
+        if not all(given for _, _, given in entity):
+            raise UsageError("each --entity-type needs --entity-name NAME or --entity-default")
+        ops: dict[str, float | None] = dict.fromkeys(deleted)
+        for key, value in added.items():
+            try:
+                ops[key] = float(value)
+            except ValueError:
+                raise UsageError(f"{key}={value!r}: a quota is a number") from None
+        target = ClientQuotaEntity({_QUOTA_ENTITY_TYPES[t]: name for t, name, _ in entity})
+        return report(admin.alter_client_quotas({target: ops}), "Altered quotas of")
+    components = [
+        ClientQuotaFilterComponent.of_entity_type(_QUOTA_ENTITY_TYPES[t])
+        if not given
+        else ClientQuotaFilterComponent.of_default_entity(_QUOTA_ENTITY_TYPES[t])
+        if name is None
+        else ClientQuotaFilterComponent.of_entity(_QUOTA_ENTITY_TYPES[t], name)
+        for t, name, given in entity
+    ]
+    described = admin.describe_client_quotas(components, strict=True)
+    if args.json:
+        print_json(
+            {
+                "entities": [
+                    {"entity": dict(found.entries), "quotas": quotas}
+                    for found, quotas in described.items()
+                ]
+            }
+        )
+        return EXIT_OK
+    for found, quotas in described.items():
+        who = ", ".join(
+            f"the default {_DESCRIBED_AS[t]}" if name is None else f"{_DESCRIBED_AS[t]} '{name}'"
+            for t, name in found.entries
+        )
+        values = ",".join(f"{key}={value}" for key, value in sorted(quotas.items()))
+        print(f"Quota configs for {who} are {values}")
+    return EXIT_OK
 
 
 def _alter_or_describe_configs(

@@ -69,6 +69,8 @@ APIS: Final = (
     "IncrementalAlterConfigs",
     "AlterPartitionReassignments",
     "ListPartitionReassignments",
+    "DescribeClientQuotas",
+    "AlterClientQuotas",
     "DescribeUserScramCredentials",
     "AlterUserScramCredentials",
     "DescribeProducers",

@@ -1,5 +1,6 @@
-"""The admin client: topics, configs, the cluster and leader elections through the controllers;
-consumer groups, their offsets and lag through the group coordinators and storage nodes.
+"""The admin client: topics, configs, client quotas (brook.client.quotas), the cluster and leader
+elections through the controllers; consumer groups, their offsets and lag through the group
+coordinators and storage nodes.
 
     from brook.client.admin import Admin, NewTopic
 
@@ -69,6 +70,7 @@ import grpc
 
 from brook.client.errors import ApiError, ClientClosedError, ClientTimeoutError, api_error
 from brook.client.group.protocol import CONSUMER_PROTOCOL_TYPE, decode_assignment
+from brook.client.quotas import ClientQuotaEntity, ClientQuotaFilterComponent
 from brook.client.requests import list_offsets_request
 from brook.client.types import PreparedTransaction, TopicPartition
 from brook.closing import Closing
@@ -115,6 +117,8 @@ __all__ = [
     "DELETE_TO_HIGH_WATERMARK",
     "Admin",
     "AlterConfigOp",
+    "ClientQuotaEntity",
+    "ClientQuotaFilterComponent",
     "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
@@ -823,6 +827,66 @@ class Admin(Closing):
         return {
             resource: _error(result.error_code, result.error_message)
             for resource, result in zip(resources, response.results, strict=True)
+        }
+
+    def alter_client_quotas(
+        self,
+        alterations: Mapping[ClientQuotaEntity, Mapping[str, float | None]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> dict[ClientQuotaEntity, ApiError | None]:
+        """Sets quotas (key -> value) and removes them (key -> None), per entity; all of one
+        entity's changes apply or none (INVALID_REQUEST names the problem)."""
+        entities = list(alterations)
+        request = admin_pb2.AlterClientQuotasRequest(
+            entries=[
+                admin_pb2.ClientQuotaAlteration(
+                    entity=entity.to_proto(),
+                    ops=[
+                        admin_pb2.ClientQuotaOp(key=key, value=value or 0.0, remove=value is None)
+                        for key, value in alterations[entity].items()
+                    ],
+                )
+                for entity in entities
+            ],
+            validate_only=validate_only,
+            timeout_ms=timeout_ms or self._api_timeout_ms,
+        )
+        response = self._call(
+            lambda stub, t: stub.AlterClientQuotas(request, timeout=t),
+            lambda r: [result.error_code for result in r.entries],
+            timeout_ms,
+        )
+        return {
+            entity: _error(result.error_code, result.error_message)
+            for entity, result in zip(entities, response.entries, strict=True)
+        }
+
+    def describe_client_quotas(
+        self,
+        components: Sequence[ClientQuotaFilterComponent] = (),
+        *,
+        strict: bool = False,
+        timeout_ms: int | None = None,
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        """The quotas of every entity the filter matches (Kafka's ClientQuotaFilter: with
+        ``strict``, only entities with no part besides the components'); raises ApiError for a
+        malformed filter."""
+        request = admin_pb2.DescribeClientQuotasRequest(
+            components=[component.to_proto() for component in components], strict=strict
+        )
+        response = self._call(
+            lambda stub, t: stub.DescribeClientQuotas(request, timeout=t),
+            lambda r: [r.error_code],
+            timeout_ms,
+        )
+        error = _error(response.error_code, response.error_message)
+        if error is not None:
+            raise error
+        return {
+            ClientQuotaEntity.from_proto(entry.entity): dict(entry.values)
+            for entry in response.entries
         }
 
     # ------------------------------------------------------------------ cluster

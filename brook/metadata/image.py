@@ -41,7 +41,15 @@ from brook.metadata.delta import ConfigKey, MetadataDelta, MetadataUpdate
 from brook.metadata.digest import metadata_digest
 from brook.v1 import common_pb2, metadata_pb2
 
-__all__ = ["BROKER", "TOPIC", "MetadataImage", "QuotaEntity", "quota_entity"]
+__all__ = [
+    "BROKER",
+    "TOPIC",
+    "MetadataImage",
+    "QuotaEntity",
+    "quota_entity",
+    "quota_entity_order",
+    "quota_entity_parts",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -61,6 +69,14 @@ def quota_entity(parts: Iterable[metadata_pb2.ClientQuotaEntityPart]) -> QuotaEn
             for part in parts
         )
     )
+
+
+def quota_entity_parts(entity: QuotaEntity) -> list[metadata_pb2.ClientQuotaEntityPart]:
+    """The ClientQuotaRecord entity of an image's key (``quota_entity``'s inverse)."""
+    return [
+        metadata_pb2.ClientQuotaEntityPart(entity_type=entity_type, entity_name=name)
+        for entity_type, name in entity
+    ]
 
 
 @dataclass
@@ -441,11 +457,8 @@ class MetadataImage:
             )
         for acl_id in sorted(self.acls):
             yield metadata_pb2.MetadataRecord(access_control_entry=self.acls[acl_id])
-        for entity in sorted(self.client_quotas, key=_quota_entity_order):
-            parts = [
-                metadata_pb2.ClientQuotaEntityPart(entity_type=entity_type, entity_name=name)
-                for entity_type, name in entity
-            ]
+        for entity in sorted(self.client_quotas, key=quota_entity_order):
+            parts = quota_entity_parts(entity)
             quotas = self.client_quotas[entity]
             for quota_key in sorted(quotas):
                 yield metadata_pb2.MetadataRecord(
@@ -471,7 +484,7 @@ _SECURITY_RECORDS: Final = frozenset(
 )
 
 
-def _quota_entity_order(entity: QuotaEntity) -> tuple[tuple[str, bool, str], ...]:
+def quota_entity_order(entity: QuotaEntity) -> tuple[tuple[str, bool, str], ...]:
     """A total order of quota entities (a default entity's None name sorts first)."""
     return tuple((entity_type, name is not None, name or "") for entity_type, name in entity)
 

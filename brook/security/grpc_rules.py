@@ -286,6 +286,10 @@ METHOD_RULES: Final[Mapping[str, MethodRule]] = {
     _ADMIN + "DescribeAcls": _on_cluster(DESCRIBE, "DESCRIBE on the cluster"),
     _ADMIN + "AlterUserScramCredentials": _on_cluster(ALTER, "ALTER on the cluster"),
     _ADMIN + "DescribeUserScramCredentials": _on_cluster(DESCRIBE, "DESCRIBE on the cluster"),
+    _ADMIN + "AlterClientQuotas": _on_cluster(ALTER_CONFIGS, "ALTER_CONFIGS on the cluster"),
+    _ADMIN + "DescribeClientQuotas": _on_cluster(
+        DESCRIBE_CONFIGS, "DESCRIBE_CONFIGS on the cluster"
+    ),
     # ControllerService: the cluster's own processes, and the quorum's whereabouts.
     _CONTROLLER + "RegisterBroker": CLUSTER_INTERNAL,
     _CONTROLLER + "BrokerHeartbeat": CLUSTER_INTERNAL,

@@ -33,6 +33,13 @@ class ElectionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ELECTION_TYPE_UNSPECIFIED: _ClassVar[ElectionType]
     ELECTION_TYPE_PREFERRED: _ClassVar[ElectionType]
     ELECTION_TYPE_UNCLEAN: _ClassVar[ElectionType]
+
+class ClientQuotaMatchType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLIENT_QUOTA_MATCH_TYPE_UNSPECIFIED: _ClassVar[ClientQuotaMatchType]
+    CLIENT_QUOTA_MATCH_TYPE_EXACT: _ClassVar[ClientQuotaMatchType]
+    CLIENT_QUOTA_MATCH_TYPE_DEFAULT: _ClassVar[ClientQuotaMatchType]
+    CLIENT_QUOTA_MATCH_TYPE_ANY: _ClassVar[ClientQuotaMatchType]
 CONFIG_SOURCE_UNSPECIFIED: ConfigSource
 CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG: ConfigSource
 CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG: ConfigSource
@@ -47,6 +54,10 @@ ALTER_CONFIG_OP_SUBTRACT: AlterConfigOp
 ELECTION_TYPE_UNSPECIFIED: ElectionType
 ELECTION_TYPE_PREFERRED: ElectionType
 ELECTION_TYPE_UNCLEAN: ElectionType
+CLIENT_QUOTA_MATCH_TYPE_UNSPECIFIED: ClientQuotaMatchType
+CLIENT_QUOTA_MATCH_TYPE_EXACT: ClientQuotaMatchType
+CLIENT_QUOTA_MATCH_TYPE_DEFAULT: ClientQuotaMatchType
+CLIENT_QUOTA_MATCH_TYPE_ANY: ClientQuotaMatchType
 
 class CreateTopicsRequest(_message.Message):
     __slots__ = ("topics", "timeout_ms", "validate_only", "auto_create")
@@ -632,3 +643,90 @@ class ScramCredentialInfo(_message.Message):
     mechanism: _metadata_pb2.ScramMechanism
     iterations: int
     def __init__(self, mechanism: _Optional[_Union[_metadata_pb2.ScramMechanism, str]] = ..., iterations: _Optional[int] = ...) -> None: ...
+
+class AlterClientQuotasRequest(_message.Message):
+    __slots__ = ("entries", "validate_only", "timeout_ms")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[ClientQuotaAlteration]
+    validate_only: bool
+    timeout_ms: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[ClientQuotaAlteration, _Mapping]]] = ..., validate_only: _Optional[bool] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ClientQuotaAlteration(_message.Message):
+    __slots__ = ("entity", "ops")
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    entity: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.ClientQuotaEntityPart]
+    ops: _containers.RepeatedCompositeFieldContainer[ClientQuotaOp]
+    def __init__(self, entity: _Optional[_Iterable[_Union[_metadata_pb2.ClientQuotaEntityPart, _Mapping]]] = ..., ops: _Optional[_Iterable[_Union[ClientQuotaOp, _Mapping]]] = ...) -> None: ...
+
+class ClientQuotaOp(_message.Message):
+    __slots__ = ("key", "value", "remove")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: float
+    remove: bool
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ..., remove: _Optional[bool] = ...) -> None: ...
+
+class AlterClientQuotasResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[AlterClientQuotasResult]
+    def __init__(self, entries: _Optional[_Iterable[_Union[AlterClientQuotasResult, _Mapping]]] = ...) -> None: ...
+
+class AlterClientQuotasResult(_message.Message):
+    __slots__ = ("entity", "error_code", "error_message")
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    entity: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.ClientQuotaEntityPart]
+    error_code: _errors_pb2.ErrorCode
+    error_message: str
+    def __init__(self, entity: _Optional[_Iterable[_Union[_metadata_pb2.ClientQuotaEntityPart, _Mapping]]] = ..., error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class ClientQuotaFilterComponent(_message.Message):
+    __slots__ = ("entity_type", "match_type", "match")
+    ENTITY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    entity_type: str
+    match_type: ClientQuotaMatchType
+    match: str
+    def __init__(self, entity_type: _Optional[str] = ..., match_type: _Optional[_Union[ClientQuotaMatchType, str]] = ..., match: _Optional[str] = ...) -> None: ...
+
+class DescribeClientQuotasRequest(_message.Message):
+    __slots__ = ("components", "strict")
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
+    components: _containers.RepeatedCompositeFieldContainer[ClientQuotaFilterComponent]
+    strict: bool
+    def __init__(self, components: _Optional[_Iterable[_Union[ClientQuotaFilterComponent, _Mapping]]] = ..., strict: _Optional[bool] = ...) -> None: ...
+
+class DescribeClientQuotasResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "entries")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    error_code: _errors_pb2.ErrorCode
+    error_message: str
+    entries: _containers.RepeatedCompositeFieldContainer[ClientQuotaEntry]
+    def __init__(self, error_code: _Optional[_Union[_errors_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[ClientQuotaEntry, _Mapping]]] = ...) -> None: ...
+
+class ClientQuotaEntry(_message.Message):
+    __slots__ = ("entity", "values")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    entity: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.ClientQuotaEntityPart]
+    values: _containers.ScalarMap[str, float]
+    def __init__(self, entity: _Optional[_Iterable[_Union[_metadata_pb2.ClientQuotaEntityPart, _Mapping]]] = ..., values: _Optional[_Mapping[str, float]] = ...) -> None: ...

@@ -121,6 +121,16 @@ class AdminServiceStub:
                 request_serializer=brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
                 _registered_method=True)
+        self.AlterClientQuotas = channel.unary_unary(
+                '/brook.v1.AdminService/AlterClientQuotas',
+                request_serializer=brook_dot_v1_dot_admin__pb2.AlterClientQuotasRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_admin__pb2.AlterClientQuotasResponse.FromString,
+                _registered_method=True)
+        self.DescribeClientQuotas = channel.unary_unary(
+                '/brook.v1.AdminService/DescribeClientQuotas',
+                request_serializer=brook_dot_v1_dot_admin__pb2.DescribeClientQuotasRequest.SerializeToString,
+                response_deserializer=brook_dot_v1_dot_admin__pb2.DescribeClientQuotasResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -241,6 +251,22 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterClientQuotas(self, request, context):
+        """Sets and removes client quotas (Kafka's AlterClientQuotas): each entry succeeds or fails
+        on its own; an invalid entry (unknown key, a value that is not positive, a bad entity)
+        fails with INVALID_REQUEST and changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeClientQuotas(self, request, context):
+        """The quotas of the entities a filter matches (Kafka's DescribeClientQuotas).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -323,6 +349,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DescribeUserScramCredentials,
                     request_deserializer=brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.FromString,
                     response_serializer=brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'AlterClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterClientQuotas,
+                    request_deserializer=brook_dot_v1_dot_admin__pb2.AlterClientQuotasRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_admin__pb2.AlterClientQuotasResponse.SerializeToString,
+            ),
+            'DescribeClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeClientQuotas,
+                    request_deserializer=brook_dot_v1_dot_admin__pb2.DescribeClientQuotasRequest.FromString,
+                    response_serializer=brook_dot_v1_dot_admin__pb2.DescribeClientQuotasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -764,6 +800,60 @@ class AdminService:
             '/brook.v1.AdminService/DescribeUserScramCredentials',
             brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
             brook_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.AdminService/AlterClientQuotas',
+            brook_dot_v1_dot_admin__pb2.AlterClientQuotasRequest.SerializeToString,
+            brook_dot_v1_dot_admin__pb2.AlterClientQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brook.v1.AdminService/DescribeClientQuotas',
+            brook_dot_v1_dot_admin__pb2.DescribeClientQuotasRequest.SerializeToString,
+            brook_dot_v1_dot_admin__pb2.DescribeClientQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -46,6 +46,8 @@ from brook_gateway.coordinator_routing import Routers
 from brook_gateway.data_apis import data_handlers
 from brook_gateway.group_apis import group_handlers
 from brook_gateway.node_listeners import NodeListeners
+from brook_gateway.quota_apis import quota_handlers
+from brook_gateway.quotas import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_SECONDS, ClientQuotas
 from brook_gateway.sasl import CredentialLookup, sasl_handlers
 from brook_gateway.scram_apis import scram_handlers
 from brook_gateway.server import KafkaListener, KafkaServer, ServerLimits
@@ -77,6 +79,7 @@ def kafka_dispatcher(backend: Backend | None, authorizer: Authorizer | None) -> 
             *group_handlers(backend, routers),
             *txn_handlers(backend, routers),
             *scram_handlers(backend),
+            *quota_handlers(backend),
         )
         for handler in handlers:
             dispatcher.register(handler)
@@ -87,9 +90,9 @@ def kafka_server(
     config: Config, backend: Backend | None = None, authorizer: Authorizer | None = None
 ) -> KafkaServer:
     """The Kafka-protocol server the configuration describes, serving ``kafka_dispatcher``'s
-    APIs (the SASL listeners check the SCRAM credentials in the ``backend``'s metadata;
-    without one nobody can authenticate). Raises TlsError when a TLS listener's files are
-    missing or invalid."""
+    APIs. The ``backend``'s metadata holds the SCRAM credentials its SASL listeners check and
+    the client quotas it enforces (without a backend nobody can authenticate, and no quota
+    applies). Raises TlsError when a TLS listener's files are missing or invalid."""
     dispatcher = kafka_dispatcher(backend, authorizer)
     credentials: CredentialLookup = (
         backend.image.scram_credential if backend is not None else _no_credentials
@@ -101,7 +104,17 @@ def kafka_server(
         idle_timeout_ms=config.get_int("connections.max.idle.ms"),
         request_timeout_ms=config.get_int("request.timeout.ms"),
     )
-    return KafkaServer(dispatcher, limits, _kafka_listeners(config), credentials=credentials)
+    quotas = None
+    if backend is not None:
+        image = backend.image
+        quotas = ClientQuotas(
+            lambda: image.image.client_quotas,
+            config.get_int(QUOTA_WINDOW_NUM),
+            config.get_int(QUOTA_WINDOW_SIZE_SECONDS),
+        )
+    return KafkaServer(
+        dispatcher, limits, _kafka_listeners(config), credentials=credentials, quotas=quotas
+    )
 
 
 def _kafka_listeners(config: Config) -> list[KafkaListener]:

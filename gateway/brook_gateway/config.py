@@ -31,6 +31,7 @@ from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 from brook.security.grpc_tls import INTER_BROKER_PROTOCOL
 from brook.security.tls import TLS_KEYS, security_protocol, uses_tls
 from brook_gateway.cluster_view import KAFKA_LISTENERS, PORT_MAX
+from brook_gateway.quotas import QUOTA_CONFIG_KEYS
 from brook_gateway.sasl import SASL_MECHANISMS
 
 __all__ = [
@@ -138,6 +139,7 @@ CONFIG_DEF: Final = service_config_def(
             OneOf(SASL_MECHANISMS),
         ),
         REQUEST_TIMEOUT_MS,
+        *QUOTA_CONFIG_KEYS,
         *MEMBERSHIP_KEYS,
         *TLS_KEYS,
         INTER_BROKER_PROTOCOL,

@@ -20,6 +20,10 @@ listener shares the limits above (one count of connections, one idle timeout); c
 broker's listener stops accepting on its port and leaves the connections it accepted to end
 as any other (the client closes them, or they idle out); `stop` closes them all.
 
+Client quotas (brook_gateway.quotas), when given: a request a quota applies to gets its
+throttle time in its response, and its connection is then read one request at a time, as
+Kafka reads a channel, and not at all while throttled (KIP-219's muting).
+
 Who a connection is (`RequestContext.principal`, read by authorization and quotas): on a TLS
 listener (SSL) the subject common name of a verified client certificate, `User:<CN>`; on a
 SASL listener the user it authenticated as (brook_gateway.sasl), and until it has, nothing but
@@ -51,7 +55,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -76,6 +80,7 @@ from brook_gateway.protocol.frames import (
 from brook_gateway.protocol.kafka_messages import REQUESTS, ApiKey
 from brook_gateway.protocol.primitives import ProtocolError
 from brook_gateway.protocol.schema import in_range
+from brook_gateway.quotas import ClientQuotas
 from brook_gateway.sasl import (
     SASL_FRAME_BYTES_MAX,
     CredentialLookup,
@@ -206,13 +211,16 @@ class KafkaServer:
         listeners: Sequence[KafkaListener],
         tracer_provider: trace.TracerProvider | None = None,
         credentials: CredentialLookup | None = None,
+        quotas: ClientQuotas | None = None,
     ):
         """`tracer_provider`: where request spans go; None is the process's (brook.telemetry).
-        `credentials`: the SCRAM credentials SASL listeners check (required with one)."""
+        `credentials`: the SCRAM credentials SASL listeners check (required with one).
+        `quotas`: the client quotas to enforce (brook_gateway.quotas); None enforces none."""
         assert listeners, "a Kafka server needs a listener"
         assert len({listener.name for listener in listeners}) == len(listeners)
         assert credentials is not None or not any(lst.sasl_mechanisms for lst in listeners)
         self._dispatcher = dispatcher
+        self._quotas = quotas
         self._limits = limits
         self._listeners = tuple(listeners)
         self._credentials = credentials
@@ -344,11 +352,14 @@ class KafkaServer:
         broker_id: int | None = None,
         listener: str = KAFKA_LISTENER,
         principal: Principal = ANONYMOUS,
+        throttle: Callable[[int], None] | None = None,
     ) -> bytearray | None:
         """The response frame to one request frame, None if none is due (acks=0). Raises
         _CloseConnection when the request cannot be answered. ``broker_id``: the broker whose
         port accepted the connection (None: the bootstrap listener); ``listener``: the Kafka
-        listener that accepted it; ``principal``: the connection's."""
+        listener that accepted it; ``principal``: the connection's. ``throttle(ms)`` is
+        called when a client quota applies to the request: with 0 as its handling starts, and
+        with how long it throttles the client if it does."""
         api_key, api_version, correlation_id = peek_request(frame)
         started = time.perf_counter()
         respond = functools.partial(
@@ -361,6 +372,7 @@ class KafkaServer:
             api_key,
             api_version,
             correlation_id,
+            throttle=throttle,
         )
         try:
             if not records_root_spans(self._tracer_provider):
@@ -396,6 +408,7 @@ class KafkaServer:
         api_version: int,
         correlation_id: int,
         span: trace.Span | None,
+        throttle: Callable[[int], None] | None = None,
     ) -> bytearray | None:
         if api_key == ApiKey.API_VERSIONS:
             served = self._dispatcher.advertised_range(api_key)
@@ -414,13 +427,31 @@ class KafkaServer:
         if span is not None and header.client_id is not None:
             span.set_attribute("kafka.client_id", header.client_id)
         handler = self._dispatcher.handler(api_key)
-        response = await self._handle(handler, request, context)
-        if response is None:
-            return None
-        if span is not None:
+        usage = self._quotas.usage(context) if self._quotas is not None else None
+        if usage is None:
+            response = await self._handle(handler, request, context)
+        else:
+            if throttle is not None:
+                throttle(0)
+            response = await usage.timed(self._handle(handler, request, context))
+        if span is not None and response is not None:
             code = _error_code(response, _ERROR_CODE_DEPTH_MAX)
             if code is not None:
                 span.set_attribute("kafka.error_code", code)
+        if usage is None:
+            if response is None:
+                return None
+            return self._encode(peer, api_key, api_version, correlation_id, response)
+        encode = functools.partial(self._encode, peer, api_key, api_version, correlation_id)
+        answer, throttle_ms = usage.answer(FRAME_SIZE_BYTES + len(frame), response, encode)
+        if throttle is not None and throttle_ms > 0:
+            throttle(throttle_ms)
+        return answer
+
+    @staticmethod
+    def _encode(
+        peer: str, api_key: int, api_version: int, correlation_id: int, response: Message
+    ) -> bytearray:
         try:
             return encode_response(api_key, api_version, correlation_id, response)
         except ProtocolError as e:
@@ -568,6 +599,11 @@ class _Connection(asyncio.Protocol):
         self._frame_started_s: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._abort_timer: asyncio.TimerHandle | None = None
+        # A client quota applies: one request at a time, as Kafka's channels (see _throttle).
+        self._one_at_a_time = False
+        # A client quota's throttle (KIP-219): nothing is read until the timer ends it.
+        self._muted_until_s = 0.0
+        self._mute_timer: asyncio.TimerHandle | None = None
         self._authentication_timer: asyncio.TimerHandle | None = None
         self._done: asyncio.Future[None] = self._loop.create_future()
 
@@ -628,7 +664,12 @@ class _Connection(asyncio.Protocol):
             _logger.debug("connection lost", extra={"peer": self._peer})
         self._closing = True
         self._server._connections.discard(self)
-        for timer in (self._idle_timer, self._abort_timer, self._authentication_timer):
+        for timer in (
+            self._idle_timer,
+            self._abort_timer,
+            self._authentication_timer,
+            self._mute_timer,
+        ):
             if timer is not None:
                 timer.cancel()
         for task in self._pending:
@@ -706,7 +747,12 @@ class _Connection(asyncio.Protocol):
                     principal = auth.principal or ANONYMOUS
                 task = self._loop.create_task(
                     self._server.respond(
-                        frame, self._peer, self._broker_id, self._listener, principal
+                        frame,
+                        self._peer,
+                        self._broker_id,
+                        self._listener,
+                        principal,
+                        self._throttle,
                     )
                 )
             self._pending.append(task)
@@ -736,9 +782,36 @@ class _Connection(asyncio.Protocol):
     def _may_read(self) -> bool:
         if self._auth is not None and not self._auth.complete and self._pending:
             return False  # the SASL exchange is one request at a time
-        return not self._write_paused and (
-            len(self._pending) < self._limits.in_flight_per_connection_max
+        return (
+            not self._write_paused
+            and self._mute_timer is None
+            and len(self._pending) < self._limits.in_flight_per_connection_max
+            and not (self._one_at_a_time and self._pending)
         )
+
+    def _throttle(self, throttle_ms: int) -> None:
+        """A client quota applies to the connection's requests: from now on they are read one
+        at a time, each once the one before is answered, as Kafka's broker reads a channel, so
+        a throttle holds back everything the client sends after it (pipelined requests read
+        ahead would pass by it); and nothing is read for ``throttle_ms`` (from now, when the
+        throttled response is ready), or longer if already muted longer."""
+        self._one_at_a_time = True
+        if self._closing or throttle_ms <= 0:
+            return
+        until_s = self._loop.time() + throttle_ms / 1000
+        if until_s <= self._muted_until_s:
+            return
+        self._muted_until_s = until_s
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
+        self._mute_timer = self._loop.call_at(until_s, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._mute_timer = None
+        self._update_reading()
+        self._take_requests()
+        self._close_if_answered()
 
     def _update_reading(self) -> None:
         transport = self._transport

@@ -58,6 +58,7 @@ def test_every_service_of_the_system_is_defined_with_its_rpcs() -> None:
             "AlterPartitionReassignments", "ListPartitionReassignments", "UnregisterBroker",
             "CreateAcls", "DescribeAcls", "DeleteAcls",
             "AlterUserScramCredentials", "DescribeUserScramCredentials",
+            "AlterClientQuotas", "DescribeClientQuotas",
         },
         "GroupCoordinatorService": {
             "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup",

@@ -53,6 +53,8 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_PRODUCERS = 61
@@ -2198,6 +2200,138 @@ LIST_PARTITION_REASSIGNMENTS_RESPONSE: Final = MessageSpec(
 )
 
 
+DESCRIBE_CLIENT_QUOTAS_REQUEST: Final = MessageSpec(
+    "DescribeClientQuotasRequest",
+    48,
+    (0, 1),
+    (1, HI),
+    (
+        F(
+            "components",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("entity_type", "string", (0, HI)),
+                F("match_type", "int8", (0, HI)),
+                F("match", "string", (0, HI), nullable=(0, HI)),
+            ),
+        ),
+        F("strict", "bool", (0, HI)),
+    ),
+)
+
+
+DESCRIBE_CLIENT_QUOTAS_RESPONSE: Final = MessageSpec(
+    "DescribeClientQuotasResponse",
+    48,
+    (0, 1),
+    (1, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F("error_code", "int16", (0, HI)),
+        F("error_message", "string", (0, HI), nullable=(0, HI)),
+        F(
+            "entries",
+            "struct",
+            (0, HI),
+            array=True,
+            nullable=(0, HI),
+            fields=(
+                F(
+                    "entity",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("entity_type", "string", (0, HI)),
+                        F("entity_name", "string", (0, HI), nullable=(0, HI)),
+                    ),
+                ),
+                F(
+                    "values",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(F("key", "string", (0, HI)), F("value", "float64", (0, HI))),
+                ),
+            ),
+        ),
+    ),
+)
+
+
+ALTER_CLIENT_QUOTAS_REQUEST: Final = MessageSpec(
+    "AlterClientQuotasRequest",
+    49,
+    (0, 1),
+    (1, HI),
+    (
+        F(
+            "entries",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F(
+                    "entity",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("entity_type", "string", (0, HI)),
+                        F("entity_name", "string", (0, HI), nullable=(0, HI)),
+                    ),
+                ),
+                F(
+                    "ops",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("key", "string", (0, HI)),
+                        F("value", "float64", (0, HI)),
+                        F("remove", "bool", (0, HI)),
+                    ),
+                ),
+            ),
+        ),
+        F("validate_only", "bool", (0, HI)),
+    ),
+)
+
+
+ALTER_CLIENT_QUOTAS_RESPONSE: Final = MessageSpec(
+    "AlterClientQuotasResponse",
+    49,
+    (0, 1),
+    (1, HI),
+    (
+        F("throttle_time_ms", "int32", (0, HI)),
+        F(
+            "entries",
+            "struct",
+            (0, HI),
+            array=True,
+            fields=(
+                F("error_code", "int16", (0, HI)),
+                F("error_message", "string", (0, HI), nullable=(0, HI)),
+                F(
+                    "entity",
+                    "struct",
+                    (0, HI),
+                    array=True,
+                    fields=(
+                        F("entity_type", "string", (0, HI)),
+                        F("entity_name", "string", (0, HI), nullable=(0, HI)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
+
 DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST: Final = MessageSpec(
     "DescribeUserScramCredentialsRequest",
     50,
@@ -2483,6 +2617,8 @@ REQUESTS: Final[dict[int, MessageSpec]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_REQUEST,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER_PARTITION_REASSIGNMENTS_REQUEST,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: LIST_PARTITION_REASSIGNMENTS_REQUEST,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: DESCRIBE_CLIENT_QUOTAS_REQUEST,
+    ApiKey.ALTER_CLIENT_QUOTAS: ALTER_CLIENT_QUOTAS_REQUEST,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
     ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_REQUEST,
@@ -2528,6 +2664,8 @@ RESPONSES: Final[dict[int, MessageSpec]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: INCREMENTAL_ALTER_CONFIGS_RESPONSE,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: LIST_PARTITION_REASSIGNMENTS_RESPONSE,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: DESCRIBE_CLIENT_QUOTAS_RESPONSE,
+    ApiKey.ALTER_CLIENT_QUOTAS: ALTER_CLIENT_QUOTAS_RESPONSE,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
     ApiKey.DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_RESPONSE,

@@ -25,9 +25,14 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
 from brook.errors import BrookError, ErrorCode
+from brook.metadata.image import quota_entity
 from brook.v1 import admin_pb2, admin_pb2_grpc, metadata_pb2, storage_pb2
 from brook_controller.acls import create_acls, delete_acls, describe_acls
 from brook_controller.changes import ChangeSet
+from brook_controller.client_quotas import (
+    alter_client_quotas,
+    describe_client_quotas,
+)
 from brook_controller.election import preferred_election, unclean_election
 from brook_controller.quorum_controller import QuorumController
 from brook_controller.reassignment import (
@@ -532,6 +537,47 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.DescribeUserScramCredentialsResponse(
             results=describe_credentials(self._controller.view.image, request.users)
         )
+
+    # ------------------------------------------------------------------ client quotas
+
+    async def AlterClientQuotas(
+        self, request: admin_pb2.AlterClientQuotasRequest, context: Any
+    ) -> admin_pb2.AlterClientQuotasResponse:
+        def blank(entry: admin_pb2.ClientQuotaAlteration) -> admin_pb2.AlterClientQuotasResult:
+            return admin_pb2.AlterClientQuotasResult(entity=entry.entity)
+
+        def decide(changes: ChangeSet) -> list[admin_pb2.AlterClientQuotasResult]:
+            return _per_resource(
+                request.entries,
+                lambda entry: quota_entity(entry.entity),
+                blank,
+                lambda entry, _: alter_client_quotas(changes, entry),
+            )
+
+        results = await _guarded(
+            lambda: self._controller.write(
+                decide, self._deadline(request.timeout_ms), validate_only=request.validate_only
+            ),
+            request.entries,
+            blank,
+            "AlterClientQuotas",
+        )
+        return admin_pb2.AlterClientQuotasResponse(entries=results)
+
+    async def DescribeClientQuotas(
+        self, request: admin_pb2.DescribeClientQuotasRequest, context: Any
+    ) -> admin_pb2.DescribeClientQuotasResponse:
+        try:
+            await self._controller.read_point(self._controller.deadline())
+            entries = describe_client_quotas(
+                self._controller.view.image.client_quotas, request.components, request.strict
+            )
+        except BrookError as error:
+            return admin_pb2.DescribeClientQuotasResponse(
+                error_code=error.code,  # type: ignore[arg-type]
+                error_message=error.message,
+            )
+        return admin_pb2.DescribeClientQuotasResponse(entries=entries)
 
 
 def _refused_auto_creations(

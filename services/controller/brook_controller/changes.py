@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from brook.metadata.image import QuotaEntity, quota_entity_parts
 from brook.v1 import metadata_pb2
 from brook_controller.commands import state_digest
 from brook_controller.image import (
     ControllerImage,
     acls_key,
     broker_key,
+    client_quota_key,
     cluster_key,
     configs_key,
     coordinator_key,
@@ -117,6 +119,18 @@ class ChangeSet:
             record.value = value
         self._records[f"{configs_key(resource_type, resource_name)}/{name}"] = (
             metadata_pb2.MetadataRecord(config=record)
+        )
+
+    def put_client_quota(self, entity: QuotaEntity, key: str, value: float | None) -> None:
+        """Sets quota ``key`` of ``entity`` to ``value``, or removes it (None)."""
+        self.require(client_quota_key(entity))
+        record = metadata_pb2.ClientQuotaRecord(
+            entity=quota_entity_parts(entity),
+            key=key,
+            value=value,
+        )
+        self._records[f"{client_quota_key(entity)}/{key}"] = metadata_pb2.MetadataRecord(
+            client_quota=record
         )
 
     def put_cluster(self, cluster_id: str) -> None:

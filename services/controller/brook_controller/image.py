@@ -13,12 +13,13 @@ state_machine.py and metadata_view.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
 from brook.metadata.delta import ConfigKey
-from brook.metadata.image import BROKER, TOPIC, MetadataImage
+from brook.metadata.image import BROKER, TOPIC, MetadataImage, QuotaEntity
 from brook.metadata.info import NO_LEADER
 from brook.v1 import metadata_pb2
 from brook_controller.placement import Load
@@ -30,6 +31,7 @@ __all__ = [
     "ControllerImage",
     "acls_key",
     "broker_key",
+    "client_quota_key",
     "cluster_key",
     "configs_key",
     "coordinator_key",
@@ -91,6 +93,11 @@ def acls_key() -> str:
 def scram_credential_key(name: str, mechanism: int) -> str:
     """A user's credential for one mechanism (the name last: it may hold '/')."""
     return f"scram/{mechanism}/{name}"
+
+
+def client_quota_key(entity: QuotaEntity) -> str:
+    """Every quota value of one client quota entity."""
+    return f"client-quota/{json.dumps(entity)}"
 
 
 def _serialize(message: Message) -> bytes:
@@ -156,6 +163,10 @@ class ControllerImage(MetadataImage):
             resource_type, _, resource_name = rest.partition("/")
             values = self.configs.get((int(resource_type), resource_name), {})
             return b"\0".join(f"{n}={v}".encode() for n, v in sorted(values.items()))
+        elif kind == "client-quota":
+            entity = tuple((entity_type, name) for entity_type, name in json.loads(rest))
+            quotas = self.client_quotas.get(entity, {})
+            return b"\0".join(f"{k}={v!r}".encode() for k, v in sorted(quotas.items()))
         elif kind == "producer-ids":
             message = self.producer_ids
         elif kind == "coordinator":
