@@ -59,11 +59,14 @@ class TopicInfo:
 
 @dataclass(frozen=True, slots=True)
 class ClusterView:
-    """One metadata answer. ``missing`` maps topics the cluster said do not exist to why."""
+    """One metadata answer. ``missing`` maps topics the cluster said do not exist to why,
+    ``unauthorized`` those it refused to describe to this client (TOPIC_AUTHORIZATION_FAILED)
+    to why."""
 
     brokers: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
     topics: Mapping[str, TopicInfo] = field(default_factory=lambda: MappingProxyType({}))
     missing: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    unauthorized: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def leader(self, topic: str, partition: int) -> tuple[int, str] | None:
         """(node id, host:port) of the partition's leader, or None when not known."""
@@ -114,11 +117,15 @@ def parse_metadata(
             brokers[broker.node_id] = address
     topics: dict[str, TopicInfo] = {}
     missing: dict[str, str] = {}
+    unauthorized: dict[str, str] = {}
     unresolved: list[str] = []
     for topic in response.topics:
         code = error_code(topic.error_code)
         if code in _MISSING_TOPIC_CODES:
             missing[topic.name] = topic.error_message or code.name
+            continue
+        if code is ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            unauthorized[topic.name] = topic.error_message or code.name
             continue
         info = _topic_info(topic) if code is ErrorCode.NONE else None
         if info is None:
@@ -134,7 +141,10 @@ def parse_metadata(
             if name in previous.topics:
                 topics[name] = previous.topics[name]
     view = ClusterView(
-        MappingProxyType(brokers), MappingProxyType(topics), MappingProxyType(missing)
+        MappingProxyType(brokers),
+        MappingProxyType(topics),
+        MappingProxyType(missing),
+        MappingProxyType(unauthorized),
     )
     return view, unresolved
 
@@ -175,6 +185,11 @@ class Metadata:
     @property
     def cluster(self) -> ClusterView:
         return self._cluster
+
+    @property
+    def refreshed_at(self) -> float:
+        """When (time.monotonic) the cluster last answered a refresh."""
+        return self._last_refresh
 
     @property
     def last_error(self) -> str:

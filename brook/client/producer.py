@@ -51,6 +51,7 @@ from brook.client.config import ClientSettings, ProducerConfig, producer_config
 from brook.client.consumer import offsets_to_commit
 from brook.client.core import CLOSE_MARGIN_S, ClientCore, start_on_thread
 from brook.client.errors import (
+    ApiError,
     ClientClosedError,
     ClientTimeoutError,
     TransactionStateError,
@@ -68,6 +69,7 @@ from brook.client.sender import Sender
 from brook.client.transactions import Operation, TransactionManager, TransactionTracker
 from brook.client.types import Header, PreparedTransaction, RecordMetadata, TopicPartition
 from brook.closing import AsyncClosing, Closing
+from brook.errors import ErrorCode
 
 __all__ = ["AsyncProducer", "Producer"]
 
@@ -151,7 +153,8 @@ class _ProducerCore(ClientCore):
         timestamp: int | None,
     ) -> Steps[RecordFuture]:
         """send, once the fast path found it must wait for metadata or memory."""
-        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        started = time.monotonic()
+        deadline = started + self.config.max_block_ms / 1000
         waiting_for_memory = False
         self.metadata.add_topics((topic,))
         try:
@@ -162,6 +165,19 @@ class _ProducerCore(ClientCore):
                 except NeedMetadata:
                     # Ask again while we wait (the metadata cache spaces the requests).
                     self.metadata.request_update()
+                    refused = self.metadata.cluster.unauthorized.get(topic)
+                    if refused is not None and self.metadata.refreshed_at >= started:
+                        # Said by an answer to this send's own request (not one from before
+                        # an ACL may have been granted): fail now, as Kafka's producer does.
+                        error: ApiError = ApiError(
+                            ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            f"not authorized to describe or write topic {topic!r}: {refused}",
+                        )
+                        self.send_failed(error)
+                        batch = ProducerBatch.failed(
+                            topic, -1 if partition is None else partition, error
+                        )
+                        return RecordFuture(batch, 0, -1)
                     if time.monotonic() >= deadline:
                         problem = self._placement_problem(topic, partition)
                         error = UnknownTopicOrPartitionError(problem)

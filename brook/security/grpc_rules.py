@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from brook.errors import ErrorCode
 from brook.security.authorizer import (
     ALTER,
     ALTER_CONFIGS,
@@ -212,12 +213,23 @@ def _describe_named_topics(field: str) -> Callable[[Any, Authorizer], Iterable[A
 
 def _describable_topics(field: str) -> Callable[[Any, Any, Permits], None]:
     """Keeps, in a response listing every topic (no names asked), the ones the caller may
-    describe."""
+    describe; in one naming topics, answers those it may not describe with
+    TOPIC_AUTHORIZATION_FAILED and nothing else (not even whether they exist)."""
 
     def filter_response(request: Any, response: Any, permits: Permits) -> None:
-        if getattr(request, field):
-            return
-        kept = [t for t in response.topics if permits(Action(TOPIC, t.name, DESCRIBE))]
+        named = bool(getattr(request, field))
+        kept = []
+        for topic in response.topics:
+            if permits(Action(TOPIC, topic.name, DESCRIBE)):
+                kept.append(topic)
+            elif named:
+                kept.append(
+                    type(topic)(
+                        name=topic.name,
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        error_message=f"not authorized to describe topic {topic.name!r}",
+                    )
+                )
         del response.topics[:]
         response.topics.extend(kept)
 
@@ -339,8 +351,10 @@ METHOD_RULES: Final[Mapping[str, MethodRule]] = {
     _STORAGE + "Subscribe": _on_topics(READ, "READ on each topic", _partition_topics),
     _STORAGE + "ListOffsets": _on_topics(DESCRIBE, "DESCRIBE on each topic", _partition_topics),
     _STORAGE + "GetMetadata": MethodRule(
-        "DESCRIBE on each named topic; without names, only describable topics are listed",
-        _describe_named_topics("topics"),
+        "DESCRIBE on a topic to see it: a named topic the caller may not describe is answered "
+        "TOPIC_AUTHORIZATION_FAILED (whether or not it exists), and a listing of every topic "
+        "shows only describable ones, as Kafka's Metadata",
+        _none,
         filter_response=_describable_topics("topics"),
     ),
     _STORAGE + "InitProducerId": MethodRule(

@@ -56,8 +56,11 @@ SERVICES: tuple[ServiceDescriptor, ...] = tuple(
 METHODS: tuple[MethodDescriptor, ...] = tuple(m for s in SERVICES for m in s.methods)
 # The methods a caller without any ACL may still call: the quorum's and the cluster's
 # whereabouts (Kafka's Metadata brokers and controller), and the listings that show only what
-# the caller may describe.
+# the caller may describe. GetMetadata answers a named topic the caller may not describe with
+# TOPIC_AUTHORIZATION_FAILED in place of its metadata, as Kafka's Metadata does
+# (tests/integration/test_acl_enforcement.py).
 OPEN_TO_ANYONE = {
+    "brook.v1.StorageService/GetMetadata",
     "brook.v1.AdminService/DescribeCluster",
     "brook.v1.ControllerService/DescribeQuorum",
     "brook.v1.GroupCoordinatorService/ListGroups",
