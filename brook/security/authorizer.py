@@ -200,6 +200,8 @@ class Authorizer:
         self.allow_if_no_acl = allow_if_no_acl
         self._index: dict[int, _TypeIndex] = {}
         self._image: MetadataImage | None = None
+        # Whether the ACLs are the cluster's (see ``use``): until then only super users pass.
+        self._ready = False
 
     @classmethod
     def from_config(cls, config: Config) -> Authorizer:
@@ -211,7 +213,8 @@ class Authorizer:
         )
 
     def load(self, acls: Iterable[metadata_pb2.AccessControlEntryRecord]) -> None:
-        """Replaces the ACLs the answers come from."""
+        """Replaces the ACLs the answers come from (and makes the authorizer ready: see
+        ``use``)."""
         index: dict[int, _TypeIndex] = {}
         for acl in acls:
             by_type = index.setdefault(acl.resource_type, _TypeIndex())
@@ -222,13 +225,19 @@ class Authorizer:
         for by_type in index.values():
             by_type.prefix_lengths = sorted({len(prefix) for prefix in by_type.prefixed})
         self._index = index
+        self._ready = True
 
     def use(self, image: MetadataImage) -> None:
         """Answers from ``image``'s ACLs (loaded now; not at all while off) and resolves topic
-        ids in it."""
+        ids in it. An image that holds no metadata yet (offset -1: the process has not
+        received its first snapshot) leaves the authorizer not ready: it refuses everyone but
+        the super users, as Kafka's StandardAuthorizer does until its first load, rather than
+        answering from no ACLs at all (which would let allow.everyone.if.no.acl.found open
+        what a DENY closes)."""
         self._image = image
         if self.enabled:
             self.load(image.acls.values())
+            self._ready = image.offset >= 0
 
     def follow(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Keeps up with ``image`` after the update ``delta`` describes: reloads the ACLs if
@@ -260,6 +269,8 @@ class Authorizer:
         resource (``resource_type``, ``resource_name``)."""
         if not self.enabled or principal in self.super_users:
             return True
+        if not self._ready:
+            return False
         if self._decide(principal, host, operation, resource_type, resource_name):
             return True
         if resource_type == CLUSTER and operation == IDEMPOTENT_WRITE:
@@ -295,6 +306,8 @@ class Authorizer:
         prefix of its name, or a DENY of every name)."""
         if not self.enabled or principal in self.super_users:
             return True
+        if not self._ready:
+            return False
         if self._decide(principal, host, operation, resource_type, _UNNAMED_RESOURCE):
             return True
         by_type = self._index.get(resource_type)

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["DEFAULT_VALIDITY", "CertificateAuthority"]
+__all__ = ["DEFAULT_VALIDITY", "CertificateAuthority", "write_private"]
 
 DEFAULT_VALIDITY: Final = datetime.timedelta(days=365)
 
@@ -31,9 +31,11 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Writes a file only its owner may read (it holds a private key)."""
+def write_private(path: Path, data: bytes) -> None:
+    """Writes a file only its owner may read (it holds a private key or a password), whatever
+    the mode of a file it replaces."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file that existed keeps its mode through os.open
     with os.fdopen(fd, "wb") as f:
         f.write(data)
 
@@ -100,7 +102,7 @@ class CertificateAuthority:
 
     def save(self, key_path: Path, certificate_path: Path) -> None:
         """The CA's key (owner-only) and certificate (the truststore of its cluster)."""
-        _write_private(key_path, _key_pem(self.key))
+        write_private(key_path, _key_pem(self.key))
         certificate_path.write_bytes(self.certificate_pem)
 
     def issue(
@@ -145,7 +147,7 @@ class CertificateAuthority:
                 x509.SubjectAlternativeName(alternative_names), critical=False
             )
         certificate = builder.sign(self.key, hashes.SHA256())
-        _write_private(
+        write_private(
             keystore,
             _key_pem(key, key_password) + certificate.public_bytes(serialization.Encoding.PEM),
         )

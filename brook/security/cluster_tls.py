@@ -25,7 +25,6 @@ users: nobody else may do anything until an ACL allows it.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from typing import Final
 
 from brook.config import STANDARD_AUTHORIZER
 from brook.rpc.channels import ChannelSecurity
-from brook.security.certificates import CertificateAuthority
+from brook.security.certificates import CertificateAuthority, write_private
 from brook.security.tls import TlsFiles
 
 __all__ = ["ADMIN_COMMON_NAME", "CLUSTER_COMMON_NAME", "TLS_DIR", "ClusterTls"]
@@ -139,7 +138,7 @@ class ClusterTls:
             f"sasl.password={password}",
             f"ssl.ca.location={self.truststore}",
         ]
-        _write_owner_only(self.kafka_client_properties, "\n".join(kafka_lines) + "\n")
+        write_private(self.kafka_client_properties, ("\n".join(kafka_lines) + "\n").encode())
 
     def service_settings(self) -> Mapping[str, str]:
         """The settings of every process of the cluster."""
@@ -162,9 +161,3 @@ class ClusterTls:
             key_pem=material.key_pem,
             chain_pem=material.chain_pem,
         )
-
-
-def _write_owner_only(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)

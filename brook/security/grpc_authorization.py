@@ -2,9 +2,9 @@
 runtime installs when ``authorizer.class.name`` is set, brook/server.py).
 
 Each call's method is looked up in brook.security.grpc_rules.METHOD_RULES; the caller's
-principal comes from ``principal_of`` (one injection point: brook.security.grpc_identity's
-``principal_of`` once it is wired, User:ANONYMOUS until then) and its host from the peer
-address. A call that needs an action the caller may not take is refused before the servicer
+principal comes from ``principal_of`` (brook/server.py passes brook.security.grpc_identity's:
+the client certificate, else SCRAM-checked credentials, else User:ANONYMOUS) and its host from
+the peer address. A call that needs an action the caller may not take is refused before the servicer
 runs, so it changes nothing: status PERMISSION_DENIED, details naming the Kafka error, the
 principal and the action, and the Kafka error code (TOPIC/GROUP/CLUSTER/
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED) in the trailing metadata ``brook-error-code``

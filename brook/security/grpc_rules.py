@@ -8,8 +8,8 @@ needs every action its rule names; the interceptor (brook.security.grpc_authoriz
 it whole at the first one denied. Calls that list everything (GetMetadata or DescribeTopics
 without names, ListGroups, ListTransactions) are answered with only what the caller may
 describe, as Kafka's Metadata and ListGroups are. docs/decisions.md (Security: authorization)
-has the table in words; tests/unit/security/test_authorization_tables.py fails when a method
-has no rule.
+has the table in words; tests/unit/security/test_grpc_authorization.py fails when a method has no
+rule.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from brook.errors import ErrorCode
+from brook.security.acl import WILDCARD_RESOURCE
 from brook.security.authorizer import (
     ALTER,
     ALTER_CONFIGS,
@@ -131,6 +132,16 @@ def _group_then_topics(
     return actions
 
 
+def _describable_offsets(request: Any, response: Any, permits: Permits) -> None:
+    """Keeps, in an answer for every partition of a group (none named), the offsets of the
+    topics the caller may describe, as Kafka's OffsetFetch does."""
+    if request.partitions:
+        return
+    kept = [p for p in response.partitions if permits(Action(TOPIC, p.topic, DESCRIBE))]
+    del response.partitions[:]
+    response.partitions.extend(kept)
+
+
 def _on_group(operation: int, summary: str) -> MethodRule:
     def actions(request: Any, authorizer: Authorizer) -> Iterable[Action]:
         del authorizer
@@ -186,8 +197,12 @@ def _create_topics(request: Any, authorizer: Authorizer) -> Iterable[Action]:
 
 def _delete_topics(request: Any, authorizer: Authorizer) -> Iterable[Action]:
     names = list(request.names)
-    # An unknown id is answered UNKNOWN_TOPIC_ID by the controller, as Kafka does.
-    names.extend(n for i in request.topic_ids if (n := authorizer.topic_name(i)) is not None)
+    # An id this process's metadata cannot name needs DELETE on every topic (the literal
+    # "*"); the controller answers UNKNOWN_TOPIC_ID for an id it does not know, as Kafka does.
+    names.extend(
+        WILDCARD_RESOURCE if (n := authorizer.topic_name(i)) is None else n
+        for i in request.topic_ids
+    )
     return [Action(TOPIC, name, DELETE) for name in dict.fromkeys(names)]
 
 
@@ -321,7 +336,10 @@ METHOD_RULES: Final[Mapping[str, MethodRule]] = {
         "READ on the group and on each topic", _group_then_topics(READ, READ)
     ),
     _GROUP + "FetchOffsets": MethodRule(
-        "DESCRIBE on the group and on each topic", _group_then_topics(DESCRIBE, DESCRIBE)
+        "DESCRIBE on the group and on each topic; asked for every partition, only the "
+        "topics the caller may describe are answered",
+        _group_then_topics(DESCRIBE, DESCRIBE),
+        filter_response=_describable_offsets,
     ),
     _GROUP + "DescribeGroups": _on_groups(DESCRIBE, "DESCRIBE on each group"),
     _GROUP + "ListGroups": MethodRule(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from brook.errors import ErrorCode
+from brook.security.acl import WILDCARD_RESOURCE
 from brook.security.authorizer import (
     ALTER,
     ALTER_CONFIGS,
@@ -251,16 +252,17 @@ def _delete_topics(backend: Backend) -> ApiHandler:
             )
         return {"throttle_time_ms": 0, "responses": answers}
 
-    # v6 names topics by name or by id; the controller answers UNKNOWN_TOPIC_ID for an id it
-    # does not know.
+    # v6 names topics by name or by id. An id this gateway's metadata cannot name (unknown, or
+    # created a moment ago) needs DELETE on every topic (the literal "*"): the controller then
+    # answers UNKNOWN_TOPIC_ID for an id it does not know either, as Kafka does, and nobody
+    # deletes a topic they may not by naming it by an id the gateway has not seen yet.
     def deletable(item: Message, request: Message, context: RequestContext) -> list[Action]:
         del request, context
         name = item["name"]
         if name is None:
             state = backend.image.topic_by_id(item["topic_id"])
-            # An unknown id is the controller's UNKNOWN_TOPIC_ID, as in Kafka.
-            name = None if state is None else state.name
-        return [] if name is None else [Action(TOPIC, name, DELETE)]
+            name = WILDCARD_RESOURCE if state is None else state.name
+        return [Action(TOPIC, name, DELETE)]
 
     return ApiHandler(
         ApiKey.DELETE_TOPICS,

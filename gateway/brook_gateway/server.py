@@ -30,9 +30,11 @@ SASL listener the user it authenticated as (brook_gateway.sasl), and until it ha
 ApiVersions, SaslHandshake and SaslAuthenticate is served, one request at a time, each frame
 at most `SASL_FRAME_BYTES_MAX`, and one that has not authenticated within
 `ServerLimits.authentication_timeout_ms` is closed; otherwise `User:ANONYMOUS`. A TLS
-handshake must complete within `TLS_HANDSHAKE_TIMEOUT_S` (a connection is counted against
-max.connections once it has); one that fails (garbage, a plaintext client, a certificate the
-trust store does not vouch for or that has expired) closes that connection only.
+handshake must complete within `TLS_HANDSHAKE_TIMEOUT_S`, and a connection is counted against
+max.connections from the moment it is accepted, handshake included (`_TlsGate`: a client that
+opens sockets and never finishes a handshake cannot exhaust the process's descriptors); one
+that fails (garbage, a plaintext client, a certificate the trust store does not vouch for or
+that has expired) closes that connection only.
 
 Bad input closes only the connection that sent it, with the reason logged: a malformed frame,
 an unknown API key or a version without a schema (as Kafka does). A known API at a version the
@@ -53,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -238,6 +241,8 @@ class KafkaServer:
         # (listener name, broker id) -> the listener on its own port (kafka.node.port.base + id).
         self._node_servers: dict[tuple[str, int], asyncio.Server] = {}
         self._connections: set[_Connection] = set()
+        # Accepted TLS connections still in their handshake (counted against max.connections).
+        self._handshakes: set[_TlsGate] = set()
         self._deadlines = _Deadlines(_DEADLINE_TICK_S)
 
     @property
@@ -285,14 +290,11 @@ class KafkaServer:
     ) -> asyncio.Server:
         loop = asyncio.get_running_loop()
         protocol = functools.partial(self._protocol, listener, broker_id)
-        if listener.tls is None:
+        tls = listener.tls
+        if tls is None:
             return await loop.create_server(protocol, listener.host, port)
         return await loop.create_server(
-            protocol,
-            listener.host,
-            port,
-            ssl=listener.tls.context,
-            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+            lambda: _TlsGate(self, protocol(), tls.context), listener.host, port
         )
 
     async def open_node_listener(
@@ -328,6 +330,8 @@ class KafkaServer:
         self._node_servers.clear()
         for server in servers:
             server.close()
+        for gate in list(self._handshakes):
+            gate.abort()
         connections = set(self._connections)
         for connection in connections:
             connection.close()
@@ -552,6 +556,73 @@ def _error_response(
         raise _CloseConnection(
             f"cannot answer API {api_key} v{context.api_version} with {error.name}: {e}"
         ) from None
+
+
+class _TlsGate(asyncio.Protocol):
+    """A TCP connection to a TLS listener until its handshake is done: counted against
+    max.connections as soon as it is accepted (asyncio's own TLS servers make the protocol
+    only after the handshake, so a client that never finishes one would hold its descriptor
+    uncounted), then upgraded (``loop.start_tls``) and handed to its ``_Connection``."""
+
+    def __init__(
+        self, server: KafkaServer, connection: _Connection, context: ssl.SSLContext
+    ) -> None:
+        self._server = server
+        self._connection = connection
+        self._context = context
+        self._transport: asyncio.Transport | None = None
+        self._upgrade: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        server = self._server
+        if len(server._connections) + len(server._handshakes) >= server._limits.connections_max:
+            peer = transport.get_extra_info("peername")
+            _logger.warning(
+                "connection refused: max.connections reached",
+                extra={"peer": str(peer), "max_connections": server._limits.connections_max},
+            )
+            transport.close()
+            return
+        # Nothing is read until start_tls has taken the transport over.
+        transport.pause_reading()
+        self._transport = transport
+        server._handshakes.add(self)
+        self._upgrade = asyncio.get_running_loop().create_task(self._start_tls(transport))
+
+    async def _start_tls(self, transport: asyncio.Transport) -> None:
+        try:
+            upgraded = await asyncio.get_running_loop().start_tls(
+                transport,
+                self._connection,
+                self._context,
+                server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as e:
+            _logger.debug("TLS handshake failed", extra={"reason": str(e)})
+            transport.close()
+            return
+        finally:
+            self._server._handshakes.discard(self)
+        if upgraded is None:
+            transport.close()
+            return
+        self._connection.connection_made(upgraded)
+
+    def data_received(self, data: bytes) -> None:
+        del data  # not reading until start_tls takes over
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server._handshakes.discard(self)
+
+    def abort(self) -> None:
+        """Ends a connection still in its handshake (the server is stopping)."""
+        if self._upgrade is not None:
+            self._upgrade.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+        self._server._handshakes.discard(self)
 
 
 class _Connection(asyncio.Protocol):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 import ssl
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
@@ -26,7 +28,7 @@ from brook_gateway.sasl import (
     sasl_handlers,
 )
 from brook_gateway.server import KafkaListener
-from gateway_support import dispatcher_with_api_versions, running_server
+from gateway_support import READ_TIMEOUT_S, dispatcher_with_api_versions, running_server
 from sasl_client import KafkaConnection, ScramClient, authenticate, plain_token
 
 from brook.errors import ErrorCode
@@ -306,6 +308,43 @@ def test_a_connection_that_does_not_authenticate_in_time_is_closed() -> None:
     async def run() -> None:
         async with running_server(
             _principal_echo(), listeners, _lookup({}), authentication_timeout_ms=200
+        ) as server:
+            await asyncio.to_thread(scenario, server.ports)
+
+    asyncio.run(run())
+
+
+def test_connections_in_their_tls_handshake_count_against_max_connections(tls: _Tls) -> None:
+    """A client that opens sockets and never finishes a handshake holds at most
+    max.connections of them: the next one is closed at once, and once the stalled ones go
+    a client gets in again."""
+    listeners = [KafkaListener("SSL", "127.0.0.1", 0, tls.context("none"))]
+
+    def scenario(ports: dict[str, int]) -> None:
+        address = ("127.0.0.1", ports["SSL"])
+        stalled = [socket.create_connection(address, timeout=READ_TIMEOUT_S) for _ in range(2)]
+        try:
+            with KafkaConnection(address, tls.client_context(False)) as refused:
+                raise AssertionError(f"a third connection was let in: {refused}")
+        except (ssl.SSLError, ConnectionError, OSError):
+            pass
+        finally:
+            for held in stalled:
+                held.close()
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while True:
+            try:
+                with KafkaConnection(address, tls.client_context(False)) as c:
+                    assert _who(c) == "User:ANONYMOUS@SSL"
+                    return
+            except (ssl.SSLError, ConnectionError, OSError):
+                # The server notices the stalled sockets' close as it reads them.
+                if time.monotonic() > deadline:
+                    raise
+
+    async def run() -> None:
+        async with running_server(
+            _principal_echo(), listeners, _lookup({}), connections_max=2
         ) as server:
             await asyncio.to_thread(scenario, server.ports)
 

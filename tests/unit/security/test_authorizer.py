@@ -275,3 +275,19 @@ def test_bad_authorization_settings_are_configuration_errors(
 ) -> None:
     with pytest.raises(ConfigError, match=named):
         _config({"node.id": "1", key: value})
+
+
+def test_until_the_first_metadata_arrives_only_super_users_pass() -> None:
+    """A process that has not received its metadata knows no ACL yet: answering from none
+    would let allow.everyone.if.no.acl.found open what a DENY closes (Kafka's StandardAuthorizer
+    refuses everyone but super users until its first load)."""
+    cache = MetadataCache()
+    auth = Authorizer(enabled=True, super_users=(BOB,), allow_if_no_acl=True)
+    cache.feed(auth)
+    assert not may(auth, READ, TOPIC, "t")
+    assert not auth.authorize_any(ALICE, HOST, WRITE, TOPIC)
+    assert may(auth, READ, TOPIC, "t", principal=BOB)
+    deny = acl(TOPIC, "t", READ, deny=True)
+    cache.replay(MetadataUpdate(True, 3, (_grant_record(deny),)))
+    assert not may(auth, READ, TOPIC, "t")
+    assert may(auth, READ, TOPIC, "other"), "no ACL names it: allowed everyone"
