@@ -79,6 +79,9 @@ __all__ = [
     "sasl_handlers",
 ]
 
+# PLAIN passwords checked at once, per server (each a PBKDF2 in a worker thread).
+PLAIN_CHECKS_MAX: Final = 2
+
 PLAIN: Final = "PLAIN"
 SASL_MECHANISMS: Final = (PLAIN, *MECHANISMS)
 """Every mechanism the gateway can offer (``sasl.enabled.mechanisms`` picks among them)."""
@@ -127,10 +130,15 @@ class MechanismServer(Protocol):
 
 
 class PlainServer:
-    """PLAIN (RFC 4616): one token, ``authzid NUL authcid NUL password``."""
+    """PLAIN (RFC 4616): one token, ``authzid NUL authcid NUL password``. The password costs a
+    PBKDF2 to check (in a worker thread); ``checks`` bounds how many run at once across the
+    connections that share it, so a flood of PLAIN attempts cannot take every core."""
 
-    def __init__(self, credentials: CredentialLookup) -> None:
+    def __init__(
+        self, credentials: CredentialLookup, checks: asyncio.Semaphore | None = None
+    ) -> None:
         self._credentials = credentials
+        self._checks = checks if checks is not None else asyncio.Semaphore(PLAIN_CHECKS_MAX)
         self._principal: Principal | None = None
 
     @property
@@ -165,7 +173,8 @@ class PlainServer:
                 break
         # An unknown user costs the same PBKDF2 as a known one.
         checked = record if record is not None else _unknown_user_credential(name)
-        verified = await asyncio.to_thread(verify_password, checked, password)
+        async with self._checks:
+            verified = await asyncio.to_thread(verify_password, checked, password)
         if record is None or not verified:
             raise AuthenticationFailed(_PLAIN_FAILED)
         self._principal = user(name)
@@ -371,10 +380,16 @@ class _Stage(enum.Enum):
 class SaslAuthenticator:
     """One connection's SASL exchange on a SASL listener (see the module docstring)."""
 
-    def __init__(self, enabled: tuple[str, ...], credentials: CredentialLookup) -> None:
+    def __init__(
+        self,
+        enabled: tuple[str, ...],
+        credentials: CredentialLookup,
+        plain_checks: asyncio.Semaphore | None = None,
+    ) -> None:
         assert enabled and all(m in SASL_MECHANISMS for m in enabled), enabled
         self._enabled = enabled
         self._credentials = credentials
+        self._plain_checks = plain_checks
         self._stage = _Stage.HANDSHAKE
         self._raw_tokens = False
         self._mechanism: MechanismServer | None = None
@@ -452,7 +467,7 @@ class SaslAuthenticator:
                 "mechanisms": list(self._enabled),
             }
         self._mechanism = (
-            PlainServer(self._credentials)
+            PlainServer(self._credentials, self._plain_checks)
             if mechanism == PLAIN
             else ScramServer(MECHANISMS[mechanism], self._credentials)
         )

@@ -85,6 +85,7 @@ from brook_gateway.protocol.primitives import ProtocolError
 from brook_gateway.protocol.schema import in_range
 from brook_gateway.quotas import ClientQuotas
 from brook_gateway.sasl import (
+    PLAIN_CHECKS_MAX,
     SASL_FRAME_BYTES_MAX,
     CredentialLookup,
     SaslAuthenticator,
@@ -241,6 +242,8 @@ class KafkaServer:
         # (listener name, broker id) -> the listener on its own port (kafka.node.port.base + id).
         self._node_servers: dict[tuple[str, int], asyncio.Server] = {}
         self._connections: set[_Connection] = set()
+        # Bounds the PBKDF2 checks of SASL PLAIN passwords of every connection at once.
+        self._plain_checks = asyncio.Semaphore(PLAIN_CHECKS_MAX)
         # Accepted TLS connections still in their handshake (counted against max.connections).
         self._handshakes: set[_TlsGate] = set()
         self._deadlines = _Deadlines(_DEADLINE_TICK_S)
@@ -346,7 +349,9 @@ class KafkaServer:
         authenticator = None
         if listener.sasl_mechanisms:
             assert self._credentials is not None
-            authenticator = SaslAuthenticator(listener.sasl_mechanisms, self._credentials)
+            authenticator = SaslAuthenticator(
+                listener.sasl_mechanisms, self._credentials, self._plain_checks
+            )
         return _Connection(self, listener.name, broker_id, authenticator)
 
     async def respond(
