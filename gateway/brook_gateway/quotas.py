@@ -14,10 +14,10 @@ request handler thread's time.
 
 How: the throttle goes back in the response's throttle_time_ms (the larger of the byte-rate
 and request-time throttles), and the server mutes the connection (reads nothing from it) for
-that long (KIP-219), so a client that ignores throttle_time_ms is held
-back all the same. From the first request a quota applies to, the server reads the
-connection's requests one at a time, as Kafka reads a channel, so that none pipelined behind a
-throttled one passes by its throttle (brook_gateway.server). A throttled Fetch is answered
+that long (KIP-219), so a client that ignores throttle_time_ms is held back all the same.
+From the first request a quota applies to, the server reads the connection's requests one at
+a time, as Kafka reads a channel, so that none pipelined behind a throttled one passes by its
+throttle (brook_gateway.server). A throttled Fetch is answered
 without data (its bytes are not counted), as Kafka's. No quota configured: nothing is measured
 and no request pays for this module.
 """
