@@ -230,6 +230,11 @@ class ServiceContext:
     grace period is not spent waiting for them."""
     grpc_listener: Listener
     """The GRPC listener the server is bound to."""
+    identity: GrpcIdentity
+    """Who each gRPC call is (brook.security.grpc_identity), over the SCRAM credentials of the
+    image the authorizer follows: the one the authorization interceptor asks when the
+    authorizer is on, and the one a service asks when it needs a caller's principal itself
+    whether or not it is (the storage nodes' client quotas)."""
     authorizer: Authorizer = field(default_factory=lambda: Authorizer(enabled=False))
     """The process's authorizer (authorizer.class.name): the gRPC interceptor asks it about
     every call; the service keeps it on the metadata it follows (``MetadataCache.feed``) and
@@ -247,15 +252,17 @@ async def make_directories(paths: Iterable[str]) -> None:
     await asyncio.to_thread(make)
 
 
-def _grpc_server(config: Config, traced_services: tuple[str, ...], authorizer: Authorizer) -> Any:
+def _grpc_server(
+    config: Config,
+    traced_services: tuple[str, ...],
+    authorizer: Authorizer,
+    identity: GrpcIdentity,
+) -> Any:
     request_bytes_max = config.get_int("socket.request.max.bytes")
     interceptors: list[grpc.aio.ServerInterceptor] = []
     if traced_services:
         interceptors.append(ServerTelemetryInterceptor(traced_services))
     if authorizer.enabled:
-        # The one place a gRPC call's identity comes from: its client certificate, or
-        # credentials checked against the SCRAM credentials of the image the authorizer follows.
-        identity = GrpcIdentity(lambda: authorizer.image)
         interceptors.append(AuthorizationInterceptor(authorizer, identity.principal_of))
     return grpc.aio.server(
         interceptors=interceptors,
@@ -394,7 +401,10 @@ async def _serve(
     health = Health(spec.health_names)
     await health.set_all(False)
     authorizer = Authorizer.from_config(config)
-    server = _grpc_server(config, spec.traced_services, authorizer)
+    # The one place a gRPC call's identity comes from: its client certificate, or credentials
+    # checked against the SCRAM credentials of the image the authorizer follows.
+    identity = GrpcIdentity(lambda: authorizer.image)
+    server = _grpc_server(config, spec.traced_services, authorizer, identity)
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
     reflection.enable_server_reflection(_reflection_names(spec), server)
     try:
@@ -426,7 +436,7 @@ async def _serve(
         _loop_idle.monitor = monitor
     try:
         clean = await _serve_started(
-            spec, config, stop, server, health, listener, authorizer, on_task_failure
+            spec, config, stop, server, health, listener, authorizer, identity, on_task_failure
         )
     finally:
         if _loop_idle.monitor is monitor:
@@ -445,6 +455,7 @@ async def _serve_started(
     health: Health,
     listener: Listener,
     authorizer: Authorizer,
+    identity: GrpcIdentity,
     on_task_failure: Callable[[BaseException], None],
 ) -> bool:
     """Starts the service on the bound server, waits for `stop`, shuts down; False if the
@@ -453,7 +464,9 @@ async def _serve_started(
     failed = False
 
     tasks = TaskOwner(on_task_failure)
-    context = ServiceContext(config, server, tasks, health, stop, listener, authorizer)
+    context = ServiceContext(
+        config, server, tasks, health, stop, listener, identity=identity, authorizer=authorizer
+    )
     service: Service | None = None
     try:
         service = spec.create(config)

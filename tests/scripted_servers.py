@@ -12,15 +12,15 @@ dead), until the server stops.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 
 from brook.rpc.addresses import format_address
 
-__all__ = ["LOOPBACK", "ScriptedServicer", "hang", "serving"]
+__all__ = ["LOOPBACK", "ScriptedServicer", "hang", "serving", "unary_handler"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -41,6 +41,16 @@ class ScriptedServicer:
 
     def called(self) -> None:
         self.calls.append(self.index)
+
+
+def unary_handler(
+    service: str, method: str, behaviour: Callable[[bytes, Any], Awaitable[bytes]]
+) -> grpc.GenericRpcHandler:
+    """``/service/method``, a unary method of raw bytes answered by ``behaviour(request,
+    context)``: register it with ``server.add_generic_rpc_handlers([...])``."""
+    return grpc.method_handlers_generic_handler(
+        service, {method: grpc.unary_unary_rpc_method_handler(behaviour)}
+    )
 
 
 @asynccontextmanager

@@ -91,7 +91,8 @@ def _common_keys() -> tuple[ConfigKey, ...]:
             "client.id",
             ConfigType.STRING,
             "",
-            "A name for this client, sent in the gRPC user agent and used in thread names and "
+            "A name for this client, sent in the gRPC user agent and with each produce and "
+            "fetch (the storage nodes apply its client quotas), and used in thread names and "
             "log lines.",
             _M,
         ),

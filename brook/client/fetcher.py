@@ -50,7 +50,7 @@ from brook.record import (
 )
 from brook.record.control import control_type_of
 from brook.rpc.backoff import backoff_s
-from brook.rpc.channels import ChannelPool
+from brook.rpc.channels import ChannelPool, client_id_metadata
 from brook.rpc.errors import rpc_error
 from brook.v1 import common_pb2, storage_pb2
 
@@ -354,6 +354,7 @@ class Fetcher:
         self._wakeup = wakeup
         self._notifier = notifier
         self._request_timeout_s = config.request_timeout_ms / 1000
+        self._call_metadata = client_id_metadata(config.client_id)
         self._fetching_nodes: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -454,7 +455,7 @@ class Fetcher:
         )
         try:
             response = await self._network.storage(address).Fetch(
-                request, timeout=self._request_timeout_s
+                request, timeout=self._request_timeout_s, metadata=self._call_metadata
             )
         except grpc.aio.AioRpcError as error:
             code, text = rpc_error(error)

@@ -42,7 +42,7 @@ from brook.client.runtime import Wakeup
 from brook.client.transactions import TransactionManager
 from brook.errors import ErrorCode, error_code
 from brook.rpc.backoff import backoff_s
-from brook.rpc.channels import ChannelPool
+from brook.rpc.channels import ChannelPool, client_id_metadata
 from brook.rpc.errors import rpc_error
 from brook.v1 import storage_pb2
 
@@ -88,6 +88,7 @@ class Sender:
         self._network = network
         self._wakeup = wakeup
         self._request_timeout_s = config.request_timeout_ms / 1000
+        self._call_metadata = client_id_metadata(config.client_id)
         # The node's own bound on waiting for replication: a tenth short of ours, so that
         # its REQUEST_TIMED_OUT answer arrives before our deadline cuts the call off.
         self._replication_timeout_ms = max(config.request_timeout_ms * 9 // 10, 1)
@@ -279,7 +280,7 @@ class Sender:
         )
         try:
             response = await self._network.storage(request.address).Produce(
-                message, timeout=self._request_timeout_s
+                message, timeout=self._request_timeout_s, metadata=self._call_metadata
             )
         except grpc.aio.AioRpcError as error:
             code, text = rpc_error(error)

@@ -14,6 +14,10 @@ blocking callers (Admin). ``sync_channel`` opens one blocking channel for a one-
 (health checks, probes, tools). Nothing else in Brook opens a channel
 (``tests/static/test_import_graph.py``).
 
+``client_id_metadata`` is the call metadata that names a client's ``client.id`` to the servers
+(``brook-client-id``): the SDK sends it with its Produce and Fetch calls, and the storage nodes
+apply the client id's quotas by it (brook_storage_node.client_quotas).
+
 ``ChannelSecurity`` says how a channel reaches its server: plaintext, or TLS (the server's
 certificate checked against given CA certificates or the system's, and the server's name
 against the address's host), optionally with a client certificate (mutual TLS) and a user name
@@ -31,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from typing import Any, Final, TypeAlias, TypeVar
+from urllib.parse import quote
 
 import grpc
 
@@ -45,6 +50,7 @@ from brook.v1 import (
 )
 
 __all__ = [
+    "CLIENT_ID_METADATA_KEY",
     "ENVELOPE_BYTES_MAX",
     "KEEPALIVE_TIMEOUT_MS",
     "KEEPALIVE_TIME_MS",
@@ -57,6 +63,7 @@ __all__ = [
     "ChannelSecurity",
     "SyncChannelPool",
     "channel_options",
+    "client_id_metadata",
     "default_security",
     "set_default_security",
     "sync_channel",
@@ -71,6 +78,10 @@ ENVELOPE_BYTES_MAX: Final = 64 * 1024
 # gRPC's reconnect back-off for callers that name none (Admin, health checks, tools).
 RECONNECT_BACKOFF_MS_DEFAULT: Final = 100
 RECONNECT_BACKOFF_MAX_MS_DEFAULT: Final = 1000
+
+CLIENT_ID_METADATA_KEY: Final = "brook-client-id"
+"""The call metadata key naming the caller's client id, percent-encoded (UTF-8) so that any
+client id is a valid metadata value."""
 
 ChannelOptions: TypeAlias = Sequence[tuple[str, Any]]
 _Stub = TypeVar("_Stub")
@@ -124,6 +135,12 @@ def channel_options(
         if limit is not None:
             options.append((name, -1 if limit < 0 else limit + ENVELOPE_BYTES_MAX))
     return options
+
+
+def client_id_metadata(client_id: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata naming ``client_id`` (``CLIENT_ID_METADATA_KEY``); "" is named too,
+    as Kafka's empty client id is a client id like any other."""
+    return ((CLIENT_ID_METADATA_KEY, quote(client_id, safe="")),)
 
 
 @dataclass(frozen=True, slots=True)

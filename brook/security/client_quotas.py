@@ -5,8 +5,9 @@ An entity is a user, a client id, or a user and a client id together; either nam
 default of its type (every user, every client id, without a quota of its own). Entities are the
 image's ``QuotaEntity`` (brook/metadata/image.py): (entity type, name or None for the default)
 parts sorted by type. The controller validates alterations with ``entity_problem`` and
-``value_problem`` (brook_controller/client_quotas.py); the gateway enforces the quotas with
-``applicable_quota`` (brook_gateway/quotas.py).
+``value_problem`` (brook_controller/client_quotas.py); the quota engine that the gateways and
+the storage nodes enforce them with looks them up with ``applicable_quota``
+(brook/security/quota_engine.py).
 """
 
 from __future__ import annotations

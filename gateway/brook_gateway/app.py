@@ -26,6 +26,7 @@ import logging
 from brook.config import Config, Listener
 from brook.membership import ClusterMembership, MembershipError
 from brook.security.authorizer import Authorizer
+from brook.security.quota_engine import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_SECONDS
 from brook.security.tls import ReloadingServerContext, TlsFiles, security_protocol, uses_tls
 from brook.server import ServiceContext, ServiceSpec
 from brook.v1 import common_pb2
@@ -47,7 +48,7 @@ from brook_gateway.data_apis import data_handlers
 from brook_gateway.group_apis import group_handlers
 from brook_gateway.node_listeners import NodeListeners
 from brook_gateway.quota_apis import quota_handlers
-from brook_gateway.quotas import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_SECONDS, ClientQuotas
+from brook_gateway.quotas import ClientQuotas
 from brook_gateway.sasl import CredentialLookup, sasl_handlers
 from brook_gateway.scram_apis import scram_handlers
 from brook_gateway.server import KafkaListener, KafkaServer, ServerLimits

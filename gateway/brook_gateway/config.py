@@ -29,9 +29,9 @@ from brook.config import (
 )
 from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 from brook.security.grpc_tls import INTER_BROKER_PROTOCOL
+from brook.security.quota_engine import QUOTA_CONFIG_KEYS
 from brook.security.tls import TLS_KEYS, security_protocol, uses_tls
 from brook_gateway.cluster_view import KAFKA_LISTENERS, PORT_MAX
-from brook_gateway.quotas import QUOTA_CONFIG_KEYS
 from brook_gateway.sasl import SASL_MECHANISMS
 
 __all__ = [

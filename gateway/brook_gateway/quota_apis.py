@@ -1,6 +1,7 @@
 """DescribeClientQuotas (48) and AlterClientQuotas (49): forwarded to the active controller's
 AdminService, whose answers carry Kafka's error codes (INVALID_REQUEST for a bad entity, key,
-value or filter). The gateways enforce the committed quotas (brook_gateway.quotas).
+value or filter). The gateways enforce the committed quotas (brook_gateway.quotas), and the
+storage nodes enforce them on gRPC clients (brook_storage_node.client_quotas).
 """
 
 from __future__ import annotations

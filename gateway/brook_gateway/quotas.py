@@ -1,12 +1,9 @@
 """Client quota enforcement at the gateway, Kafka's way (seed 001, section 4.9; KIP-13, KIP-124,
 KIP-219).
 
-Which quota applies: for each quota key on its own, the first entity in Kafka's precedence
-order (brook.security.client_quotas.precedence) that has one, for the request's principal name
-(``RequestContext.principal``) and client id (the request header's; null counts as ""). All
-requests of one quota group share one measured rate: its user and client id as far as the
-entity that matched names them (the default client-id quota is measured per client id, a
-user's quota across all its client ids), as Kafka's metric tags do.
+Which quota applies, how rates are measured and how long a throttle lasts is the shared
+engine's (brook.security.quota_engine): the principal is the request's
+(``RequestContext.principal``) and the client id the request header's (null counts as "").
 
 What is measured: Produce's request size against ``producer_byte_rate``; Fetch's response size
 against ``consumer_byte_rate``; and, for every request but ApiVersions, SaslHandshake and
@@ -15,21 +12,14 @@ the gateway's event loop (waits for other services are not the gateway's work) a
 ``request_percentage``, as a percentage of one second per second, the way Kafka measures a
 request handler thread's time.
 
-How: each rate is Kafka's sampled rate (``SampledRate``): ``quota.window.num`` samples of
-``quota.window.size.seconds`` each. A request is recorded first, then its quota checked; a
-rate over the quota throttles the client for (rate - quota) / quota x the measured window,
-at most one sample window (Kafka's ClientQuotaManager bound), the time it takes the rate to
-come back to the quota. The throttle goes back in the response's throttle_time_ms (the
-larger of the byte-rate and request-time throttles), and the server mutes the connection (reads
-nothing from it) for that long (KIP-219), so a client that ignores throttle_time_ms is held
-back all the same. From the first request a quota applies to, the server reads the
-connection's requests one at a time, as Kafka reads a channel, so that none pipelined behind a
-throttled one passes by its throttle (brook_gateway.server). A throttled Fetch is answered
+How: the throttle goes back in the response's throttle_time_ms (the larger of the byte-rate
+and request-time throttles), and the server mutes the connection (reads nothing from it) for
+that long (KIP-219), so a client that ignores throttle_time_ms is held back all the same.
+From the first request a quota applies to, the server reads the connection's requests one at
+a time, as Kafka reads a channel, so that none pipelined behind a throttled one passes by its
+throttle (brook_gateway.server). A throttled Fetch is answered
 without data (its bytes are not counted), as Kafka's. No quota configured: nothing is measured
 and no request pays for this module.
-
-Bounded: at most ``SENSORS_MAX`` rates are kept; rates idle for a whole window span (which
-then measure 0, as a new one would) are dropped first, then the oldest.
 """
 
 from __future__ import annotations
@@ -38,57 +28,20 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any, Final, TypeVar
 
-from brook.config import ConfigKey, ConfigType, Importance, Range
 from brook.metadata.image import QuotaEntity
 from brook.security.client_quotas import (
-    CLIENT_ID,
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
-    USER,
-    applicable_quota,
 )
+from brook.security.quota_engine import QuotaSensors, Sensor
 from brook.telemetry import meter
 from brook_gateway.apis import RequestContext
 from brook_gateway.protocol.codec import Message
 from brook_gateway.protocol.kafka_messages import RESPONSES, ApiKey
 from brook_gateway.protocol.schema import VersionRange, in_range
 
-__all__ = [
-    "QUOTA_CONFIG_KEYS",
-    "QUOTA_WINDOW_NUM",
-    "QUOTA_WINDOW_SIZE_SECONDS",
-    "SENSORS_MAX",
-    "ClientQuotas",
-    "RequestUsage",
-    "SampledRate",
-    "throttle_time_ms",
-]
-
-QUOTA_WINDOW_NUM: Final = "quota.window.num"
-QUOTA_WINDOW_SIZE_SECONDS: Final = "quota.window.size.seconds"
-QUOTA_CONFIG_KEYS: Final = (
-    ConfigKey(
-        QUOTA_WINDOW_NUM,
-        ConfigType.INT,
-        11,
-        "The number of samples a client quota's rate is measured over.",
-        Importance.LOW,
-        Range(1),
-    ),
-    ConfigKey(
-        QUOTA_WINDOW_SIZE_SECONDS,
-        ConfigType.INT,
-        1,
-        "The time span of each sample of a client quota's rate; also the longest a single "
-        "response throttles its client.",
-        Importance.LOW,
-        Range(1),
-    ),
-)
-
-SENSORS_MAX: Final = 10_000
-"""The most measured rates (quota key, user, client id) kept at once."""
+__all__ = ["ClientQuotas", "RequestUsage"]
 
 # Served before a SASL connection has its principal: not charged to anyone's request quota.
 _UNMETERED_APIS: Final = frozenset(
@@ -112,61 +65,6 @@ _QUOTA_TYPES: Final[dict[int, dict[str, str]]] = {
 }
 _REQUEST_QUOTA_TYPE: Final = {"quota.type": "request"}
 _T = TypeVar("_T")
-
-
-class SampledRate:
-    """Kafka's Rate over a SampledStat: values summed in ``samples`` samples of ``window_s``
-    each (a sample starts with the first value recorded after the previous one ended), divided
-    by the time they span, counted as at least ``samples - 1`` whole windows so that a rate
-    just started is not overstated. Samples older than the whole span are forgotten."""
-
-    __slots__ = ("_current", "_samples", "_starts_s", "_values", "_window_s", "last_recorded_s")
-
-    def __init__(self, samples: int, window_s: float, now_s: float) -> None:
-        assert samples >= 1 and window_s > 0
-        self._samples = samples
-        self._window_s = window_s
-        self._starts_s = [now_s] * samples
-        self._values = [0.0] * samples
-        self._current = 0
-        self.last_recorded_s = now_s
-
-    def record(self, value: float, now_s: float) -> None:
-        if now_s >= self._starts_s[self._current] + self._window_s:
-            self._current = (self._current + 1) % self._samples
-            self._starts_s[self._current] = now_s
-            self._values[self._current] = 0.0
-        self._values[self._current] += value
-        self.last_recorded_s = now_s
-
-    def _purge(self, now_s: float) -> None:
-        span_s = self._samples * self._window_s
-        for index, start_s in enumerate(self._starts_s):
-            if now_s - start_s >= span_s:
-                self._starts_s[index] = now_s
-                self._values[index] = 0.0
-
-    def window_s(self, now_s: float) -> float:
-        """The time the rate is measured over."""
-        self._purge(now_s)
-        elapsed_s = now_s - min(self._starts_s)
-        full_windows = int(elapsed_s // self._window_s)
-        if full_windows < self._samples - 1:
-            elapsed_s += (self._samples - 1 - full_windows) * self._window_s
-        return elapsed_s
-
-    def rate(self, now_s: float) -> float:
-        """Per second."""
-        window_s = self.window_s(now_s)
-        return sum(self._values) / window_s if window_s > 0 else 0.0
-
-
-def throttle_time_ms(rate: float, quota: float, window_s: float, throttle_max_ms: int) -> int:
-    """How long a client measured at ``rate`` over ``window_s`` must send nothing for its rate
-    to come back to ``quota`` (Kafka's QuotaUtils.throttleTime), at most ``throttle_max_ms``."""
-    if rate <= quota:
-        return 0
-    return min(round((rate - quota) / quota * window_s * 1000), throttle_max_ms)
 
 
 class _TimedSteps:
@@ -204,8 +102,8 @@ class RequestUsage:
         self,
         quotas: ClientQuotas,
         context: RequestContext,
-        byte_quota: tuple[SampledRate, float] | None,
-        request_quota: tuple[SampledRate, float] | None,
+        byte_quota: tuple[Sensor, float] | None,
+        request_quota: tuple[Sensor, float] | None,
     ) -> None:
         self._quotas = quotas
         self._api_key = context.header.api_key
@@ -224,29 +122,27 @@ class RequestUsage:
         """The response frame (``encode``d, with its throttle time) and how long to mute the
         connection for, in ms (0: not throttled)."""
         quotas = self._quotas
-        now_s = quotas.clock()
+        sensors = quotas.sensors
+        now_s = sensors.clock()
         byte_throttle_ms = request_throttle_ms = 0
         if self._request_quota is not None:
-            rate, quota = self._request_quota
-            rate.record(self.busy_s * 100, now_s)
-            request_throttle_ms = quotas.throttle_ms(rate, quota, now_s)
+            sensor, quota = self._request_quota
+            request_throttle_ms = sensors.record(sensor, quota, self.busy_s * 100, now_s)
         frame = None
         if self._api_key == ApiKey.FETCH and response is not None:
             if self._byte_quota is not None:
-                rate, quota = self._byte_quota
+                sensor, quota = self._byte_quota
                 frame = encode(response)
-                rate.record(len(frame), now_s)
-                byte_throttle_ms = quotas.throttle_ms(rate, quota, now_s)
+                byte_throttle_ms = sensors.record(sensor, quota, len(frame), now_s)
                 if byte_throttle_ms or request_throttle_ms:
-                    rate.record(-len(frame), now_s)  # not sent: not counted
+                    sensor.rate.record(-len(frame), now_s)  # not sent: not counted
             if byte_throttle_ms or request_throttle_ms:
                 # A throttled fetch is answered without data, as Kafka's.
                 response = {**response, "responses": []}
                 frame = None
         elif self._byte_quota is not None:
-            rate, quota = self._byte_quota
-            rate.record(request_bytes, now_s)
-            byte_throttle_ms = quotas.throttle_ms(rate, quota, now_s)
+            sensor, quota = self._byte_quota
+            byte_throttle_ms = sensors.record(sensor, quota, request_bytes, now_s)
         throttle_ms = max(byte_throttle_ms, request_throttle_ms)
         quotas.throttles.record(throttle_ms, _QUOTA_TYPES.get(self._api_key, _REQUEST_QUOTA_TYPE))
         if response is None:
@@ -271,14 +167,8 @@ class ClientQuotas:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``quotas``: the image's client quotas now (they change as metadata arrives)."""
-        assert window_num >= 1 and window_size_s >= 1
         self._quotas = quotas
-        self._window_num = window_num
-        self._window_size_s = window_size_s
-        self._throttle_max_ms = window_size_s * 1000
-        self.clock = clock
-        # (quota key, user, client id) -> its rate; "" where the matching entity has no part.
-        self._rates: dict[tuple[str, str, str], SampledRate] = {}
+        self.sensors = QuotaSensors(window_num, window_size_s, clock)
         self.throttles = meter(__name__).create_histogram(
             "brook.gateway.quota.throttle.time",
             unit="ms",
@@ -296,45 +186,10 @@ class ClientQuotas:
         byte_key = _BYTE_QUOTAS.get(api_key)
         byte_quota = None
         if byte_key is not None:
-            byte_quota = self._measured(quotas, byte_key, user, client_id)
+            byte_quota = self.sensors.measured(quotas, byte_key, user, client_id)
         request_quota = None
         if api_key not in _UNMETERED_APIS:
-            request_quota = self._measured(quotas, REQUEST_PERCENTAGE, user, client_id)
+            request_quota = self.sensors.measured(quotas, REQUEST_PERCENTAGE, user, client_id)
         if byte_quota is None and request_quota is None:
             return None
         return RequestUsage(self, context, byte_quota, request_quota)
-
-    def _measured(
-        self,
-        quotas: Mapping[QuotaEntity, Mapping[str, float]],
-        key: str,
-        user: str,
-        client_id: str,
-    ) -> tuple[SampledRate, float] | None:
-        found = applicable_quota(quotas, key, user, client_id)
-        if found is None:
-            return None
-        entity, quota = found
-        types = {entity_type for entity_type, _ in entity}
-        group = (key, user if USER in types else "", client_id if CLIENT_ID in types else "")
-        rate = self._rates.get(group)
-        if rate is None:
-            now_s = self.clock()
-            if len(self._rates) >= SENSORS_MAX:
-                self._forget_idle(now_s)
-            rate = SampledRate(self._window_num, self._window_size_s, now_s)
-            self._rates[group] = rate
-        return rate, quota
-
-    def _forget_idle(self, now_s: float) -> None:
-        span_s = self._window_num * self._window_size_s
-        for group, rate in list(self._rates.items()):
-            if now_s - rate.last_recorded_s >= span_s:
-                del self._rates[group]
-        while len(self._rates) >= SENSORS_MAX:
-            del self._rates[next(iter(self._rates))]
-
-    def throttle_ms(self, rate: SampledRate, quota: float, now_s: float) -> int:
-        return throttle_time_ms(
-            rate.rate(now_s), quota, rate.window_s(now_s), self._throttle_max_ms
-        )

@@ -40,8 +40,10 @@ from brook.membership import AppliedMetadataOffset, ClusterMembership
 from brook.metadata.delta import MetadataUpdate
 from brook.producer_ids import ProducerIdManager, controller_blocks
 from brook.rpc.backoff import RetryBackoff
+from brook.security.quota_engine import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_SECONDS
 from brook.server import ServiceContext, ServiceSpec, make_directories
 from brook.v1 import common_pb2, replica_pb2_grpc, storage_pb2_grpc
+from brook_storage_node.client_quotas import StorageQuotas
 from brook_storage_node.config import CONFIG_DEF
 from brook_storage_node.isr import IsrManager
 from brook_storage_node.limits import StorageLimits
@@ -192,6 +194,13 @@ class StorageNode:
             controller_addresses=tuple
             if membership is None
             else lambda: membership.client.addresses,
+            quotas=StorageQuotas(
+                lambda: view.image.client_quotas,
+                context.identity,
+                context.authorizer.super_users,
+                config.get_int(QUOTA_WINDOW_NUM),
+                config.get_int(QUOTA_WINDOW_SIZE_SECONDS),
+            ),
         )
         storage_pb2_grpc.add_StorageServiceServicer_to_server(  # type: ignore[no-untyped-call]
             self._servicer, context.server

@@ -37,6 +37,7 @@ from brook.config import (
 from brook.membership.config import MEMBERSHIP_CHECKS, MEMBERSHIP_KEYS
 from brook.record import BATCH_OVERHEAD
 from brook.security.grpc_tls import INTER_BROKER_PROTOCOL
+from brook.security.quota_engine import QUOTA_CONFIG_KEYS
 from brook.security.tls import TLS_KEYS
 from brook.topic_config import (
     CLEANUP_COMPACT,
@@ -541,6 +542,7 @@ CONFIG_DEF: Final = service_config_def(
         *MEMBERSHIP_KEYS,
         *TLS_KEYS,
         INTER_BROKER_PROTOCOL,
+        *QUOTA_CONFIG_KEYS,
         REQUEST_TIMEOUT_MS,
         ConfigKey(
             "queued.max.request.bytes",

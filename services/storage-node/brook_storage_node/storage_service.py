@@ -46,6 +46,9 @@ Kafka's terms:
   producers get their ids from the transaction coordinator: InitProducerId with a
   transactional id is refused here and says so.
 - DescribeLogDirs reports every log the node holds, with the log cleaner's view (log_dirs.py).
+- Client quotas (client_quotas.py), when the image has any: Produce and ProduceRecords are
+  measured by their request size, Fetch by its response size and Subscribe by each message's;
+  a throttled Produce or Fetch answers with ``throttle_time_ms``, late by that much.
 
 Every request gets a span and its latency recorded; bytes in/out and records in are counted
 per topic from batch headers (no per-record work).
@@ -70,8 +73,10 @@ from brook.producer_ids import (
     bumped,
 )
 from brook.record import ControlType, build_control_batch
+from brook.security.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from brook.telemetry import meter, tracer
 from brook.v1 import common_pb2, storage_pb2, storage_pb2_grpc
+from brook_storage_node.client_quotas import StorageQuotas
 from brook_storage_node.delayed_fetch import DataWaiter
 from brook_storage_node.errors import (
     ErrorResult,
@@ -220,13 +225,16 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         *,
         log_manager: LogManager,
         controller_addresses: Callable[[], Sequence[str]] = tuple,
+        quotas: StorageQuotas | None = None,
     ) -> None:
         """``verifier``: transactional batches are verified with their coordinator
         (produce.py, point 5); None: transaction.partition.verification.enable is false.
         ``log_manager``: the node's logs, which DescribeLogDirs reports.
         ``controller_addresses``: the controllers the node knows now, which GetMetadata
-        names (none without controllers)."""
+        names (none without controllers). ``quotas``: the client quotas produce and fetch
+        calls are held to (None: none)."""
         self._replicas = replicas
+        self._quotas = quotas
         self._controller_addresses = controller_addresses
         self._log_manager = log_manager
         self._producer_ids = producer_ids
@@ -249,6 +257,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         self, request: storage_pb2.ProduceRequest, context: Any
     ) -> storage_pb2.ProduceResponse:
         with self._instruments.request("Produce", context):
+            throttle_ms = await self._produce_quota(context, request)
             entries = [ProduceEntry(p.topic, p.partition, p.records) for p in request.partitions]
             results = await self._append_records(
                 "Produce",
@@ -260,12 +269,14 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 coordinator=request.origin == storage_pb2.PRODUCE_ORIGIN_COORDINATOR,
                 transactional_id=request.transactional_id,
             )
-            return storage_pb2.ProduceResponse(partitions=results)
+            await StorageQuotas.delay(context, throttle_ms)
+            return storage_pb2.ProduceResponse(partitions=results, throttle_time_ms=throttle_ms)
 
     async def ProduceRecords(
         self, request: storage_pb2.ProduceRecordsRequest, context: Any
     ) -> storage_pb2.ProduceRecordsResponse:
         with self._instruments.request("ProduceRecords", context):
+            throttle_ms = await self._produce_quota(context, request)
             entries = [
                 ProduceEntry(p.topic, p.partition, plain=PlainRecords(p.records, p.compression))
                 for p in request.partitions
@@ -278,7 +289,22 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 timeout_ms=request.timeout_ms,
                 size_bytes=request.ByteSize(),
             )
-            return storage_pb2.ProduceRecordsResponse(partitions=results)
+            await StorageQuotas.delay(context, throttle_ms)
+            return storage_pb2.ProduceRecordsResponse(
+                partitions=results, throttle_time_ms=throttle_ms
+            )
+
+    async def _produce_quota(
+        self,
+        context: Any,
+        request: storage_pb2.ProduceRequest | storage_pb2.ProduceRecordsRequest,
+    ) -> int:
+        """Holds a produce call while its quota group is throttled, then records its request
+        size: the throttle its answer carries (0: none)."""
+        if self._quotas is None:
+            return 0
+        call = await self._quotas.admit(context, PRODUCER_BYTE_RATE, "produce")
+        return 0 if call is None else self._quotas.record(call, request.ByteSize())
 
     async def _append_records(
         self,
@@ -315,7 +341,14 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         self, request: storage_pb2.FetchRequest, context: Any
     ) -> storage_pb2.FetchResponse:
         with self._instruments.request("Fetch", context):
-            return await self._fetch(request, context)
+            if self._quotas is None:
+                return await self._fetch(request, context)
+            call = await self._quotas.admit(context, CONSUMER_BYTE_RATE, "fetch")
+            response = await self._fetch(request, context)
+            if call is not None:
+                response.throttle_time_ms = self._quotas.record(call, response.ByteSize())
+                await StorageQuotas.delay(context, response.throttle_time_ms)
+            return response
 
     async def _fetch(
         self, request: storage_pb2.FetchRequest, context: Any
@@ -400,6 +433,10 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             await self._subscribe(request, context)
 
     async def _subscribe(self, request: storage_pb2.SubscribeRequest, context: Any) -> None:
+        quotas = self._quotas
+        call = None
+        if quotas is not None:
+            call = await quotas.admit(context, CONSUMER_BYTE_RATE, "fetch")
         request_error = None
         if request.max_bytes < 0 or request.partition_max_bytes < 0:
             request_error = ErrorResult(
@@ -482,6 +519,9 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 if message.partitions:
                     self._instruments.count_out([t.topic for t in ordered], passed.sizes_bytes)
                     await context.write(message)
+                    if quotas is not None and call is not None:
+                        quotas.record(call, message.ByteSize())
+                        await quotas.hold(context, call)
                     continue
                 await waiter.wait(self._limits.wait_ms_max / 1000)
 

@@ -1,6 +1,7 @@
-"""Client quota arithmetic (Kafka's sampled rate and throttle time), which quota applies
-(Kafka's precedence), and enforcement by a real server: throttle_time_ms in the response and
-the connection muted for that long, other clients untouched."""
+"""The gateway's client quotas (the engine's arithmetic and precedence are
+tests/unit/security/test_quota_engine.py's): what each request is measured by, and enforcement
+by a real server: throttle_time_ms in the response and the connection muted for that long,
+other clients untouched."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import dataclasses
 import functools
 import itertools
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from brook_gateway.protocol.frames import (
     encode_response,
 )
 from brook_gateway.protocol.kafka_messages import ApiKey
-from brook_gateway.quotas import SENSORS_MAX, ClientQuotas, SampledRate, throttle_time_ms
+from brook_gateway.quotas import ClientQuotas
 from brook_gateway.server import KafkaServer
 from gateway_support import (
     LIMITS,
@@ -35,7 +36,6 @@ from gateway_support import (
 from test_kafka_server import _heartbeat, _heartbeat_handler
 
 from brook.metadata.image import QuotaEntity
-from brook.security.client_quotas import applicable_quota, precedence
 from brook.security.principal import user
 
 MB = 1_000_000
@@ -46,38 +46,6 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
 
 
 # ---------------------------------------------------------------- arithmetic
-
-
-def test_a_new_rate_is_measured_over_all_but_one_sample_window() -> None:
-    rate = SampledRate(samples=11, window_s=1.0, now_s=100.0)
-    rate.record(10 * MB, 100.0)
-    # 10 MB just now: counted as if over 10 whole windows, not over an instant.
-    assert rate.window_s(100.0) == pytest.approx(10.0)
-    assert rate.rate(100.0) == pytest.approx(1 * MB)
-    # 5.5 s later: 5 whole windows, 5 short of 10, so 5.5 + 5.
-    rate.record(2 * MB, 105.5)
-    assert rate.window_s(105.5) == pytest.approx(10.5)
-    assert rate.rate(105.5) == pytest.approx(12 * MB / 10.5)
-
-
-def test_samples_older_than_the_whole_span_are_forgotten() -> None:
-    rate = SampledRate(samples=3, window_s=1.0, now_s=0.0)
-    rate.record(6.0, 0.0)
-    rate.record(3.0, 1.0)
-    rate.record(3.0, 2.0)
-    # Three samples over 2 s span, at least 2 windows.
-    assert rate.rate(2.5) == pytest.approx(12.0 / 2.5)
-    # At 3.0 the first sample (started at 0.0) is a whole span old.
-    assert rate.rate(3.0) == pytest.approx(6.0 / 2.0)
-    assert rate.rate(10.0) == 0.0
-
-
-def test_throttle_time_brings_the_rate_back_to_the_quota_within_the_bound() -> None:
-    # 2 MB/s over 10 s against 1 MB/s: 10 MB too many, 10 s at the quota's pace.
-    assert throttle_time_ms(2 * MB, 1 * MB, 10.0, 60_000) == 10_000
-    assert throttle_time_ms(1.1 * MB, 1 * MB, 10.0, 60_000) == 1_000
-    assert throttle_time_ms(2 * MB, 1 * MB, 10.0, 1_000) == 1_000
-    assert throttle_time_ms(1 * MB, 1 * MB, 10.0, 1_000) == 0
 
 
 def test_a_greedy_client_is_held_to_its_quota_over_time() -> None:
@@ -96,51 +64,6 @@ def test_a_greedy_client_is_held_to_its_quota_over_time() -> None:
         sent += 100_000
         now[0] += 0.001 + throttle_ms / 1000
     assert sent / now[0] == pytest.approx(1 * MB, rel=0.05)
-
-
-# ---------------------------------------------------------------- precedence
-
-_LEVELS = precedence("alice", "loader")
-
-
-@pytest.mark.parametrize("level", range(len(_LEVELS)))
-def test_the_most_specific_entity_with_the_key_applies(level: int) -> None:
-    """Quotas at this level and every less specific one: this level's applies."""
-    quotas = {entity: {"producer_byte_rate": float(i)} for i, entity in enumerate(_LEVELS)}
-    for more_specific in _LEVELS[:level]:
-        del quotas[more_specific]
-    # Other users, client ids and keys are never chosen.
-    quotas[(("user", "bob"),)] = {"producer_byte_rate": 99.0}
-    quotas[(("client-id", "other"),)] = {"producer_byte_rate": 99.0}
-    assert applicable_quota(quotas, "producer_byte_rate", "alice", "loader") == (
-        _LEVELS[level],
-        float(level),
-    )
-
-
-def test_precedence_is_kafkas_order() -> None:
-    assert _LEVELS == (
-        (("client-id", "loader"), ("user", "alice")),
-        (("client-id", None), ("user", "alice")),
-        (("user", "alice"),),
-        (("client-id", "loader"), ("user", None)),
-        (("client-id", None), ("user", None)),
-        (("user", None),),
-        (("client-id", "loader"),),
-        (("client-id", None),),
-    )
-
-
-def test_each_key_is_looked_up_on_its_own() -> None:
-    quotas: Mapping[QuotaEntity, Mapping[str, float]] = {
-        (("user", "alice"),): {"producer_byte_rate": 1.0},
-        (("client-id", "loader"),): {"consumer_byte_rate": 2.0},
-    }
-    assert applicable_quota(quotas, "consumer_byte_rate", "alice", "loader") == (
-        (("client-id", "loader"),),
-        2.0,
-    )
-    assert applicable_quota(quotas, "request_percentage", "alice", "loader") is None
 
 
 def _context(api_key: int, client_id: str | None, name: str = "ANONYMOUS") -> RequestContext:
@@ -176,19 +99,6 @@ def test_no_quota_means_nothing_is_measured() -> None:
     assert quotas.usage(_context(ApiKey.PRODUCE, "loader")) is None
     assert quotas.usage(_context(ApiKey.METADATA, "loader")) is None
     assert ClientQuotas(dict, 11, 1).usage(_context(ApiKey.PRODUCE, "x")) is None
-
-
-def test_the_measured_rates_are_bounded() -> None:
-    now = [0.0]
-    quotas = ClientQuotas(
-        lambda: {(("client-id", None),): {"producer_byte_rate": 1 * MB}}, 11, 1, lambda: now[0]
-    )
-    for n in range(SENSORS_MAX + 10):
-        usage = quotas.usage(_context(ApiKey.PRODUCE, f"client-{n}"))
-        assert usage is not None
-        usage.answer(100, None, bytearray)
-        now[0] += 0.0001
-    assert len(quotas._rates) <= SENSORS_MAX
 
 
 # ---------------------------------------------------------------- enforcement by the server

@@ -18,6 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from scripted_servers import unary_handler
 
 from brook.metadata.image import MetadataImage
 from brook.ports import allocate_free_ports
@@ -115,13 +116,7 @@ async def _server(
         return str(await identity.principal_of(context)).encode()
 
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                "test.Identity", {"Who": grpc.unary_unary_rpc_method_handler(who)}
-            )
-        ]
-    )
+    server.add_generic_rpc_handlers([unary_handler("test.Identity", "Who", who)])
     (port,) = allocate_free_ports(1)
     address = f"127.0.0.1:{port}"
     if tls:
