@@ -60,3 +60,15 @@ def test_shell_scripts_are_executable() -> None:
     for script in [ROOT / ".ci" / "run", ROOT / "tools" / "install-dev"]:
         assert script.exists(), script
         assert os.access(script, os.X_OK), f"{script} is not executable"
+
+
+def test_test_modules_have_unique_names() -> None:
+    """pytest imports test modules by their base name (rootdir-relative, no packages): two
+    test files with one name fail the whole run's collection, whichever subset passed alone."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "test modules with the same name: " + "; ".join(clashes)
