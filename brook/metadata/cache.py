@@ -86,7 +86,8 @@ class MetadataCache:
         """Keeps ``authorizer``'s ACLs this image's from now on (the process's authorizer,
         whose gRPC interceptor and Kafka APIs ask it)."""
         self._authorizer = authorizer
-        authorizer.use(self.image)
+        # Not ready until the first update arrives (``replay`` then follows it).
+        authorizer.use(self.image, received=False)
 
     def replay(self, update: MetadataUpdate, *, compare: bool = True) -> MetadataDelta:
         """Applies a snapshot or a delta to the image, refreshes what it touched and returns

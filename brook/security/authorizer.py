@@ -227,22 +227,27 @@ class Authorizer:
         self._index = index
         self._ready = True
 
-    def use(self, image: MetadataImage) -> None:
+    def use(self, image: MetadataImage, *, received: bool = True) -> None:
         """Answers from ``image``'s ACLs (loaded now; not at all while off) and resolves topic
-        ids in it. An image that holds no metadata yet (offset -1: the process has not
-        received its first snapshot) leaves the authorizer not ready: it refuses everyone but
+        ids in it. ``received``: the image holds the process's metadata (False: it has not
+        received any yet). Until it has, the authorizer is not ready: it refuses everyone but
         the super users, as Kafka's StandardAuthorizer does until its first load, rather than
         answering from no ACLs at all (which would let allow.everyone.if.no.acl.found open
-        what a DENY closes)."""
+        what a DENY closes); callers that can make the client retry do (``ready``)."""
         self._image = image
         if self.enabled:
             self.load(image.acls.values())
-            self._ready = image.offset >= 0
+            self._ready = received
+
+    @property
+    def ready(self) -> bool:
+        """Whether the ACLs are the cluster's (always, when authorization is off)."""
+        return self._ready or not self.enabled
 
     def follow(self, image: MetadataImage, delta: MetadataDelta) -> None:
-        """Keeps up with ``image`` after the update ``delta`` describes: reloads the ACLs if
-        it changed them."""
-        if delta.snapshot or delta.security_changed or image is not self._image:
+        """Keeps up with ``image`` after the update ``delta`` describes (the process received
+        metadata: from now on the authorizer is ready): reloads the ACLs if it changed them."""
+        if delta.snapshot or delta.security_changed or image is not self._image or not self._ready:
             self.use(image)
 
     @property

@@ -97,6 +97,13 @@ class _Call:
         principal = await self._principal_of(context)
         host = peer_host(context.peer())
         authorizer = self._authorizer
+        if not authorizer.ready and principal not in authorizer.super_users:
+            # The process has no metadata yet: a retriable refusal, not an authorization one.
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                "not ready to authorize: this process has not received the cluster's metadata "
+                "(its ACLs) yet; retry",
+            )
 
         def permits(action: Action) -> bool:
             return authorizer.permits(principal, host, action)

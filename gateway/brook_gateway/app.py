@@ -175,6 +175,7 @@ class Gateway:
         self._follower: asyncio.Task[None] | None = None
         self._bind_retries: asyncio.Task[None] | None = None
         self._first_snapshot = asyncio.Event()
+        self._node_listeners_sync = asyncio.Lock()
 
     async def start(self, context: ServiceContext) -> None:
         config = self._config
@@ -186,8 +187,14 @@ class Gateway:
         )
         # Served at once: the gateway stores nothing, and until the first snapshot arrives
         # clients see a cluster without brokers or topics and retry, as with a starting Kafka.
+        # With authorization on, not before the first snapshot: until then the ACLs are not
+        # known and every request would be refused for good (Kafka too opens its listeners
+        # once its authorizer is ready); a client meanwhile finds the port closed and retries.
         self.image.feed(context.authorizer)
         self._kafka = kafka_server(config, backend, context.authorizer)
+        if context.authorizer.enabled:
+            self._follower = context.tasks.spawn(self._follow(), name="metadata-follower")
+            await self._first_metadata()
         await self._kafka.start()
         bases = self._node_port_bases
         self._node_listeners = [
@@ -206,8 +213,26 @@ class Gateway:
                 self._retry_failed_binds(), name="node-listener-binds"
             )
         # After the server started: the follower opens the per-broker listeners on it.
-        self._follower = context.tasks.spawn(self._follow(), name="metadata-follower")
+        if self._follower is None:
+            self._follower = context.tasks.spawn(self._follow(), name="metadata-follower")
+        else:
+            await self._sync_node_listeners()
         await self._join(context)
+
+    async def _first_metadata(self) -> None:
+        try:
+            await asyncio.wait_for(self._first_snapshot.wait(), self._membership.join_timeout_s)
+        except TimeoutError:
+            raise RuntimeError(
+                "the gateway could not join the cluster: no metadata in time"
+            ) from None
+
+    async def _sync_node_listeners(self) -> None:
+        """Opens and closes the per-broker listeners the metadata calls for (one sync at a
+        time: the follower and the start-up may both ask)."""
+        async with self._node_listeners_sync:
+            for node_listeners in self._node_listeners:
+                await node_listeners.sync()
 
     async def _join(self, context: ServiceContext) -> None:
         membership = self._membership
@@ -234,8 +259,7 @@ class Gateway:
         async for message in self._membership.watcher.updates():
             self.image.apply(message.snapshot, message.offset, message.records)
             self._membership.applied.advance(message.offset)
-            for node_listeners in self._node_listeners:
-                await node_listeners.sync()
+            await self._sync_node_listeners()
             self._first_snapshot.set()
 
     async def _retry_failed_binds(self) -> None:

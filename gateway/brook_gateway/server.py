@@ -604,9 +604,9 @@ class _TlsGate(asyncio.Protocol):
                 server_side=True,
                 ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
             )
-        except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as e:
-            _logger.debug("TLS handshake failed", extra={"reason": str(e)})
-            transport.close()
+        except Exception as e:
+            _logger.debug("TLS handshake failed", extra={"reason": repr(e)})
+            transport.abort()
             return
         finally:
             self._server._handshakes.discard(self)
@@ -691,7 +691,8 @@ class _Connection(asyncio.Protocol):
         peername = transport.get_extra_info("peername")
         self._peer = f"{peername[0]}:{peername[1]}" if peername else "unknown"
         connections = self._server._connections
-        if len(connections) >= self._limits.connections_max:
+        # TLS connections still in their handshake count too (_TlsGate).
+        if len(connections) + len(self._server._handshakes) >= self._limits.connections_max:
             _logger.warning(
                 "connection refused: max.connections reached",
                 extra={"peer": self._peer, "max_connections": self._limits.connections_max},
@@ -709,12 +710,21 @@ class _Connection(asyncio.Protocol):
         if ssl_object is not None:
             self._tls = True
             self._tls_principal = _certificate_principal(ssl_object.getpeercert())
+        if self._buffer or self._eof:
+            # What arrived with the end of a TLS handshake, before this call (_TlsGate).
+            self._take_requests()
+            self._close_if_answered()
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
         self._last_active_s = self._loop.time()
         self._buffer += data
+        if self._transport is None:
+            # Sent with the client's last handshake message: asyncio's TLS hands it over
+            # before the upgrade completes (_TlsGate); kept until connection_made knows who
+            # the client is.
+            return
         self._take_requests()
 
     def eof_received(self) -> bool:
@@ -722,6 +732,8 @@ class _Connection(asyncio.Protocol):
         # closes at once). True keeps our side open for the answers; TLS has no half-close
         # (asyncio closes the transport whatever we return, and warns if we say True).
         self._eof = True
+        if self._transport is None:
+            return False
         self._close_if_answered()
         return not self._tls
 

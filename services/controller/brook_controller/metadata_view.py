@@ -70,7 +70,8 @@ class MetadataView:
     def feed(self, authorizer: Authorizer) -> None:
         """Keeps ``authorizer``'s ACLs the image's from now on."""
         self._authorizer = authorizer
-        authorizer.use(self.image)
+        # Ready once the state machine has delivered the log (append or reset).
+        authorizer.use(self.image, received=self.image.offset >= 0)
 
     def loop_listener(self, loop: asyncio.AbstractEventLoop) -> StateListener:
         return _LoopListener(self, loop)
@@ -99,7 +100,7 @@ class MetadataView:
                 if previous is None or previous.broker_epoch != broker.broker_epoch:
                     self._registration_offsets[node_id] = self.image.offset
             self._retained.append((self.image.offset, record))
-        if security_changed and self._authorizer is not None:
+        if self._authorizer is not None and (security_changed or not self._authorizer.ready):
             self._authorizer.use(self.image)
         self._wake()
 

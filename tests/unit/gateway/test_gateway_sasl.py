@@ -18,6 +18,7 @@ import pytest
 from brook_gateway.apis import ApiHandler, Dispatcher, RequestContext
 from brook_gateway.authorization import NO_AUTHORIZATION
 from brook_gateway.protocol.codec import Message
+from brook_gateway.protocol.frames import decode_response, encode_request
 from brook_gateway.protocol.kafka_messages import ApiKey
 from brook_gateway.sasl import (
     SASL_FRAME_BYTES_MAX,
@@ -349,3 +350,54 @@ def test_connections_in_their_tls_handshake_count_against_max_connections(tls: _
             await asyncio.to_thread(scenario, server.ports)
 
     asyncio.run(run())
+
+
+def _handshake_over(
+    sock: socket.socket, client: ssl.SSLObject, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO
+) -> None:
+    """Runs a memory-BIO TLS client's handshake over ``sock``, leaving in ``outgoing`` what it
+    still has to send (TLS 1.3: its Finished message)."""
+    while True:
+        try:
+            client.do_handshake()
+            return
+        except ssl.SSLWantReadError:
+            if outgoing.pending:
+                sock.sendall(outgoing.read())
+            data = sock.recv(65536)
+            assert data, "the server closed during the handshake"
+            incoming.write(data)
+
+
+def test_a_request_sent_with_the_last_handshake_message_is_served_as_the_certificates(
+    tls: _Tls,
+) -> None:
+    """A TLS 1.3 client may send its first request in the same segment as its Finished: the
+    server hands the request over before the upgrade completes, and it must still be served,
+    as the certificate's principal (not anonymously, before the certificate is known)."""
+    listeners = [KafkaListener("SSL", "127.0.0.1", 0, tls.context("required"))]
+
+    def scenario(ports: dict[str, int]) -> None:
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        client = tls.client_context(True).wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+        with socket.create_connection(("127.0.0.1", ports["SSL"]), READ_TIMEOUT_S) as sock:
+            _handshake_over(sock, client, incoming, outgoing)
+            client.write(encode_request(ApiKey.METADATA, 9, 1, "early", {"topics": None}))
+            sock.sendall(outgoing.read())  # the Finished and the request, in one segment
+            received = b""
+            while True:
+                data = sock.recv(65536)
+                assert data, "closed before answering"
+                incoming.write(data)
+                try:
+                    received += client.read(65536)
+                except ssl.SSLWantReadError:
+                    continue
+                size = int.from_bytes(received[:4], "big")
+                if len(received) >= 4 + size:
+                    break
+        correlation_id, answer = decode_response(ApiKey.METADATA, 9, received[4 : 4 + size])
+        assert correlation_id == 1
+        assert answer["cluster_id"] == "User:carol@SSL"
+
+    _serve(scenario, listeners)

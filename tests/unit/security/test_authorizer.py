@@ -291,3 +291,23 @@ def test_until_the_first_metadata_arrives_only_super_users_pass() -> None:
     cache.replay(MetadataUpdate(True, 3, (_grant_record(deny),)))
     assert not may(auth, READ, TOPIC, "t")
     assert may(auth, READ, TOPIC, "other"), "no ACL names it: allowed everyone"
+
+
+def test_the_first_metadata_makes_the_authorizer_ready_whatever_it_holds() -> None:
+    """Ready on the first update received, with or without ACL records in it: a controller
+    whose log holds none, and a storage node serving static topics (its one snapshot has no
+    log offset)."""
+    view = MetadataView(retained_records_max=10)
+    auth = Authorizer(enabled=True, allow_if_no_acl=True)
+    view.feed(auth)
+    assert not auth.ready
+    broker = metadata_pb2.MetadataRecord(broker=metadata_pb2.BrokerRecord(node_id=1))
+    view.append(0, [broker])
+    assert auth.ready and may(auth, READ, TOPIC, "t")
+
+    cache = MetadataCache()
+    static = Authorizer(enabled=True, allow_if_no_acl=True)
+    cache.feed(static)
+    cache.replay(MetadataUpdate(True, -1, ()))
+    assert static.ready and may(static, READ, TOPIC, "t")
+    assert Authorizer(enabled=False).ready

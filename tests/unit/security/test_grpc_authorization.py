@@ -230,6 +230,7 @@ def test_every_method_of_every_service_has_a_rule_and_every_rule_a_method() -> N
 
 def test_a_caller_without_acls_is_refused_every_method_with_the_kafka_error() -> None:
     authorizer = Authorizer(enabled=True, super_users=(SUPER_USER,))
+    authorizer.load(())  # the cluster's ACLs: none
     outcomes = _every_method(authorizer, MALLORY)
     reached = {name for name, outcome in outcomes.items() if outcome == grpc.StatusCode.OK}
     assert reached == OPEN_TO_ANYONE
@@ -296,3 +297,13 @@ def test_an_acl_lets_its_principal_through_and_health_stays_open() -> None:
 )
 def test_the_callers_host_is_the_peers_address(peer: str, host: str) -> None:
     assert peer_host(peer) == host
+
+
+def test_before_its_metadata_arrives_a_process_answers_unavailable_but_to_super_users() -> None:
+    """Not ready (no ACLs known yet): a retriable refusal, not an authorization failure."""
+    authorizer = Authorizer(enabled=True, super_users=(SUPER_USER,), allow_if_no_acl=True)
+    outcomes = _every_method(authorizer, MALLORY)
+    for name, outcome in outcomes.items():
+        assert isinstance(outcome, grpc.aio.AioRpcError), name
+        assert outcome.code() is grpc.StatusCode.UNAVAILABLE, (name, outcome)
+    assert all(o == grpc.StatusCode.OK for o in _every_method(authorizer, SUPER_USER).values())
