@@ -613,11 +613,12 @@ def test_confluent_kafka_lists_offsets_with_list_offsets_v7(gateways: KafkaGatew
     assert versions_sent(lines, "ListOffsets") == {7}
 
 
-def test_kafka_python_lists_offsets_with_list_offsets_v7_and_infers_kafka_3_0(
+def test_kafka_python_lists_offsets_with_list_offsets_v7_and_infers_kafka_3_3(
     gateways: KafkaGateways,
 ) -> None:
-    """ListOffsets 7 in range makes kafka-python take the gateway for Kafka 3.0; the one
-    behaviour that changes is its default session timeout (45 s instead of 30 s, KIP-735),
+    """ListOffsets 7 in range makes kafka-python take the gateway for Kafka 3.0 at least, and
+    DescribeAcls 3 (issue #21) for 3.3; the one behaviour that changes from what it does with
+    older brokers is its default session timeout (45 s instead of 30 s, KIP-735, since 3.0),
     which the group coordinators accept (group.max.session.timeout.ms)."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.protocol.consumer.offsets import ListOffsetsRequest
@@ -631,7 +632,7 @@ def test_kafka_python_lists_offsets_with_list_offsets_v7_and_infers_kafka_3_0(
         by_time = consumer.offsets_for_times({partition: 1_500_000})
         assert by_time[partition] is not None and by_time[partition].offset == 1
         versions = consumer._client._manager.broker_version_data
-        assert versions.broker_version == (3, 0)
+        assert versions.broker_version == (3, 3)
         assert versions.api_version(ListOffsetsRequest, min_version=1) == 7
         assert consumer.config["session_timeout_ms"] == 45_000
     finally:

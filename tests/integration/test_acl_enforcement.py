@@ -18,6 +18,7 @@ import pytest
 from cluster_fixture import shared_cluster, wait_until
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from tls_cluster import cluster_tls, operator_admin, operator_settings
 
 from brook.client import Admin, NewTopic
 from brook.client import Producer as BrookProducer
@@ -26,7 +27,6 @@ from brook.errors import BrookError, ErrorCode
 from brook.launcher import LocalCluster
 from brook.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from brook.security.certificates import CertificateAuthority
-from brook.security.cluster_tls import ClusterTls
 
 ALICE = ("alice", "alice-secret")
 ORDERS = "orders-eu"
@@ -56,7 +56,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "group-coordinator": {"group.initial.rebalance.delay.ms": "0"},
         },
     ) as started:
-        with _admin(started) as admin:
+        with operator_admin(started) as admin:
             name, password = ALICE
             upsertion = UserScramCredentialUpsertion(name, password, "SCRAM-SHA-512")
             assert admin.alter_user_scram_credentials([upsertion]) == {name: None}
@@ -64,19 +64,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 assert admin.create_topics([NewTopic(topic, 1, 1)]) == {topic: None}
             _grant(admin, "User:alice", Operation.WRITE, ResourceType.TOPIC, "orders-")
         yield started
-
-
-def _tls(cluster: LocalCluster) -> ClusterTls:
-    assert cluster.tls is not None
-    return cluster.tls
-
-
-def _admin(cluster: LocalCluster) -> Admin:
-    return Admin(
-        cluster.controller_bootstrap_servers,
-        default_api_timeout_ms=30_000,
-        security=_tls(cluster).admin_security(),
-    )
 
 
 def _grant(
@@ -99,7 +86,7 @@ def _alice(cluster: LocalCluster) -> dict[str, Any]:
         "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": name,
         "sasl.password": password,
-        "ssl.ca.location": str(_tls(cluster).truststore),
+        "ssl.ca.location": str(cluster_tls(cluster).truststore),
     }
 
 
@@ -119,14 +106,7 @@ def _produce(settings: dict[str, Any], topic: str, count: int) -> list[KafkaErro
 
 def _end_offset(cluster: LocalCluster, topic: str) -> int:
     """The partition's end offset, read as the operator."""
-    tls = _tls(cluster)
-    settings = {
-        "bootstrap.servers": cluster.grpc_address("storage-node-1"),
-        "security.protocol": "SSL",
-        "ssl.ca.location": str(tls.truststore),
-        "ssl.certificate.location": str(tls.admin_keystore),
-        "ssl.key.location": str(tls.admin_keystore),
-    }
+    settings = operator_settings(cluster, "storage-node-1")
     from brook.client import Consumer as BrookConsumer
     from brook.client import TopicPartition as BrookTopicPartition
 
@@ -171,7 +151,7 @@ def test_writing_is_not_reading_and_reading_is_not_joining_a_group(cluster: Loca
         reader.close()
 
     # READ on the topics now (granted while the cluster runs), but none on the group.
-    with _admin(cluster) as admin:
+    with operator_admin(cluster) as admin:
         _grant(admin, "User:alice", Operation.READ, ResourceType.TOPIC, "orders-")
     member = Consumer(
         {
@@ -187,7 +167,7 @@ def test_writing_is_not_reading_and_reading_is_not_joining_a_group(cluster: Loca
         assert KafkaError.GROUP_AUTHORIZATION_FAILED in seen, seen
     finally:
         member.close()
-    with _admin(cluster) as admin:
+    with operator_admin(cluster) as admin:
         assert "billing" not in {group.group_id for group in admin.list_consumer_groups()}
 
     # Reading without a group needs no group ACL: every record alice wrote comes back.
@@ -217,14 +197,14 @@ def test_a_principal_without_delete_cannot_delete_a_topic(cluster: LocalCluster)
         futures[ORDERS].result(timeout=CLIENT_TIMEOUT_S)
     error = refused.value.args[0]
     assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
-    with _admin(cluster) as admin:
+    with operator_admin(cluster) as admin:
         assert ORDERS in admin.list_topics()
 
 
 def test_a_certificate_principal_on_grpc_is_authorized_by_its_acls(
     cluster: LocalCluster, tmp_path: Any
 ) -> None:
-    tls = _tls(cluster)
+    tls = cluster_tls(cluster)
     authority = CertificateAuthority.load(tls.folder / "ca.key", tls.truststore)
     keystore = authority.issue(tmp_path / "carol.pem", "carol")
     settings = {
@@ -242,7 +222,7 @@ def test_a_certificate_principal_on_grpc_is_authorized_by_its_acls(
     assert refused.value.code is ErrorCode.TOPIC_AUTHORIZATION_FAILED, refused.value
     assert _end_offset(cluster, ORDERS) == before
 
-    with _admin(cluster) as admin:
+    with operator_admin(cluster) as admin:
         _grant(admin, "User:carol", Operation.WRITE, ResourceType.TOPIC, ORDERS)
     with BrookProducer(settings) as producer:
         metadata = producer.send(ORDERS, b"carol-1", partition=0).result(CLIENT_TIMEOUT_S)

@@ -19,13 +19,13 @@ import grpc
 import pytest
 from cluster_fixture import shared_cluster, wait_until
 from cryptography import x509
+from tls_cluster import cluster_tls, operator_admin, operator_settings
 
 from brook.client import BrookClientError, Consumer, Producer, TopicPartition
-from brook.client.admin import Admin, NewTopic
+from brook.client.admin import NewTopic
 from brook.launcher import LocalCluster
 from brook.rpc.channels import ChannelSecurity, sync_channel
 from brook.security.certificates import CertificateAuthority
-from brook.security.cluster_tls import ClusterTls
 from brook.security.tls import TlsFiles
 from brook.v1 import storage_pb2, storage_pb2_grpc
 
@@ -58,7 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             }
         },
     ) as started:
-        with _admin(started) as admin:
+        with operator_admin(started) as admin:
             assert admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]) == {TOPIC: None}
         wait_until(
             lambda: _node_knows_topic(started),
@@ -68,33 +68,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield started
 
 
-def _tls(cluster: LocalCluster) -> ClusterTls:
-    assert cluster.tls is not None
-    return cluster.tls
-
-
-def _admin(cluster: LocalCluster) -> Admin:
-    return Admin(
-        cluster.controller_bootstrap_servers,
-        default_api_timeout_ms=30_000,
-        security=_tls(cluster).admin_security(),
-    )
-
-
-def _client_settings(cluster: LocalCluster) -> dict[str, object]:
-    """confluent-kafka's settings of the operator's certificate."""
-    tls = _tls(cluster)
-    return {
-        "bootstrap.servers": cluster.grpc_address(NODE),
-        "security.protocol": "SSL",
-        "ssl.ca.location": str(tls.truststore),
-        "ssl.certificate.location": str(tls.admin_keystore),
-        "ssl.key.location": str(tls.admin_keystore),
-    }
-
-
 def _node_knows_topic(cluster: LocalCluster) -> bool:
-    with sync_channel(cluster.grpc_address(NODE), security=_tls(cluster).admin_security()) as ch:
+    with sync_channel(
+        cluster.grpc_address(NODE), security=cluster_tls(cluster).admin_security()
+    ) as ch:
         stub = storage_pb2_grpc.StorageServiceStub(ch)  # type: ignore[no-untyped-call]
         response = stub.GetMetadata(
             storage_pb2.GetMetadataRequest(topics=[TOPIC]), timeout=RPC_TIMEOUT_S
@@ -103,7 +80,7 @@ def _node_knows_topic(cluster: LocalCluster) -> bool:
 
 
 def _end_offsets(cluster: LocalCluster) -> dict[TopicPartition, int]:
-    with Consumer(_client_settings(cluster)) as consumer:
+    with Consumer(operator_settings(cluster, NODE)) as consumer:
         return consumer.end_offsets(
             [TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=RPC_TIMEOUT_S
         )
@@ -132,7 +109,7 @@ def _produce_status(cluster: LocalCluster, security: ChannelSecurity) -> grpc.St
 def test_the_sdk_produces_and_consumes_over_mutual_tls(cluster: LocalCluster) -> None:
     before = _end_offsets(cluster)
     sent = {(f"key-{i}".encode(), f"value-{i}".encode()) for i in range(RECORDS)}
-    with Producer({**_client_settings(cluster), "linger.ms": 5}) as producer:
+    with Producer({**operator_settings(cluster, NODE), "linger.ms": 5}) as producer:
         futures = [producer.send(TOPIC, value=value, key=key) for key, value in sent]
         producer.flush(CONSUME_TIMEOUT_S)
         assert all(future.result(0).offset >= 0 for future in futures)
@@ -142,7 +119,7 @@ def test_the_sdk_produces_and_consumes_over_mutual_tls(cluster: LocalCluster) ->
         received.extend((r.key, r.value) for r in consumer.poll(0.5))
         return len(received) >= RECORDS
 
-    with Consumer(_client_settings(cluster)) as consumer:
+    with Consumer(operator_settings(cluster, NODE)) as consumer:
         consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
         for partition, offset in before.items():
             consumer.seek(partition, offset)
@@ -154,13 +131,13 @@ def test_a_client_without_a_certificate_is_refused_and_writes_nothing(
     cluster: LocalCluster,
 ) -> None:
     before = _end_offsets(cluster)
-    ca_only = ChannelSecurity(tls=True, ca_pem=_tls(cluster).truststore.read_bytes())
+    ca_only = ChannelSecurity(tls=True, ca_pem=cluster_tls(cluster).truststore.read_bytes())
     assert _produce_status(cluster, ca_only) is grpc.StatusCode.UNAVAILABLE
     assert _produce_status(cluster, ChannelSecurity()) is grpc.StatusCode.UNAVAILABLE
     settings = {
         "bootstrap.servers": cluster.grpc_address(NODE),
         "security.protocol": "SSL",
-        "ssl.ca.location": str(_tls(cluster).truststore),
+        "ssl.ca.location": str(cluster_tls(cluster).truststore),
         "max.block.ms": 2000,
         "delivery.timeout.ms": 3000,
         "request.timeout.ms": 1000,
@@ -177,12 +154,12 @@ def test_a_certificate_of_another_ca_is_refused(cluster: LocalCluster, tmp_path:
     foreign = CertificateAuthority.create("someone else's CA")
     keystore = foreign.issue(tmp_path / "intruder.pem", "admin")
     # It trusts the cluster's CA (the server is genuine); the server does not trust its CA.
-    security = _security_of(keystore, _tls(cluster).truststore)
+    security = _security_of(keystore, cluster_tls(cluster).truststore)
     assert _produce_status(cluster, security) is grpc.StatusCode.UNAVAILABLE
 
 
 def test_an_expired_certificate_is_refused(cluster: LocalCluster, tmp_path: Path) -> None:
-    tls = _tls(cluster)
+    tls = cluster_tls(cluster)
     authority = CertificateAuthority.load(tls.folder / "ca.key", tls.truststore)
     expired = authority.issue(
         tmp_path / "expired.pem",
@@ -200,7 +177,7 @@ def test_an_expired_certificate_is_refused(cluster: LocalCluster, tmp_path: Path
 
 def _served_certificate(cluster: LocalCluster) -> x509.Certificate:
     """The certificate the node's GRPC listener presents to a new connection."""
-    tls = _tls(cluster)
+    tls = cluster_tls(cluster)
     context = ssl.create_default_context(cafile=str(tls.truststore))
     context.load_cert_chain(tls.admin_keystore)
     context.set_alpn_protocols(["h2"])
@@ -215,7 +192,7 @@ def _served_certificate(cluster: LocalCluster) -> x509.Certificate:
 def test_a_renewed_server_certificate_is_served_without_a_restart(
     cluster: LocalCluster,
 ) -> None:
-    tls = _tls(cluster)
+    tls = cluster_tls(cluster)
     pid = cluster.pid(NODE)
     old = _served_certificate(cluster)
     authority = CertificateAuthority.load(tls.folder / "ca.key", tls.truststore)
