@@ -212,6 +212,24 @@ def test_kcat_over_sasl_ssl_with_scram_sha_512_produces_and_consumes_every_recor
     assert _by_position(_consume_from_beginning(gateway, topic, *options)) == expected
 
 
+def test_kcat_over_ssl_with_a_client_certificate_produces_and_consumes_every_record(
+    secured: Secured,
+) -> None:
+    topic = "ssl-kcat"
+    bootstrap = secured.gateway.bootstrap("SSL")
+    config = {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(secured.tls.truststore),
+        "ssl.certificate.location": str(secured.tls.client_keystore),
+        "ssl.key.location": str(secured.tls.client_keystore),
+    }
+    create_topic_confluent(bootstrap, topic, config)
+    options = _kcat_options(config)
+    gateway = KafkaGateways(bootstrap, ("127.0.0.1", secured.gateway.ports["SSL"]), {})
+    expected = _produce(gateway, topic, *options)
+    assert _by_position(_consume_from_beginning(gateway, topic, *options)) == expected
+
+
 def test_confluent_kafka_over_ssl_with_and_without_a_client_certificate(secured: Secured) -> None:
     bootstrap = secured.gateway.bootstrap("SSL")
     without = {"security.protocol": "SSL", "ssl.ca.location": str(secured.tls.truststore)}
