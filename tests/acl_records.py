@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from brook.security.authorizer import ALL_HOSTS
+from brook.security.acl import WILDCARD_HOST
 from brook.v1 import metadata_pb2
 
 __all__ = ["acl"]
@@ -20,7 +20,7 @@ def acl(
     operation: int,
     *,
     principal: str = "User:alice",
-    host: str = ALL_HOSTS,
+    host: str = WILDCARD_HOST,
     prefixed: bool = False,
     deny: bool = False,
 ) -> metadata_pb2.AccessControlEntryRecord:

@@ -38,12 +38,20 @@ from brook.config import (
 from brook.errors import ErrorCode
 from brook.metadata.delta import MetadataDelta
 from brook.metadata.image import MetadataImage
+from brook.security.acl import (
+    CLUSTER_NAME,
+    WILDCARD_HOST,
+    WILDCARD_RESOURCE,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 from brook.security.principal import WILDCARD, Principal
 from brook.v1 import metadata_pb2
 
 __all__ = [
     "ALL",
-    "ALL_HOSTS",
     "ALTER",
     "ALTER_CONFIGS",
     "CLUSTER",
@@ -69,34 +77,30 @@ __all__ = [
 
 _EMPTY_IMAGE: Final = MetadataImage()
 
-TOPIC: Final = metadata_pb2.ACL_RESOURCE_TYPE_TOPIC
-GROUP: Final = metadata_pb2.ACL_RESOURCE_TYPE_GROUP
-CLUSTER: Final = metadata_pb2.ACL_RESOURCE_TYPE_CLUSTER
-TRANSACTIONAL_ID: Final = metadata_pb2.ACL_RESOURCE_TYPE_TRANSACTIONAL_ID
+# The model's codes (brook.security.acl), as the plain ints the records hold.
+TOPIC: Final = int(ResourceType.TOPIC)
+GROUP: Final = int(ResourceType.GROUP)
+CLUSTER: Final = int(ResourceType.CLUSTER)
+TRANSACTIONAL_ID: Final = int(ResourceType.TRANSACTIONAL_ID)
 
-ALL: Final = metadata_pb2.ACL_OPERATION_ALL
-READ: Final = metadata_pb2.ACL_OPERATION_READ
-WRITE: Final = metadata_pb2.ACL_OPERATION_WRITE
-CREATE: Final = metadata_pb2.ACL_OPERATION_CREATE
-DELETE: Final = metadata_pb2.ACL_OPERATION_DELETE
-ALTER: Final = metadata_pb2.ACL_OPERATION_ALTER
-DESCRIBE: Final = metadata_pb2.ACL_OPERATION_DESCRIBE
-CLUSTER_ACTION: Final = metadata_pb2.ACL_OPERATION_CLUSTER_ACTION
-DESCRIBE_CONFIGS: Final = metadata_pb2.ACL_OPERATION_DESCRIBE_CONFIGS
-ALTER_CONFIGS: Final = metadata_pb2.ACL_OPERATION_ALTER_CONFIGS
-IDEMPOTENT_WRITE: Final = metadata_pb2.ACL_OPERATION_IDEMPOTENT_WRITE
+ALL: Final = int(Operation.ALL)
+READ: Final = int(Operation.READ)
+WRITE: Final = int(Operation.WRITE)
+CREATE: Final = int(Operation.CREATE)
+DELETE: Final = int(Operation.DELETE)
+ALTER: Final = int(Operation.ALTER)
+DESCRIBE: Final = int(Operation.DESCRIBE)
+CLUSTER_ACTION: Final = int(Operation.CLUSTER_ACTION)
+DESCRIBE_CONFIGS: Final = int(Operation.DESCRIBE_CONFIGS)
+ALTER_CONFIGS: Final = int(Operation.ALTER_CONFIGS)
+IDEMPOTENT_WRITE: Final = int(Operation.IDEMPOTENT_WRITE)
 
-CLUSTER_NAME: Final = "kafka-cluster"
-"""The name of the one CLUSTER resource, as Kafka names it."""
-WILDCARD_RESOURCE: Final = "*"
-"""A LITERAL ACL on this name applies to every resource of its type."""
-ALL_HOSTS: Final = "*"
 _ANY_PRINCIPAL: Final = str(WILDCARD)
 
-_DENY: Final = metadata_pb2.ACL_PERMISSION_TYPE_DENY
-_ALLOW: Final = metadata_pb2.ACL_PERMISSION_TYPE_ALLOW
-_LITERAL: Final = metadata_pb2.ACL_PATTERN_TYPE_LITERAL
-_PREFIXED: Final = metadata_pb2.ACL_PATTERN_TYPE_PREFIXED
+_DENY: Final = int(Permission.DENY)
+_ALLOW: Final = int(Permission.ALLOW)
+_LITERAL: Final = int(PatternType.LITERAL)
+_PREFIXED: Final = int(PatternType.PREFIXED)
 
 # The operations an ALLOW of each operation grants besides itself (Kafka's implication rules).
 _IMPLIED: Final[Mapping[int, frozenset[int]]] = {
@@ -114,13 +118,12 @@ _UNNAMED_RESOURCE: Final = "\0"
 
 def operation_name(operation: int) -> str:
     """Kafka's name of an operation: READ, DESCRIBE_CONFIGS, ..."""
-    return metadata_pb2.AclOperation.Name(operation).removeprefix("ACL_OPERATION_")
+    return Operation(operation).name
 
 
 def resource_type_name(resource_type: int) -> str:
     """Kafka's name of a resource type: TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID."""
-    name = metadata_pb2.AclResourceType.Name(resource_type)
-    return name.removeprefix("ACL_RESOURCE_TYPE_")
+    return ResourceType(resource_type).name
 
 
 _DENIAL_CODES: Final[Mapping[int, ErrorCode]] = {
@@ -379,4 +382,4 @@ def _names_caller(
     acl: metadata_pb2.AccessControlEntryRecord, principal: Principal, host: str
 ) -> bool:
     """Whether ``acl`` applies to ``principal`` connecting from ``host``."""
-    return acl.principal in (_ANY_PRINCIPAL, str(principal)) and acl.host in (ALL_HOSTS, host)
+    return acl.principal in (_ANY_PRINCIPAL, str(principal)) and acl.host in (WILDCARD_HOST, host)

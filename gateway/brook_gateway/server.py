@@ -810,9 +810,9 @@ class _Connection(asyncio.Protocol):
                     f"frame of {size} bytes before authentication (at most {SASL_FRAME_BYTES_MAX})"
                 )
                 return
-            if authenticating and auth is not None and auth.expects_raw_token:
-                pass  # a bare SASL token: any size within the bound above
-            elif size < REQUEST_PREFIX_BYTES:
+            # A bare SASL token may be any size within the bound above.
+            raw_token = authenticating and auth is not None and auth.expects_raw_token
+            if not raw_token and size < REQUEST_PREFIX_BYTES:
                 self._close_for(f"frame of {size} bytes is shorter than a request header")
                 return
             if size > self._limits.request_bytes_max:

@@ -85,6 +85,12 @@ class StorageQuotas:
             description="Throttle time of calls a client quota applies to (0: not throttled)",
         )
 
+    @property
+    def configured(self) -> bool:
+        """Whether the image has any client quota (without one no call is measured: produce
+        and fetch skip the quota path entirely)."""
+        return bool(self._quotas())
+
     async def admit(self, context: Any, key: str, quota_type: str) -> CallQuota | None:
         """The ``key`` quota this call (its grpc.aio.ServicerContext) is measured against,
         once its group's throttle has passed (or the call's deadline is near); None when no

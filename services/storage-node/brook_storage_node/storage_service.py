@@ -301,7 +301,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
     ) -> int:
         """Holds a produce call while its quota group is throttled, then records its request
         size: the throttle its answer carries (0: none)."""
-        if self._quotas is None:
+        if self._quotas is None or not self._quotas.configured:
             return 0
         call = await self._quotas.admit(context, PRODUCER_BYTE_RATE, "produce")
         return 0 if call is None else self._quotas.record(call, request.ByteSize())
@@ -341,7 +341,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         self, request: storage_pb2.FetchRequest, context: Any
     ) -> storage_pb2.FetchResponse:
         with self._instruments.request("Fetch", context):
-            if self._quotas is None:
+            if self._quotas is None or not self._quotas.configured:
                 return await self._fetch(request, context)
             call = await self._quotas.admit(context, CONSUMER_BYTE_RATE, "fetch")
             response = await self._fetch(request, context)
